@@ -1,0 +1,352 @@
+//! Decoding records from JSON, with errors that name the field and the offset (R-LOG-3).
+//!
+//! The fast path is one typed `serde_json` decode. Only when it fails does the slow path
+//! walk the record again, level by level, to find the JSON path at fault: serde's tagged
+//! enums buffer their content and lose the path, so the walk dispatches on `type`, `op`
+//! and `kind` itself and decodes each level with path tracking.
+
+use std::fmt;
+
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use crate::config::{
+    AssignmentData, ConnectorData, DeliveryGroupData, EntitlementData, GroupData, MachineData,
+    ObjectKind, ObjectRef, ResourceData, SiteData, UserData, ZoneData,
+};
+use crate::record::*;
+use crate::ts::{Ts, TIMESTAMP_ERROR_PREFIX};
+
+/// Classes of decode failure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DecodeErrorKind {
+    /// Not JSON at all.
+    Syntax,
+    /// JSON, but not an object.
+    NotAnObject,
+    /// `type` names no record type.
+    UnknownType,
+    /// A field the record type does not have.
+    UnknownField,
+    /// A required field is absent.
+    MissingField,
+    /// A field has the wrong JSON type.
+    WrongType,
+    /// `ts` (or another time) is not RFC 3339 UTC with at most millisecond precision.
+    BadTimestamp,
+    /// A field has the right type but a value outside its domain (unknown enum value...).
+    BadValue,
+}
+
+impl DecodeErrorKind {
+    /// Short stable name, for reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DecodeErrorKind::Syntax => "syntax",
+            DecodeErrorKind::NotAnObject => "not_an_object",
+            DecodeErrorKind::UnknownType => "unknown_type",
+            DecodeErrorKind::UnknownField => "unknown_field",
+            DecodeErrorKind::MissingField => "missing_field",
+            DecodeErrorKind::WrongType => "wrong_type",
+            DecodeErrorKind::BadTimestamp => "bad_timestamp",
+            DecodeErrorKind::BadValue => "bad_value",
+        }
+    }
+}
+
+/// A record that could not be decoded: what is wrong, where in the JSON, and at which offset.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DecodeError {
+    /// Log offset (or 0-based line index for a file) of the record, when known.
+    pub offset: Option<u64>,
+    /// JSON path of the field at fault (`ops[0].data.zone`); empty for the whole record.
+    pub path: String,
+    /// Class of failure.
+    pub kind: DecodeErrorKind,
+    /// The decoder's explanation.
+    pub detail: String,
+}
+
+impl DecodeError {
+    fn new(path: impl Into<String>, kind: DecodeErrorKind, detail: impl Into<String>) -> Self {
+        DecodeError {
+            offset: None,
+            path: path.into(),
+            kind,
+            detail: detail.into(),
+        }
+    }
+
+    /// The same error, located at `offset`.
+    pub fn at(mut self, offset: u64) -> Self {
+        self.offset = Some(offset);
+        self
+    }
+
+    /// The message without the offset, as a quarantine output carries it.
+    pub fn without_offset(&self) -> String {
+        let path = if self.path.is_empty() {
+            "(record)"
+        } else {
+            &self.path
+        };
+        format!(
+            "field `{path}`: {}: {}",
+            self.kind.as_str().replace('_', " "),
+            self.detail
+        )
+    }
+}
+
+impl fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(offset) = self.offset {
+            write!(f, "record at offset {offset}: ")?;
+        }
+        f.write_str(&self.without_offset())
+    }
+}
+
+impl std::error::Error for DecodeError {}
+
+/// Decodes one record from its JSON bytes.
+pub fn decode_record(bytes: &[u8]) -> Result<Record, DecodeError> {
+    match serde_json::from_slice::<Record>(bytes) {
+        Ok(record) => Ok(record),
+        Err(fast) => Err(explain(bytes)
+            .unwrap_or_else(|| DecodeError::new("", DecodeErrorKind::BadValue, fast.to_string()))),
+    }
+}
+
+/// Decodes one record and locates any error at `offset`.
+pub fn decode_record_at(bytes: &[u8], offset: u64) -> Result<Record, DecodeError> {
+    decode_record(bytes).map_err(|e| e.at(offset))
+}
+
+/// The canonical JSON form of a record (no trailing newline).
+pub fn encode_record(record: &Record) -> Vec<u8> {
+    serde_json::to_vec(record).expect("records always serialize")
+}
+
+/// Walks a record that failed the fast path and returns the first error with its path.
+fn explain(bytes: &[u8]) -> Option<DecodeError> {
+    let value: Value = match serde_json::from_slice(bytes) {
+        Ok(v) => v,
+        Err(e) => return Some(DecodeError::new("", DecodeErrorKind::Syntax, e.to_string())),
+    };
+    let Value::Object(mut map) = value else {
+        return Some(DecodeError::new(
+            "",
+            DecodeErrorKind::NotAnObject,
+            format!(
+                "a record must be a JSON object, found {}",
+                json_type(&value)
+            ),
+        ));
+    };
+    let ty = match take_tag(&mut map, "", "type", &RECORD_TYPES) {
+        Ok(t) => t,
+        Err(e) => return Some(e),
+    };
+    let rest = Value::Object(map);
+    let result = match ty.as_str() {
+        "engine.params" => check::<EngineParams>(rest, ""),
+        "config.change" => explain_config_change(rest),
+        "health.check" => check::<HealthCheck>(rest, ""),
+        "peer.probe" => check::<PeerProbe>(rest, ""),
+        "storefront.heartbeat" => check::<StorefrontHeartbeat>(rest, ""),
+        "service.status" => check::<ServiceStatus>(rest, ""),
+        "connector.lifecycle" => check::<ConnectorLifecycle>(rest, ""),
+        "storage.fault" => check::<StorageFault>(rest, ""),
+        "vda.heartbeat" => check::<VdaHeartbeat>(rest, ""),
+        "session.event" => check::<SessionEvent>(rest, ""),
+        "launch.request" => check::<LaunchRequest>(rest, ""),
+        "admin.command" => check::<AdminCommand>(rest, ""),
+        "clock.tick" => check::<ClockTick>(rest, ""),
+        _ => unreachable!("take_tag only returns known types"),
+    };
+    result.err()
+}
+
+/// `config.change` without its ops, so ops can be walked one by one.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)] // decoded only to find errors
+struct ConfigChangeHead {
+    ts: Ts,
+    version: u64,
+}
+
+fn explain_config_change(value: Value) -> Result<(), DecodeError> {
+    let Value::Object(mut map) = value else {
+        unreachable!("caller passes an object")
+    };
+    let ops = map.remove("ops");
+    check::<ConfigChangeHead>(Value::Object(map), "")?;
+    let items = match ops {
+        None => return Err(missing("", "ops")),
+        Some(Value::Array(items)) => items,
+        Some(other) => {
+            return Err(DecodeError::new(
+                "ops",
+                DecodeErrorKind::WrongType,
+                format!(
+                    "expected an array of operations, found {}",
+                    json_type(&other)
+                ),
+            ))
+        }
+    };
+    for (index, item) in items.into_iter().enumerate() {
+        explain_op(item, &format!("ops[{index}]"))?;
+    }
+    Ok(())
+}
+
+/// An upsert whose `data` must be present.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct Upsert<D> {
+    id: String,
+    data: D,
+}
+
+/// An upsert whose `data` may be omitted.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct UpsertDefaulted<D: Default> {
+    id: String,
+    #[serde(default)]
+    data: D,
+}
+
+fn explain_op(value: Value, path: &str) -> Result<(), DecodeError> {
+    let Value::Object(mut map) = value else {
+        return Err(DecodeError::new(
+            path,
+            DecodeErrorKind::WrongType,
+            format!("expected an operation object, found {}", json_type(&value)),
+        ));
+    };
+    let op = take_tag(&mut map, path, "op", &["upsert", "delete"])?;
+    if op == "delete" {
+        return check::<ObjectRef>(Value::Object(map), path);
+    }
+    let kinds: Vec<&str> = ObjectKind::ALL.iter().map(|k| k.as_str()).collect();
+    let kind = take_tag(&mut map, path, "kind", &kinds)?;
+    let rest = Value::Object(map);
+    match ObjectKind::from_name(&kind).expect("take_tag only returns known kinds") {
+        ObjectKind::Site => check::<UpsertDefaulted<SiteData>>(rest, path),
+        ObjectKind::Zone => check::<Upsert<ZoneData>>(rest, path),
+        ObjectKind::Connector => check::<Upsert<ConnectorData>>(rest, path),
+        ObjectKind::DeliveryGroup => check::<Upsert<DeliveryGroupData>>(rest, path),
+        ObjectKind::Machine => check::<Upsert<MachineData>>(rest, path),
+        ObjectKind::Resource => check::<Upsert<ResourceData>>(rest, path),
+        ObjectKind::User => check::<UpsertDefaulted<UserData>>(rest, path),
+        ObjectKind::Group => check::<UpsertDefaulted<GroupData>>(rest, path),
+        ObjectKind::Entitlement => check::<Upsert<EntitlementData>>(rest, path),
+        ObjectKind::Assignment => check::<Upsert<AssignmentData>>(rest, path),
+    }
+}
+
+/// Removes and returns a tag field (`type`, `op`, `kind`) that must be one of `known`.
+fn take_tag(
+    map: &mut Map<String, Value>,
+    prefix: &str,
+    field: &str,
+    known: &[&str],
+) -> Result<String, DecodeError> {
+    let path = join(prefix, field);
+    match map.remove(field) {
+        None => Err(missing(prefix, field)),
+        Some(Value::String(s)) if known.contains(&s.as_str()) => Ok(s),
+        Some(Value::String(s)) => Err(DecodeError::new(
+            path,
+            if field == "type" {
+                DecodeErrorKind::UnknownType
+            } else {
+                DecodeErrorKind::BadValue
+            },
+            format!(
+                "unknown {field} {s:?}, expected one of: {}",
+                known.join(", ")
+            ),
+        )),
+        Some(other) => Err(DecodeError::new(
+            path,
+            DecodeErrorKind::WrongType,
+            format!("expected a string, found {}", json_type(&other)),
+        )),
+    }
+}
+
+/// Decodes `value` as `T` with path tracking; errors are located under `prefix`.
+fn check<T: DeserializeOwned>(value: Value, prefix: &str) -> Result<(), DecodeError> {
+    match serde_path_to_error::deserialize::<_, T>(value) {
+        Ok(_) => Ok(()),
+        Err(e) => {
+            let inner = e.path().to_string();
+            let inner = if inner == "." { String::new() } else { inner };
+            Err(classify(&join(prefix, &inner), e.into_inner().to_string()))
+        }
+    }
+}
+
+/// Turns serde's message into a typed error; `path` is where serde stopped.
+fn classify(path: &str, message: String) -> DecodeError {
+    let named = |prefix: &str| -> Option<String> {
+        let rest = message.strip_prefix(prefix)?;
+        let name = rest.strip_prefix('`')?;
+        Some(name[..name.find('`')?].to_string())
+    };
+    if let Some(field) = named("missing field ") {
+        return DecodeError::new(join(path, &field), DecodeErrorKind::MissingField, message);
+    }
+    if let Some(field) = named("unknown field ") {
+        // serde reports an unknown key before entering it, so the path ends at its parent.
+        let full = if path.rsplit('.').next() == Some(field.as_str()) {
+            path.to_string()
+        } else {
+            join(path, &field)
+        };
+        return DecodeError::new(full, DecodeErrorKind::UnknownField, message);
+    }
+    let kind = if message.contains(TIMESTAMP_ERROR_PREFIX) {
+        DecodeErrorKind::BadTimestamp
+    } else if message.starts_with("invalid type") {
+        DecodeErrorKind::WrongType
+    } else {
+        DecodeErrorKind::BadValue
+    };
+    DecodeError::new(path, kind, message)
+}
+
+fn missing(prefix: &str, field: &str) -> DecodeError {
+    DecodeError::new(
+        join(prefix, field),
+        DecodeErrorKind::MissingField,
+        format!("missing field `{field}`"),
+    )
+}
+
+fn join(prefix: &str, field: &str) -> String {
+    match (prefix.is_empty(), field.is_empty()) {
+        (true, _) => field.to_string(),
+        (false, true) => prefix.to_string(),
+        (false, false) => format!("{prefix}.{field}"),
+    }
+}
+
+fn json_type(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}

@@ -1,0 +1,18 @@
+//! The pure, deterministic core of lhc.
+//!
+//! This crate owns the record contract (input records, config objects, outputs, their JSON
+//! Schemas) and the reducers that fold records into state. Invariant: no IO, no clock, no
+//! randomness, no thread timing, no hash-map iteration in anything that produces output.
+//! Time comes only from record `ts`.
+
+pub mod config;
+pub mod decode;
+pub mod output;
+pub mod record;
+pub mod schema;
+pub mod ts;
+
+pub use decode::{decode_record, decode_record_at, encode_record, DecodeError, DecodeErrorKind};
+pub use output::Output;
+pub use record::Record;
+pub use ts::Ts;

@@ -1,0 +1,205 @@
+//! Every bad-input class of R-LOG-3 is rejected with an error naming the field and offset.
+
+use lhc_engine::record::{Record, RECORD_TYPES};
+use lhc_engine::{decode_record, decode_record_at, encode_record, DecodeErrorKind};
+
+fn err(json: &str) -> (String, DecodeErrorKind, String) {
+    let e = decode_record_at(json.as_bytes(), 41).expect_err(json);
+    assert_eq!(e.offset, Some(41));
+    let shown = e.to_string();
+    assert!(shown.starts_with("record at offset 41: "), "{shown}");
+    (e.path, e.kind, shown)
+}
+
+#[test]
+fn every_record_type_decodes_and_round_trips() {
+    let samples = [
+        r#"{"ts":"2026-01-05T09:00:00.000Z","type":"engine.params","initial_ha_s":60}"#,
+        r#"{"ts":"2026-01-05T09:00:00.000Z","type":"config.change","version":1,"ops":[{"op":"upsert","kind":"site","id":"site"},{"op":"upsert","kind":"zone","id":"z1","data":{"name":"Zone 1"}},{"op":"delete","kind":"machine","id":"m.example"}]}"#,
+        r#"{"ts":"2026-01-05T09:00:00.000Z","type":"health.check","connector":"c1.example","ok":false,"detail":"timeout"}"#,
+        r#"{"ts":"2026-01-05T09:00:00.000Z","type":"peer.probe","connector":"c1.example","peer":"c2.example","ok":true}"#,
+        r#"{"ts":"2026-01-05T09:00:00.000Z","type":"storefront.heartbeat","connector":"c1.example","storefront":"sf1"}"#,
+        r#"{"ts":"2026-01-05T09:00:00.000Z","type":"service.status","connector":"c1.example","service":"high_availability","running":false}"#,
+        r#"{"ts":"2026-01-05T09:00:00.000Z","type":"connector.lifecycle","connector":"c1.example","event":"stop"}"#,
+        r#"{"ts":"2026-01-05T09:00:00.000Z","type":"storage.fault","connector":"c1.example","detail":"disk full"}"#,
+        r#"{"ts":"2026-01-05T09:00:00.000Z","type":"vda.heartbeat","machine":"m1.example","sessions":[{"id":"s1","user":"alice","state":"disconnected"}]}"#,
+        r#"{"ts":"2026-01-05T09:00:00.000Z","type":"session.event","machine":"m1.example","session":"s1","user":"alice","event":"logon"}"#,
+        r#"{"ts":"2026-01-05T09:00:00.000Z","type":"launch.request","request":"r1","connector":"c1.example","user":"alice","resource":"desk","client":{"name":"pc1","ip":"10.0.0.5"}}"#,
+        r#"{"ts":"2026-01-05T09:00:00.000Z","type":"admin.command","connector":"c1.example","command":"set_config_sync_interval","seconds":120}"#,
+        r#"{"ts":"2026-01-05T09:00:00.000Z","type":"clock.tick"}"#,
+    ];
+    let mut seen = Vec::new();
+    for json in samples {
+        let record = decode_record(json.as_bytes()).unwrap_or_else(|e| panic!("{json}: {e}"));
+        seen.push(record.type_name());
+        let again = decode_record(&encode_record(&record)).unwrap();
+        assert_eq!(again, record);
+    }
+    assert_eq!(seen, RECORD_TYPES);
+}
+
+#[test]
+fn unknown_type_names_the_type_field() {
+    let (path, kind, shown) =
+        err(r#"{"ts":"2026-01-05T09:00:00.000Z","type":"vda.hearbeat","machine":"m"}"#);
+    assert_eq!(
+        (path.as_str(), kind),
+        ("type", DecodeErrorKind::UnknownType)
+    );
+    assert!(
+        shown.contains("vda.hearbeat") && shown.contains("vda.heartbeat"),
+        "{shown}"
+    );
+}
+
+#[test]
+fn missing_type_and_non_objects() {
+    let (path, kind, _) = err(r#"{"ts":"2026-01-05T09:00:00.000Z"}"#);
+    assert_eq!(
+        (path.as_str(), kind),
+        ("type", DecodeErrorKind::MissingField)
+    );
+    let (_, kind, _) = err(r#"[1,2]"#);
+    assert_eq!(kind, DecodeErrorKind::NotAnObject);
+    let (_, kind, shown) = err(r#"{"ts": "#);
+    assert_eq!(kind, DecodeErrorKind::Syntax);
+    assert!(shown.contains("EOF"), "{shown}");
+}
+
+#[test]
+fn unknown_field_at_top_level_and_nested() {
+    let (path, kind, _) = err(
+        r#"{"ts":"2026-01-05T09:00:00.000Z","type":"health.check","connector":"c","ok":true,"okay":1}"#,
+    );
+    assert_eq!(
+        (path.as_str(), kind),
+        ("okay", DecodeErrorKind::UnknownField)
+    );
+    let (path, kind, _) = err(
+        r#"{"ts":"2026-01-05T09:00:00.000Z","type":"config.change","version":2,"ops":[{"op":"delete","kind":"zone","id":"z"},{"op":"upsert","kind":"machine","id":"m","data":{"zone":"z","delivery_group":"g","colour":"red"}}]}"#,
+    );
+    assert_eq!(
+        (path.as_str(), kind),
+        ("ops[1].data.colour", DecodeErrorKind::UnknownField)
+    );
+    let (path, kind, _) = err(
+        r#"{"ts":"2026-01-05T09:00:00.000Z","type":"launch.request","request":"r","connector":"c","user":"u","resource":"x","client":{"name":"n","ip":"1.2.3.4","mac":"x"}}"#,
+    );
+    assert_eq!(
+        (path.as_str(), kind),
+        ("client.mac", DecodeErrorKind::UnknownField)
+    );
+}
+
+#[test]
+fn missing_field_names_the_full_path() {
+    let (path, kind, _) =
+        err(r#"{"ts":"2026-01-05T09:00:00.000Z","type":"peer.probe","connector":"c","ok":true}"#);
+    assert_eq!(
+        (path.as_str(), kind),
+        ("peer", DecodeErrorKind::MissingField)
+    );
+    let (path, kind, _) = err(
+        r#"{"ts":"2026-01-05T09:00:00.000Z","type":"config.change","version":2,"ops":[{"op":"upsert","kind":"machine","id":"m","data":{"zone":"z"}}]}"#,
+    );
+    assert_eq!(
+        (path.as_str(), kind),
+        ("ops[0].data.delivery_group", DecodeErrorKind::MissingField)
+    );
+    let (path, kind, _) =
+        err(r#"{"ts":"2026-01-05T09:00:00.000Z","type":"config.change","version":2}"#);
+    assert_eq!(
+        (path.as_str(), kind),
+        ("ops", DecodeErrorKind::MissingField)
+    );
+    let (path, kind, _) = err(r#"{"type":"clock.tick"}"#);
+    assert_eq!((path.as_str(), kind), ("ts", DecodeErrorKind::MissingField));
+    let (path, kind, _) = err(
+        r#"{"ts":"2026-01-05T09:00:00.000Z","type":"config.change","version":2,"ops":[{"kind":"zone","id":"z"}]}"#,
+    );
+    assert_eq!(
+        (path.as_str(), kind),
+        ("ops[0].op", DecodeErrorKind::MissingField)
+    );
+}
+
+#[test]
+fn wrong_type_names_the_field() {
+    let (path, kind, _) = err(
+        r#"{"ts":"2026-01-05T09:00:00.000Z","type":"health.check","connector":"c","ok":"yes"}"#,
+    );
+    assert_eq!((path.as_str(), kind), ("ok", DecodeErrorKind::WrongType));
+    let (path, kind, _) = err(
+        r#"{"ts":"2026-01-05T09:00:00.000Z","type":"vda.heartbeat","machine":"m","sessions":[{"id":"s","user":"u","state":"active"},{"id":7,"user":"u","state":"active"}]}"#,
+    );
+    assert_eq!(
+        (path.as_str(), kind),
+        ("sessions[1].id", DecodeErrorKind::WrongType)
+    );
+    let (path, kind, _) =
+        err(r#"{"ts":"2026-01-05T09:00:00.000Z","type":"config.change","version":-1,"ops":[]}"#);
+    assert_eq!(
+        (path.as_str(), kind),
+        ("version", DecodeErrorKind::BadValue)
+    );
+    let (path, kind, _) =
+        err(r#"{"ts":"2026-01-05T09:00:00.000Z","type":"config.change","version":3,"ops":{}}"#);
+    assert_eq!((path.as_str(), kind), ("ops", DecodeErrorKind::WrongType));
+}
+
+#[test]
+fn bad_enum_values_name_the_field() {
+    let (path, kind, shown) = err(
+        r#"{"ts":"2026-01-05T09:00:00.000Z","type":"service.status","connector":"c","service":"broker","running":true}"#,
+    );
+    assert_eq!(
+        (path.as_str(), kind),
+        ("service", DecodeErrorKind::BadValue)
+    );
+    assert!(shown.contains("high_availability"), "{shown}");
+    let (path, kind, _) = err(
+        r#"{"ts":"2026-01-05T09:00:00.000Z","type":"config.change","version":3,"ops":[{"op":"upsert","kind":"printer","id":"p"}]}"#,
+    );
+    assert_eq!(
+        (path.as_str(), kind),
+        ("ops[0].kind", DecodeErrorKind::BadValue)
+    );
+    let (path, kind, _) = err(
+        r#"{"ts":"2026-01-05T09:00:00.000Z","type":"config.change","version":3,"ops":[{"op":"merge","kind":"zone","id":"p"}]}"#,
+    );
+    assert_eq!(
+        (path.as_str(), kind),
+        ("ops[0].op", DecodeErrorKind::BadValue)
+    );
+}
+
+#[test]
+fn timestamps_must_be_rfc3339_utc() {
+    for ts in [
+        "2026-01-05T10:00:00.000+01:00",
+        "2026-01-05",
+        "1767603600",
+        "2026-01-05T09:00:00.0001Z",
+    ] {
+        let json = format!(r#"{{"ts":"{ts}","type":"clock.tick"}}"#);
+        let (path, kind, shown) = err(&json);
+        assert_eq!(
+            (path.as_str(), kind),
+            ("ts", DecodeErrorKind::BadTimestamp),
+            "{shown}"
+        );
+    }
+    let (path, kind, _) = err(r#"{"ts":1767603600000,"type":"clock.tick"}"#);
+    assert_eq!((path.as_str(), kind), ("ts", DecodeErrorKind::WrongType));
+}
+
+#[test]
+fn canonical_timestamps_survive_round_trip() {
+    let record =
+        decode_record(br#"{"type":"clock.tick","ts":"2026-01-05T09:00:00.5+00:00"}"#).unwrap();
+    assert_eq!(
+        String::from_utf8(encode_record(&record)).unwrap(),
+        r#"{"type":"clock.tick","ts":"2026-01-05T09:00:00.500Z"}"#
+    );
+    assert!(matches!(record, Record::ClockTick(_)));
+}
