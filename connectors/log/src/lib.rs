@@ -1,1 +1,140 @@
+//! The site log (R-LOG): an append-only, totally ordered sequence of records with dense
+//! u64 offsets, behind one trait with two backends.
+//!
+//! - [`embedded::EmbeddedLog`]: segment files in a local directory, the default; needs no
+//!   server and lets several processes of one machine append under a file lock.
+//! - [`kafka::KafkaLog`]: one topic partition per site (message key = site name).
+//!
+//! Invariant: a backend stores and returns record bytes exactly as appended, in offset
+//! order, and never skips or rewrites one. Validation of the JSON against the record
+//! contract happens above the trait ([`validate`]), so a raw log written by another tool can
+//! still be read and each bad record quarantined at its offset.
 
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub mod embedded;
+pub mod frame;
+pub mod kafka;
+pub mod validate;
+
+pub use embedded::{EmbeddedLog, EmbeddedOptions, FsyncPolicy, TailRecovery};
+pub use kafka::{KafkaLog, KafkaOptions};
+
+/// One record read back from a log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogEntry {
+    /// Position in the log, dense from the log's start.
+    pub offset: u64,
+    /// The record bytes as appended (JSON, no trailing newline).
+    pub bytes: Vec<u8>,
+}
+
+/// Errors of the log backends; each says what to do about it.
+#[derive(Debug, thiserror::Error)]
+pub enum LogError {
+    /// A file or directory operation failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file or directory concerned.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A record before the tail failed its checksum or framing: the log is damaged there.
+    #[error(
+        "log corrupted in segment {segment} at offset {offset}: {detail}; records from this \
+         offset on cannot be trusted (restore the segment from a replica or backup, or export \
+         the records before it with `lhc log export --to {offset}`)"
+    )]
+    Corrupt {
+        /// Segment file holding the damage.
+        segment: PathBuf,
+        /// Offset of the first record that cannot be read.
+        offset: u64,
+        /// What is wrong.
+        detail: String,
+    },
+    /// The directory holds files that are not lhc log segments.
+    #[error("{path} is not an lhc log segment: {detail}")]
+    NotALog {
+        /// The offending file.
+        path: PathBuf,
+        /// What is wrong.
+        detail: String,
+    },
+    /// A read asked for an offset the log does not hold.
+    #[error("offset {requested} is outside the log, which holds offsets {start}..{end}")]
+    OffsetOutOfRange {
+        /// Offset asked for.
+        requested: u64,
+        /// First offset held.
+        start: u64,
+        /// Offset the next append will get.
+        end: u64,
+    },
+    /// A record exceeds the maximum record size.
+    #[error("record of {size} bytes exceeds the maximum of {max} bytes")]
+    RecordTooLarge {
+        /// Its size.
+        size: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// Kafka refused or could not be reached.
+    #[error("kafka ({brokers}, topic {topic}): {detail}")]
+    Kafka {
+        /// Bootstrap servers.
+        brokers: String,
+        /// Topic.
+        topic: String,
+        /// What went wrong and what to check.
+        detail: String,
+    },
+    /// The log was closed (its writer stopped).
+    #[error("the log writer has stopped: {0}")]
+    Closed(String),
+}
+
+impl LogError {
+    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        LogError::Io {
+            path: path.into(),
+            source,
+        }
+    }
+}
+
+/// A site log: append records, read them back from any offset, follow the tail.
+pub trait Log: Send + Sync {
+    /// Appends records in order and returns the offset given to each. All or none: on error
+    /// nothing of the batch is visible to readers.
+    fn append(&self, records: &[&[u8]]) -> Result<Vec<u64>, LogError>;
+
+    /// First offset the log still holds.
+    fn start_offset(&self) -> Result<u64, LogError>;
+
+    /// Offset the next append will get (one past the last record).
+    fn end_offset(&self) -> Result<u64, LogError>;
+
+    /// A reader positioned at `from`, which must lie in `start_offset()..=end_offset()`.
+    fn reader(&self, from: u64) -> Result<Box<dyn LogReader>, LogError>;
+
+    /// Where the log lives, for messages.
+    fn describe(&self) -> String;
+}
+
+/// Reads a log in offset order.
+pub trait LogReader: Send {
+    /// The next record. When none is there yet, waits up to `wait` for one to be appended
+    /// (tail -f), then returns `None`. `Duration::ZERO` reads to the current end.
+    fn next(&mut self, wait: Duration) -> Result<Option<LogEntry>, LogError>;
+
+    /// Offset of the record the next call returns.
+    fn position(&self) -> u64;
+}
+
+/// Largest record the embedded log accepts, in bytes. Kafka applies its own broker limit
+/// (`message.max.bytes`, 1 MB by default), so large configurations are best split into
+/// several `config.change` records.
+pub const MAX_RECORD_BYTES: usize = 64 << 20;

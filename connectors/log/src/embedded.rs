@@ -1,0 +1,1047 @@
+//! The embedded log: segment files in one directory (see docs/log-format.md).
+//!
+//! Layout: `{base:020}.log` segments (header + frames, see [`crate::frame`]), a sparse
+//! `{base:020}.idx` beside each (pairs of offset and file position, one per
+//! `index_interval_bytes` of frames), and a `LOCK` file.
+//!
+//! Invariants:
+//! - Appends happen only under an exclusive lock on `LOCK`, so processes of one machine can
+//!   share a log directory; before writing, an appender re-reads the tail another process
+//!   may have extended.
+//! - A torn tail (a crash while appending) is cut back to the last whole record and
+//!   reported; damage with valid records after it is an error naming segment and offset,
+//!   never skipped.
+//! - Indexes are hints: every frame carries its offset and checksum, so a stale or missing
+//!   index costs a scan, never a wrong record.
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::frame::{
+    encode_frame, frame_size, parse_frame, parse_segment_header, segment_header,
+    valid_frame_follows, Parsed, SEGMENT_HEADER_BYTES,
+};
+use crate::{Log, LogEntry, LogError, LogReader, MAX_RECORD_BYTES};
+
+/// When appended records are forced to disk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FsyncPolicy {
+    /// Before an append returns (group commit: one fsync per batch of concurrent appends).
+    Always,
+    /// At most this many milliseconds after an append; an append returns before it.
+    IntervalMs(u64),
+    /// Never explicitly; the OS writes back when it likes.
+    Never,
+}
+
+impl std::str::FromStr for FsyncPolicy {
+    type Err = String;
+
+    /// Parses `always`, `never` or a period like `100ms`.
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text {
+            "always" => Ok(FsyncPolicy::Always),
+            "never" => Ok(FsyncPolicy::Never),
+            other => other
+                .strip_suffix("ms")
+                .and_then(|n| n.parse().ok())
+                .map(FsyncPolicy::IntervalMs)
+                .ok_or_else(|| {
+                    format!("fsync policy {other:?}: expected always, never or a period like 100ms")
+                }),
+        }
+    }
+}
+
+/// Settings of an embedded log.
+#[derive(Clone, Debug)]
+pub struct EmbeddedOptions {
+    /// When appends reach the disk.
+    pub fsync: FsyncPolicy,
+    /// A segment is closed once it would grow past this many bytes.
+    pub segment_bytes: u64,
+    /// One index entry per this many bytes of frames.
+    pub index_interval_bytes: u64,
+    /// Create the directory when it does not exist.
+    pub create: bool,
+}
+
+impl Default for EmbeddedOptions {
+    fn default() -> Self {
+        EmbeddedOptions {
+            fsync: FsyncPolicy::Always,
+            segment_bytes: 64 << 20,
+            index_interval_bytes: 4096,
+            create: true,
+        }
+    }
+}
+
+/// What opening the log cut from a torn tail.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TailRecovery {
+    /// Segment that was cut.
+    pub segment: PathBuf,
+    /// Offset the next record will get: the first offset whose record was incomplete.
+    pub offset: u64,
+    /// Bytes removed.
+    pub bytes_dropped: u64,
+    /// What was wrong with the first dropped frame.
+    pub detail: String,
+}
+
+/// An embedded log directory, open for appending and reading.
+pub struct EmbeddedLog {
+    dir: PathBuf,
+    requests: Option<mpsc::Sender<Request>>,
+    writer: Option<JoinHandle<()>>,
+    recovery: Option<TailRecovery>,
+}
+
+struct Request {
+    records: Vec<Vec<u8>>,
+    reply: mpsc::Sender<Result<Vec<u64>, LogError>>,
+}
+
+impl EmbeddedLog {
+    /// Opens (or creates) the log in `dir`, cutting any torn tail back to the last whole record.
+    pub fn open(dir: impl AsRef<Path>, options: EmbeddedOptions) -> Result<EmbeddedLog, LogError> {
+        let dir = dir.as_ref().to_path_buf();
+        if !dir.exists() {
+            if !options.create {
+                return Err(LogError::io(
+                    &dir,
+                    std::io::Error::new(std::io::ErrorKind::NotFound, "no such log directory"),
+                ));
+            }
+            std::fs::create_dir_all(&dir).map_err(|e| LogError::io(&dir, e))?;
+        }
+        let mut writer = Writer::open(&dir, options)?;
+        let recovery = writer.recovery.take();
+        if let Some(r) = &recovery {
+            tracing::warn!(
+                segment = %r.segment.display(), offset = r.offset, bytes_dropped = r.bytes_dropped,
+                "cut a torn tail from the log: {}", r.detail
+            );
+        }
+        let (requests, inbox) = mpsc::channel();
+        let handle = std::thread::Builder::new()
+            .name("lhc-log-writer".into())
+            .spawn(move || writer.run(inbox))
+            .map_err(|e| LogError::io(&dir, e))?;
+        Ok(EmbeddedLog {
+            dir,
+            requests: Some(requests),
+            writer: Some(handle),
+            recovery,
+        })
+    }
+
+    /// What opening cut from a torn tail, if anything.
+    pub fn recovery(&self) -> Option<&TailRecovery> {
+        self.recovery.as_ref()
+    }
+
+    /// The log directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Appends owned records; see [`Log::append`].
+    pub fn append_owned(&self, records: Vec<Vec<u8>>) -> Result<Vec<u64>, LogError> {
+        if let Some(big) = records.iter().find(|r| r.len() > MAX_RECORD_BYTES) {
+            return Err(LogError::RecordTooLarge {
+                size: big.len(),
+                max: MAX_RECORD_BYTES,
+            });
+        }
+        let (reply, answer) = mpsc::channel();
+        let requests = self.requests.as_ref().expect("sender lives until drop");
+        requests
+            .send(Request { records, reply })
+            .map_err(|_| LogError::Closed("writer thread exited".into()))?;
+        answer
+            .recv()
+            .map_err(|_| LogError::Closed("writer thread exited".into()))?
+    }
+}
+
+impl Drop for EmbeddedLog {
+    fn drop(&mut self) {
+        // Closing the channel lets the writer flush and exit.
+        self.requests.take();
+        if let Some(handle) = self.writer.take() {
+            let _ = handle.join();
+        }
+    }
+}
+
+impl Log for EmbeddedLog {
+    fn append(&self, records: &[&[u8]]) -> Result<Vec<u64>, LogError> {
+        self.append_owned(records.iter().map(|r| r.to_vec()).collect())
+    }
+
+    fn start_offset(&self) -> Result<u64, LogError> {
+        Ok(list_segments(&self.dir)?.first().copied().unwrap_or(0))
+    }
+
+    fn end_offset(&self) -> Result<u64, LogError> {
+        probe_end(&self.dir)
+    }
+
+    fn reader(&self, from: u64) -> Result<Box<dyn LogReader>, LogError> {
+        Ok(Box::new(EmbeddedReader::new(&self.dir, from)?))
+    }
+
+    fn describe(&self) -> String {
+        format!("embedded log {}", self.dir.display())
+    }
+}
+
+fn segment_path(dir: &Path, base: u64) -> PathBuf {
+    dir.join(format!("{base:020}.log"))
+}
+
+fn index_path(dir: &Path, base: u64) -> PathBuf {
+    dir.join(format!("{base:020}.idx"))
+}
+
+/// Base offsets of the segments in `dir`, ascending.
+pub fn list_segments(dir: &Path) -> Result<Vec<u64>, LogError> {
+    let mut bases = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(|e| LogError::io(dir, e))? {
+        let entry = entry.map_err(|e| LogError::io(dir, e))?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if let Some(stem) = name.strip_suffix(".log") {
+            if stem.len() == 20 {
+                if let Ok(base) = stem.parse::<u64>() {
+                    bases.push(base);
+                }
+            }
+        }
+    }
+    bases.sort_unstable();
+    Ok(bases)
+}
+
+fn read_index(dir: &Path, base: u64) -> Vec<(u64, u64)> {
+    let Ok(bytes) = std::fs::read(index_path(dir, base)) else {
+        return Vec::new();
+    };
+    let entries: Vec<(u64, u64)> = bytes
+        .chunks_exact(16)
+        .map(|c| {
+            (
+                u64::from_le_bytes(c[..8].try_into().expect("8 bytes")),
+                u64::from_le_bytes(c[8..].try_into().expect("8 bytes")),
+            )
+        })
+        .collect();
+    // An index that is not strictly increasing is damaged: ignore it, scanning is correct.
+    let sorted = entries
+        .windows(2)
+        .all(|w| w[0].0 < w[1].0 && w[0].1 < w[1].1);
+    if sorted {
+        entries
+    } else {
+        Vec::new()
+    }
+}
+
+/// The best place to start scanning for `offset`: (offset, position) of the last index entry
+/// at or before it, or the segment's first frame.
+fn seek_hint(dir: &Path, base: u64, offset: u64) -> (u64, u64) {
+    let index = read_index(dir, base);
+    let i = index.partition_point(|&(o, _)| o <= offset);
+    if i == 0 {
+        (base, SEGMENT_HEADER_BYTES)
+    } else {
+        index[i - 1]
+    }
+}
+
+/// How a scan of a segment ended.
+enum ScanEnd {
+    /// Exactly at the end of the file.
+    Clean,
+    /// At a torn or damaged tail starting at `position` (nothing valid follows).
+    Torn { position: u64, detail: String },
+    /// At damage with valid frames after it.
+    Corrupt { detail: String },
+}
+
+/// Walks the frames of one segment from `(offset, position)`.
+struct Scan {
+    next_offset: u64,
+    end: ScanEnd,
+}
+
+/// Scans a segment file from a known frame boundary to its end, calling `on_frame` for each
+/// valid frame with (offset, position, size).
+fn scan_segment(
+    file: &File,
+    path: &Path,
+    start_offset: u64,
+    start_position: u64,
+    mut on_frame: impl FnMut(u64, u64, usize),
+) -> Result<Scan, LogError> {
+    let len = file.metadata().map_err(|e| LogError::io(path, e))?.len();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut filled = 0usize;
+    let mut buf_position = start_position;
+    let mut offset = start_offset;
+    let mut position = start_position;
+    loop {
+        let consumed = (position - buf_position) as usize;
+        let parsed = parse_frame(&buf[consumed..filled], offset);
+        match parsed {
+            Parsed::Frame { size, .. } => {
+                on_frame(offset, position, size);
+                offset += 1;
+                position += size as u64;
+            }
+            Parsed::Incomplete { needed } => {
+                let file_left = len.saturating_sub(buf_position + filled as u64);
+                if file_left == 0 {
+                    let end = if position == len {
+                        ScanEnd::Clean
+                    } else {
+                        ScanEnd::Torn {
+                            position,
+                            detail: format!(
+                                "incomplete frame of {} bytes at the end",
+                                len - position
+                            ),
+                        }
+                    };
+                    return Ok(Scan {
+                        next_offset: offset,
+                        end,
+                    });
+                }
+                // Slide the unread part to the front and refill.
+                buf.copy_within(consumed..filled, 0);
+                filled -= consumed;
+                buf_position = position;
+                let want = needed.unwrap_or(0).max(1 << 20);
+                if buf.len() < want {
+                    buf.resize(want, 0);
+                }
+                let n = read_at_most(file, path, &mut buf[filled..], buf_position + filled as u64)?;
+                filled += n;
+            }
+            Parsed::Bad(detail) => {
+                let rest = read_range(file, path, position, len)?;
+                let end = if valid_frame_follows(&rest, offset.saturating_sub(1)) {
+                    ScanEnd::Corrupt { detail }
+                } else {
+                    ScanEnd::Torn { position, detail }
+                };
+                return Ok(Scan {
+                    next_offset: offset,
+                    end,
+                });
+            }
+        }
+    }
+}
+
+fn read_at_most(file: &File, path: &Path, buf: &mut [u8], at: u64) -> Result<usize, LogError> {
+    let mut total = 0;
+    while total < buf.len() {
+        match file.read_at(&mut buf[total..], at + total as u64) {
+            Ok(0) => break,
+            Ok(n) => total += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(LogError::io(path, e)),
+        }
+    }
+    Ok(total)
+}
+
+fn read_range(file: &File, path: &Path, from: u64, to: u64) -> Result<Vec<u8>, LogError> {
+    let mut buf = vec![0u8; to.saturating_sub(from) as usize];
+    let n = read_at_most(file, path, &mut buf, from)?;
+    buf.truncate(n);
+    Ok(buf)
+}
+
+fn open_segment(path: &Path, base: u64) -> Result<File, LogError> {
+    let file = File::open(path).map_err(|e| LogError::io(path, e))?;
+    check_header(&file, path, base)?;
+    Ok(file)
+}
+
+fn check_header(file: &File, path: &Path, base: u64) -> Result<(), LogError> {
+    let header = read_range(file, path, 0, SEGMENT_HEADER_BYTES)?;
+    match parse_segment_header(&header) {
+        Ok(b) if b == base => Ok(()),
+        Ok(b) => Err(LogError::NotALog {
+            path: path.to_path_buf(),
+            detail: format!("header says base offset {b}, file name says {base}"),
+        }),
+        Err(detail) => Err(LogError::NotALog {
+            path: path.to_path_buf(),
+            detail,
+        }),
+    }
+}
+
+/// The offset the next append will get, read without the lock (a racing append may add more).
+pub fn probe_end(dir: &Path) -> Result<u64, LogError> {
+    let bases = list_segments(dir)?;
+    let Some(&base) = bases.last() else {
+        return Ok(0);
+    };
+    let path = segment_path(dir, base);
+    let file = match File::open(&path) {
+        Ok(f) => f,
+        Err(e) => return Err(LogError::io(&path, e)),
+    };
+    if file.metadata().map_err(|e| LogError::io(&path, e))?.len() < SEGMENT_HEADER_BYTES {
+        return Ok(base); // a segment being created
+    }
+    check_header(&file, &path, base)?;
+    let (offset, position) = seek_hint(dir, base, u64::MAX);
+    let mut scan = scan_segment(&file, &path, offset, position, |_, _, _| {})?;
+    if !matches!(scan.end, ScanEnd::Clean) && position != SEGMENT_HEADER_BYTES {
+        // The index is only a hint; judge damage from the segment's start.
+        scan = scan_segment(&file, &path, base, SEGMENT_HEADER_BYTES, |_, _, _| {})?;
+    }
+    match scan.end {
+        ScanEnd::Corrupt { detail } => Err(LogError::Corrupt {
+            segment: path,
+            offset: scan.next_offset,
+            detail,
+        }),
+        _ => Ok(scan.next_offset),
+    }
+}
+
+/// The appending side: owned by one thread, serialized across processes by the lock file.
+struct Writer {
+    dir: PathBuf,
+    options: EmbeddedOptions,
+    lock: File,
+    /// The last segment, open for writing.
+    active: Option<ActiveSegment>,
+    recovery: Option<TailRecovery>,
+    dirty_since: Option<Instant>,
+}
+
+struct ActiveSegment {
+    base: u64,
+    file: File,
+    index: File,
+    /// Bytes of whole frames (the file length after recovery).
+    len: u64,
+    next_offset: u64,
+    /// Position of the last index entry.
+    last_indexed: u64,
+}
+
+impl Writer {
+    fn open(dir: &Path, options: EmbeddedOptions) -> Result<Writer, LogError> {
+        let lock_path = dir.join("LOCK");
+        let lock = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|e| LogError::io(&lock_path, e))?;
+        let mut writer = Writer {
+            dir: dir.to_path_buf(),
+            options,
+            lock,
+            active: None,
+            recovery: None,
+            dirty_since: None,
+        };
+        writer.with_lock(|w| w.refresh())?;
+        Ok(writer)
+    }
+
+    fn with_lock<T>(
+        &mut self,
+        f: impl FnOnce(&mut Writer) -> Result<T, LogError>,
+    ) -> Result<T, LogError> {
+        self.lock
+            .lock()
+            .map_err(|e| LogError::io(self.dir.join("LOCK"), e))?;
+        let result = f(self);
+        let unlocked = self
+            .lock
+            .unlock()
+            .map_err(|e| LogError::io(self.dir.join("LOCK"), e));
+        let value = result?;
+        unlocked?;
+        Ok(value)
+    }
+
+    /// Brings the view of the tail up to date with what other processes appended, cutting a
+    /// torn tail. Must hold the lock.
+    fn refresh(&mut self) -> Result<(), LogError> {
+        let bases = list_segments(&self.dir)?;
+        let Some(&base) = bases.last() else {
+            self.active = Some(self.create_segment(0)?);
+            return Ok(());
+        };
+        let path = segment_path(&self.dir, base);
+        if let Some(active) = &self.active {
+            let len = active
+                .file
+                .metadata()
+                .map_err(|e| LogError::io(&path, e))?
+                .len();
+            if active.base == base && active.len == len {
+                return Ok(());
+            }
+        }
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(|e| LogError::io(&path, e))?;
+        let len = file.metadata().map_err(|e| LogError::io(&path, e))?.len();
+        if len < SEGMENT_HEADER_BYTES {
+            // A crash while creating the segment: it holds no record yet.
+            drop(file);
+            self.active = Some(self.create_segment(base)?);
+            return Ok(());
+        }
+        check_header(&file, &path, base)?;
+        // Continue from what we know when it is the same segment; after a first open or a
+        // roll by another process, scan the whole segment and rebuild its index.
+        let (start_offset, start_position, rebuild) = match &self.active {
+            Some(a) if a.base == base && a.len <= len => (a.next_offset, a.len, false),
+            _ => (base, SEGMENT_HEADER_BYTES, true),
+        };
+        let interval = self.options.index_interval_bytes;
+        let mut last_indexed = if rebuild {
+            0
+        } else {
+            self.active.as_ref().map_or(0, |a| a.last_indexed)
+        };
+        let mut entries = Vec::new();
+        let scan = scan_segment(
+            &file,
+            &path,
+            start_offset,
+            start_position,
+            |offset, position, _| {
+                if rebuild && (last_indexed == 0 || position >= last_indexed + interval) {
+                    entries.extend_from_slice(&offset.to_le_bytes());
+                    entries.extend_from_slice(&position.to_le_bytes());
+                    last_indexed = position;
+                }
+            },
+        )?;
+        let index_file = index_path(&self.dir, base);
+        let index = OpenOptions::new()
+            .create(true)
+            .append(!rebuild)
+            .write(true)
+            .truncate(rebuild)
+            .open(&index_file)
+            .map_err(|e| LogError::io(&index_file, e))?;
+        let mut active = ActiveSegment {
+            base,
+            file,
+            index,
+            len,
+            next_offset: scan.next_offset,
+            last_indexed,
+        };
+        match scan.end {
+            ScanEnd::Clean => {}
+            ScanEnd::Corrupt { detail } => {
+                return Err(LogError::Corrupt {
+                    segment: path,
+                    offset: scan.next_offset,
+                    detail,
+                })
+            }
+            ScanEnd::Torn { position, detail } => {
+                active
+                    .file
+                    .set_len(position)
+                    .map_err(|e| LogError::io(&path, e))?;
+                active.file.sync_all().map_err(|e| LogError::io(&path, e))?;
+                self.recovery = Some(TailRecovery {
+                    segment: path.clone(),
+                    offset: scan.next_offset,
+                    bytes_dropped: len - position,
+                    detail,
+                });
+                active.len = position;
+            }
+        }
+        if !rebuild {
+            // Another process appended and wrote its own index entries.
+            active.last_indexed = read_index(&self.dir, base).last().map_or(0, |e| e.1);
+        }
+        active
+            .index
+            .write_all_at_end(&entries)
+            .map_err(|e| LogError::io(&index_file, e))?;
+        self.active = Some(active);
+        Ok(())
+    }
+
+    fn create_segment(&self, base: u64) -> Result<ActiveSegment, LogError> {
+        let path = segment_path(&self.dir, base);
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(|e| LogError::io(&path, e))?;
+        file.write_all_at(&segment_header(base), 0)
+            .map_err(|e| LogError::io(&path, e))?;
+        let index_file = index_path(&self.dir, base);
+        let index = OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .write(true)
+            .open(&index_file)
+            .map_err(|e| LogError::io(&index_file, e))?;
+        if self.options.fsync != FsyncPolicy::Never {
+            file.sync_all().map_err(|e| LogError::io(&path, e))?;
+            File::open(&self.dir)
+                .and_then(|d| d.sync_all())
+                .map_err(|e| LogError::io(&self.dir, e))?;
+        }
+        Ok(ActiveSegment {
+            base,
+            file,
+            index,
+            len: SEGMENT_HEADER_BYTES,
+            next_offset: base,
+            last_indexed: 0,
+        })
+    }
+
+    fn run(mut self, inbox: mpsc::Receiver<Request>) {
+        loop {
+            let first = match self.options.fsync {
+                FsyncPolicy::IntervalMs(ms) if self.dirty_since.is_some() => {
+                    let due = self.dirty_since.expect("checked") + Duration::from_millis(ms);
+                    match inbox.recv_timeout(due.saturating_duration_since(Instant::now())) {
+                        Ok(r) => r,
+                        Err(mpsc::RecvTimeoutError::Timeout) => {
+                            self.sync_quietly();
+                            continue;
+                        }
+                        Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                    }
+                }
+                _ => match inbox.recv() {
+                    Ok(r) => r,
+                    Err(_) => break,
+                },
+            };
+            // Group commit: everything queued behind the first request shares its write and fsync.
+            let mut batch = vec![first];
+            while let Ok(more) = inbox.try_recv() {
+                batch.push(more);
+            }
+            let records: Vec<&[u8]> = batch
+                .iter()
+                .flat_map(|r| r.records.iter().map(Vec::as_slice))
+                .collect();
+            match self.with_lock(|w| w.write(&records)) {
+                Ok(offsets) => {
+                    let mut rest = offsets.as_slice();
+                    for request in batch {
+                        let (mine, others) = rest.split_at(request.records.len());
+                        rest = others;
+                        let _ = request.reply.send(Ok(mine.to_vec()));
+                    }
+                }
+                Err(e) => {
+                    let message = e.to_string();
+                    // Forget the cached tail: the next append re-reads it from disk.
+                    self.active = None;
+                    for request in batch {
+                        let _ = request.reply.send(Err(LogError::Closed(message.clone())));
+                    }
+                }
+            }
+        }
+        self.sync_quietly();
+    }
+
+    fn sync_quietly(&mut self) {
+        if let Some(active) = &self.active {
+            if let Err(e) = active.file.sync_data() {
+                tracing::error!("fsync of the log failed: {e}");
+            }
+        }
+        self.dirty_since = None;
+    }
+
+    /// Writes records at the tail; must hold the lock.
+    fn write(&mut self, records: &[&[u8]]) -> Result<Vec<u64>, LogError> {
+        self.refresh()?;
+        let mut offsets = Vec::with_capacity(records.len());
+        let mut pending = Pending::default();
+        for record in records {
+            let size = frame_size(record.len()) as u64;
+            let active = self.active.as_ref().expect("refresh sets it");
+            let position = active.len + pending.frames.len() as u64;
+            if position + size > self.options.segment_bytes && position > SEGMENT_HEADER_BYTES {
+                self.flush(&mut pending)?;
+                self.sync_active()?;
+                let next = self.active.as_ref().expect("set").next_offset;
+                self.active = Some(self.create_segment(next)?);
+            }
+            let active = self.active.as_mut().expect("set");
+            let position = active.len + pending.frames.len() as u64;
+            let offset = active.next_offset + pending.count;
+            if active.last_indexed == 0
+                || position >= active.last_indexed + self.options.index_interval_bytes
+            {
+                pending.index.extend_from_slice(&offset.to_le_bytes());
+                pending.index.extend_from_slice(&position.to_le_bytes());
+                active.last_indexed = position;
+            }
+            encode_frame(&mut pending.frames, offset, record);
+            pending.count += 1;
+            offsets.push(offset);
+        }
+        self.flush(&mut pending)?;
+        match self.options.fsync {
+            FsyncPolicy::Always => self.sync_active()?,
+            FsyncPolicy::IntervalMs(_) => {
+                self.dirty_since.get_or_insert_with(Instant::now);
+            }
+            FsyncPolicy::Never => {}
+        }
+        Ok(offsets)
+    }
+
+    /// Writes buffered frames, then their index entries, to the active segment.
+    fn flush(&mut self, pending: &mut Pending) -> Result<(), LogError> {
+        let active = self.active.as_mut().expect("set");
+        if pending.count == 0 {
+            return Ok(());
+        }
+        let path = segment_path(&self.dir, active.base);
+        active
+            .file
+            .write_all_at(&pending.frames, active.len)
+            .map_err(|e| LogError::io(&path, e))?;
+        active.len += pending.frames.len() as u64;
+        active.next_offset += pending.count;
+        active
+            .index
+            .write_all_at_end(&pending.index)
+            .map_err(|e| LogError::io(index_path(&self.dir, active.base), e))?;
+        *pending = Pending::default();
+        Ok(())
+    }
+
+    fn sync_active(&mut self) -> Result<(), LogError> {
+        if let Some(active) = &self.active {
+            let path = segment_path(&self.dir, active.base);
+            active
+                .file
+                .sync_data()
+                .map_err(|e| LogError::io(&path, e))?;
+        }
+        self.dirty_since = None;
+        Ok(())
+    }
+}
+
+/// Frames encoded but not yet written, with their index entries.
+#[derive(Default)]
+struct Pending {
+    frames: Vec<u8>,
+    index: Vec<u8>,
+    count: u64,
+}
+
+trait AppendAtEnd {
+    fn write_all_at_end(&self, bytes: &[u8]) -> std::io::Result<()>;
+}
+
+impl AppendAtEnd for File {
+    fn write_all_at_end(&self, bytes: &[u8]) -> std::io::Result<()> {
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        let len = self.metadata()?.len();
+        self.write_all_at(bytes, len)
+    }
+}
+
+/// Reads an embedded log in offset order, following the tail on request.
+pub struct EmbeddedReader {
+    dir: PathBuf,
+    next: u64,
+    cursor: Option<Cursor>,
+}
+
+struct Cursor {
+    base: u64,
+    path: PathBuf,
+    file: File,
+    /// File position of `buf[start]`, the next frame.
+    position: u64,
+    /// Offset the frame at `position` carries.
+    offset: u64,
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+    /// Started from the segment's first frame, not from an index hint.
+    from_start: bool,
+}
+
+enum Step {
+    Entry(LogEntry),
+    /// Nothing more in this segment for now.
+    AtEnd,
+}
+
+impl Cursor {
+    fn open(dir: &Path, base: u64, target: u64) -> Result<Cursor, LogError> {
+        let path = segment_path(dir, base);
+        let file = open_segment(&path, base)?;
+        let (offset, position) = seek_hint(dir, base, target);
+        let from_start = position == SEGMENT_HEADER_BYTES;
+        Ok(Cursor {
+            base,
+            path,
+            file,
+            position,
+            offset,
+            buf: vec![0; 256 << 10],
+            start: 0,
+            end: 0,
+            from_start,
+        })
+    }
+
+    fn rewind_to_start(&mut self) {
+        self.offset = self.base;
+        self.position = SEGMENT_HEADER_BYTES;
+        self.start = 0;
+        self.end = 0;
+        self.from_start = true;
+    }
+
+    fn step(&mut self) -> Result<Step, LogError> {
+        loop {
+            match parse_frame(&self.buf[self.start..self.end], self.offset) {
+                Parsed::Frame {
+                    offset,
+                    payload,
+                    size,
+                } => {
+                    let entry = LogEntry {
+                        offset,
+                        bytes: payload.to_vec(),
+                    };
+                    self.start += size;
+                    self.position += size as u64;
+                    self.offset += 1;
+                    return Ok(Step::Entry(entry));
+                }
+                Parsed::Incomplete { needed } => {
+                    // Refill from the file, keeping the partial frame.
+                    self.buf.copy_within(self.start..self.end, 0);
+                    self.end -= self.start;
+                    self.start = 0;
+                    let want = needed.unwrap_or(0).max(256 << 10);
+                    if self.buf.len() < want {
+                        self.buf.resize(want, 0);
+                    }
+                    let at = self.position + self.end as u64;
+                    let n = read_at_most(&self.file, &self.path, &mut self.buf[self.end..], at)?;
+                    if n == 0 {
+                        return Ok(Step::AtEnd);
+                    }
+                    self.end += n;
+                }
+                Parsed::Bad(detail) => {
+                    let len = self
+                        .file
+                        .metadata()
+                        .map_err(|e| LogError::io(&self.path, e))?
+                        .len();
+                    let rest = read_range(&self.file, &self.path, self.position, len)?;
+                    if valid_frame_follows(&rest, self.offset.saturating_sub(1)) {
+                        return Err(LogError::Corrupt {
+                            segment: self.path.clone(),
+                            offset: self.offset,
+                            detail,
+                        });
+                    }
+                    // Possibly a frame being written right now: look again later.
+                    self.end = self.start;
+                    return Ok(Step::AtEnd);
+                }
+            }
+        }
+    }
+}
+
+impl EmbeddedReader {
+    /// A reader of the log in `dir`, positioned at `from`.
+    pub fn new(dir: &Path, from: u64) -> Result<EmbeddedReader, LogError> {
+        let start = list_segments(dir)?.first().copied().unwrap_or(0);
+        let end = probe_end(dir)?;
+        if from < start || from > end {
+            return Err(LogError::OffsetOutOfRange {
+                requested: from,
+                start,
+                end,
+            });
+        }
+        Ok(EmbeddedReader {
+            dir: dir.to_path_buf(),
+            next: from,
+            cursor: None,
+        })
+    }
+
+    fn try_next(&mut self) -> Result<Option<LogEntry>, LogError> {
+        loop {
+            if self.cursor.is_none() {
+                let bases = list_segments(&self.dir)?;
+                let i = bases.partition_point(|&b| b <= self.next);
+                if i == 0 {
+                    return Ok(None);
+                }
+                self.cursor = Some(Cursor::open(&self.dir, bases[i - 1], self.next)?);
+            }
+            let cursor = self.cursor.as_mut().expect("set above");
+            match cursor.step() {
+                Ok(Step::Entry(entry)) if entry.offset < self.next => continue,
+                Ok(Step::Entry(entry)) => {
+                    self.next = entry.offset + 1;
+                    return Ok(Some(entry));
+                }
+                Ok(Step::AtEnd) => {
+                    // A newer segment starting here means this one is finished.
+                    let next_segment = segment_path(&self.dir, self.next);
+                    if cursor.base != self.next && next_segment.exists() {
+                        let len = cursor
+                            .file
+                            .metadata()
+                            .map_err(|e| LogError::io(&cursor.path, e))?
+                            .len();
+                        if cursor.position != len {
+                            return Err(LogError::Corrupt {
+                                segment: cursor.path.clone(),
+                                offset: self.next,
+                                detail: "bytes after the last record of a closed segment".into(),
+                            });
+                        }
+                        self.cursor = None;
+                        continue;
+                    }
+                    return Ok(None);
+                }
+                Err(LogError::Corrupt { .. }) if !cursor.from_start => {
+                    // The index pointed somewhere wrong: scan the segment from its start.
+                    cursor.rewind_to_start();
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+impl LogReader for EmbeddedReader {
+    fn next(&mut self, wait: Duration) -> Result<Option<LogEntry>, LogError> {
+        let deadline = Instant::now() + wait;
+        let mut pause = Duration::from_millis(1);
+        loop {
+            if let Some(entry) = self.try_next()? {
+                return Ok(Some(entry));
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(None);
+            }
+            std::thread::sleep(pause.min(deadline - now));
+            pause = (pause * 2).min(Duration::from_millis(20));
+        }
+    }
+
+    fn position(&self) -> u64 {
+        self.next
+    }
+}
+
+/// Findings of a full verification of a log directory.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CheckReport {
+    /// Segments found.
+    pub segments: u64,
+    /// Whole, valid records.
+    pub records: u64,
+    /// Bytes of segment files.
+    pub bytes: u64,
+    /// First offset held.
+    pub start_offset: u64,
+    /// Offset the next append will get.
+    pub end_offset: u64,
+    /// A torn tail that the next writer will cut: (segment, offset, bytes).
+    pub torn_tail: Option<(PathBuf, u64, u64)>,
+}
+
+/// Reads every frame of every segment and verifies checksums and offsets, without changing
+/// anything. Damage before the tail is an error naming segment and offset.
+pub fn check(dir: &Path) -> Result<CheckReport, LogError> {
+    let bases = list_segments(dir)?;
+    let mut report = CheckReport {
+        start_offset: bases.first().copied().unwrap_or(0),
+        ..Default::default()
+    };
+    let mut expected = report.start_offset;
+    for (i, &base) in bases.iter().enumerate() {
+        let path = segment_path(dir, base);
+        let last = i + 1 == bases.len();
+        let file = open_segment(&path, base)?;
+        let len = file.metadata().map_err(|e| LogError::io(&path, e))?.len();
+        if base != expected {
+            return Err(LogError::Corrupt {
+                segment: path,
+                offset: expected,
+                detail: format!(
+                    "segment starts at offset {base} but the previous one ends at {expected}"
+                ),
+            });
+        }
+        report.segments += 1;
+        report.bytes += len;
+        let scan = scan_segment(&file, &path, base, SEGMENT_HEADER_BYTES, |_, _, _| {
+            report.records += 1
+        })?;
+        expected = scan.next_offset;
+        match scan.end {
+            ScanEnd::Clean => {}
+            ScanEnd::Torn { position, .. } if last => {
+                report.torn_tail = Some((path, scan.next_offset, len - position));
+            }
+            ScanEnd::Torn { detail, .. } | ScanEnd::Corrupt { detail } => {
+                return Err(LogError::Corrupt {
+                    segment: path,
+                    offset: scan.next_offset,
+                    detail,
+                })
+            }
+        }
+    }
+    report.end_offset = expected;
+    Ok(report)
+}

@@ -1,0 +1,430 @@
+//! The Kafka backend: one topic (default `lhc.events`); message key = site name, value = the
+//! record's JSON, so a site's records live in one partition, in order (R-LOG-1).
+//!
+//! The producer is idempotent with `acks=all` and places a site with Kafka's own
+//! (murmur2) partitioner, so Java clients, Kafka Connect and lhc agree on where a site
+//! lives. Readers assign that partition and seek to an explicit offset (replay), skipping
+//! records of other sites that share the partition. Every wait is bounded: an unreachable
+//! broker yields warnings while librdkafka retries, then an error that names the brokers.
+
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::error::KafkaError;
+use rdkafka::message::{DeliveryResult, Message};
+use rdkafka::producer::{BaseRecord, ProducerContext, ThreadedProducer};
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
+
+use crate::{Log, LogEntry, LogError, LogReader};
+
+/// Topic used when none is given.
+pub const DEFAULT_TOPIC: &str = "lhc.events";
+
+/// Where and how to reach Kafka.
+#[derive(Clone, Debug)]
+pub struct KafkaOptions {
+    /// Bootstrap servers, `host:port[,host:port...]`.
+    pub brokers: String,
+    /// Topic holding the site logs.
+    pub topic: String,
+    /// Site name: the message key.
+    pub site: String,
+    /// Longest wait for any one broker operation before it is reported as an error.
+    pub timeout: Duration,
+    /// Extra librdkafka settings (`security.protocol`, `sasl.*`...).
+    pub extra: Vec<(String, String)>,
+}
+
+impl KafkaOptions {
+    /// Options with the default topic and a 30 s timeout.
+    pub fn new(brokers: impl Into<String>, site: impl Into<String>) -> KafkaOptions {
+        KafkaOptions {
+            brokers: brokers.into(),
+            topic: DEFAULT_TOPIC.to_string(),
+            site: site.into(),
+            timeout: Duration::from_secs(30),
+            extra: Vec::new(),
+        }
+    }
+
+    fn error(&self, detail: impl Into<String>) -> LogError {
+        LogError::Kafka {
+            brokers: self.brokers.clone(),
+            topic: self.topic.clone(),
+            detail: detail.into(),
+        }
+    }
+
+    fn client_config(&self) -> ClientConfig {
+        let mut config = ClientConfig::new();
+        config
+            .set("bootstrap.servers", &self.brokers)
+            .set(
+                "socket.timeout.ms",
+                millis(self.timeout.min(Duration::from_secs(60))),
+            )
+            .set("reconnect.backoff.max.ms", "2000");
+        for (key, value) in &self.extra {
+            config.set(key, value);
+        }
+        config
+    }
+}
+
+fn millis(d: Duration) -> String {
+    d.as_millis().max(10).to_string()
+}
+
+/// Forwards librdkafka's global errors (all brokers down...) as warnings, so a wait is never
+/// silent.
+struct Context {
+    brokers: String,
+}
+
+impl ClientContext for Context {
+    fn error(&self, error: KafkaError, reason: &str) {
+        tracing::warn!("kafka {}: {error}: {reason} (retrying)", self.brokers);
+    }
+}
+
+impl ConsumerContext for Context {}
+
+type DeliverySender = mpsc::SyncSender<(usize, Result<i64, String>)>;
+
+impl ProducerContext for Context {
+    type DeliveryOpaque = Box<(usize, DeliverySender)>;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, opaque: Self::DeliveryOpaque) {
+        let (index, reply) = *opaque;
+        let outcome = match result {
+            Ok(message) => Ok(message.offset()),
+            Err((error, _)) => Err(error.to_string()),
+        };
+        let _ = reply.send((index, outcome));
+    }
+}
+
+/// A site log in a Kafka topic partition.
+pub struct KafkaLog {
+    options: KafkaOptions,
+    partition: i32,
+    producer: ThreadedProducer<Context>,
+    /// For watermarks and metadata; never assigned.
+    probe: BaseConsumer<Context>,
+}
+
+impl KafkaLog {
+    /// Connects, finds the site's partition, and reports clearly if the brokers cannot be
+    /// reached or the topic does not exist.
+    pub fn open(options: KafkaOptions) -> Result<KafkaLog, LogError> {
+        let context = || Context {
+            brokers: options.brokers.clone(),
+        };
+        let producer: ThreadedProducer<Context> = options
+            .client_config()
+            .set("enable.idempotence", "true")
+            .set("acks", "all")
+            .set("partitioner", "murmur2_random")
+            .set("linger.ms", "2")
+            .set("message.timeout.ms", millis(options.timeout))
+            .create_with_context(context())
+            .map_err(|e| options.error(format!("cannot create producer: {e}")))?;
+        let probe: BaseConsumer<Context> = options
+            .client_config()
+            .set("group.id", "lhc-probe")
+            .set("enable.auto.commit", "false")
+            .create_with_context(context())
+            .map_err(|e| options.error(format!("cannot create consumer: {e}")))?;
+        let partitions = partition_count(&probe, &options)?;
+        let partition = site_partition(&options.site, partitions);
+        Ok(KafkaLog {
+            options,
+            partition,
+            producer,
+            probe,
+        })
+    }
+
+    /// The partition holding this site.
+    pub fn partition(&self) -> i32 {
+        self.partition
+    }
+
+    fn watermarks(&self) -> Result<(i64, i64), LogError> {
+        self.probe
+            .fetch_watermarks(&self.options.topic, self.partition, self.options.timeout)
+            .map_err(|e| {
+                self.options.error(format!(
+                    "cannot read offsets of partition {}: {e}",
+                    self.partition
+                ))
+            })
+    }
+}
+
+/// Partitions of the topic, retried while the brokers do not answer.
+fn partition_count(
+    consumer: &BaseConsumer<Context>,
+    options: &KafkaOptions,
+) -> Result<i32, LogError> {
+    const ATTEMPTS: u32 = 3;
+    let mut last = String::new();
+    for attempt in 1..=ATTEMPTS {
+        match consumer.fetch_metadata(Some(&options.topic), options.timeout / ATTEMPTS) {
+            Ok(metadata) => {
+                let topic = metadata.topics().iter().find(|t| t.name() == options.topic);
+                match topic {
+                    Some(t) if t.error().is_none() && !t.partitions().is_empty() => {
+                        return Ok(t.partitions().len() as i32)
+                    }
+                    Some(t) => last = format!(
+                        "topic not available ({:?}); create it (one partition per site is enough) \
+                             or enable auto-creation on the broker",
+                        t.error()
+                    ),
+                    None => last = "topic not found".to_string(),
+                }
+            }
+            Err(e) => last = format!("brokers unreachable: {e}"),
+        }
+        tracing::warn!(
+            "kafka {} (attempt {attempt}/{ATTEMPTS}): {last}",
+            options.brokers
+        );
+    }
+    Err(options.error(format!("{last}; check --kafka and that the brokers run")))
+}
+
+/// Kafka's default partitioner (murmur2 of the key, positive, modulo the partition count), as
+/// Java clients and librdkafka's `murmur2_random` compute it.
+pub fn site_partition(site: &str, partitions: i32) -> i32 {
+    ((murmur2(site.as_bytes()) & 0x7fff_ffff) % partitions as u32) as i32
+}
+
+/// Kafka's murmur2 variant (seed 0x9747b28c).
+fn murmur2(data: &[u8]) -> u32 {
+    const M: u32 = 0x5bd1_e995;
+    const R: u32 = 24;
+    let mut h: u32 = 0x9747_b28c ^ data.len() as u32;
+    let mut chunks = data.chunks_exact(4);
+    for chunk in &mut chunks {
+        let mut k = u32::from_le_bytes(chunk.try_into().expect("4 bytes"));
+        k = k.wrapping_mul(M);
+        k ^= k >> R;
+        k = k.wrapping_mul(M);
+        h = h.wrapping_mul(M);
+        h ^= k;
+    }
+    let tail = chunks.remainder();
+    if tail.len() >= 3 {
+        h ^= u32::from(tail[2]) << 16;
+    }
+    if tail.len() >= 2 {
+        h ^= u32::from(tail[1]) << 8;
+    }
+    if !tail.is_empty() {
+        h ^= u32::from(tail[0]);
+        h = h.wrapping_mul(M);
+    }
+    h ^= h >> 13;
+    h = h.wrapping_mul(M);
+    h ^= h >> 15;
+    h
+}
+
+impl Log for KafkaLog {
+    fn append(&self, records: &[&[u8]]) -> Result<Vec<u64>, LogError> {
+        let (reply, delivered) = mpsc::sync_channel(records.len().max(1));
+        for (index, record) in records.iter().enumerate() {
+            let mut message =
+                BaseRecord::with_opaque_to(&self.options.topic, Box::new((index, reply.clone())))
+                    .key(self.options.site.as_bytes())
+                    .payload(*record)
+                    .partition(self.partition);
+            // The local queue may be full: let the background thread drain it, then retry.
+            let deadline = Instant::now() + self.options.timeout;
+            loop {
+                match self.producer.send(message) {
+                    Ok(()) => break,
+                    Err((e, back)) if Instant::now() < deadline => {
+                        tracing::debug!("kafka producer queue: {e}; retrying");
+                        message = back;
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                    Err((e, _)) => {
+                        return Err(self.options.error(format!("cannot queue record: {e}")))
+                    }
+                }
+            }
+        }
+        drop(reply);
+        let mut offsets = vec![0u64; records.len()];
+        let deadline = Instant::now() + self.options.timeout + Duration::from_secs(5);
+        for _ in 0..records.len() {
+            let wait = deadline.saturating_duration_since(Instant::now());
+            match delivered.recv_timeout(wait) {
+                Ok((index, Ok(offset))) => offsets[index] = offset as u64,
+                Ok((_, Err(e))) => {
+                    return Err(self.options.error(format!(
+                        "delivery failed: {e}; the record may or may not be in the log, check with `lhc log cat`"
+                    )))
+                }
+                Err(_) => return Err(self.options.error("no delivery report in time; is the broker up?")),
+            }
+        }
+        Ok(offsets)
+    }
+
+    fn start_offset(&self) -> Result<u64, LogError> {
+        Ok(self.watermarks()?.0.max(0) as u64)
+    }
+
+    fn end_offset(&self) -> Result<u64, LogError> {
+        Ok(self.watermarks()?.1.max(0) as u64)
+    }
+
+    fn reader(&self, from: u64) -> Result<Box<dyn LogReader>, LogError> {
+        let (start, end) = self.watermarks()?;
+        let (start, end) = (start.max(0) as u64, end.max(0) as u64);
+        if from < start || from > end {
+            return Err(LogError::OffsetOutOfRange {
+                requested: from,
+                start,
+                end,
+            });
+        }
+        let consumer: BaseConsumer<Context> = self
+            .options
+            .client_config()
+            .set("group.id", format!("lhc-reader-{}", self.options.site))
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("auto.offset.reset", "error")
+            .create_with_context(Context {
+                brokers: self.options.brokers.clone(),
+            })
+            .map_err(|e| self.options.error(format!("cannot create consumer: {e}")))?;
+        let mut assignment = TopicPartitionList::new();
+        assignment
+            .add_partition_offset(
+                &self.options.topic,
+                self.partition,
+                Offset::Offset(from as i64),
+            )
+            .map_err(|e| self.options.error(e.to_string()))?;
+        consumer
+            .assign(&assignment)
+            .map_err(|e| self.options.error(format!("cannot assign partition: {e}")))?;
+        Ok(Box::new(KafkaReader {
+            options: self.options.clone(),
+            partition: self.partition,
+            consumer,
+            next: from,
+            end,
+        }))
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "kafka {} topic {} partition {} (site {})",
+            self.options.brokers, self.options.topic, self.partition, self.options.site
+        )
+    }
+}
+
+/// Reads one site's records from its partition.
+pub struct KafkaReader {
+    options: KafkaOptions,
+    partition: i32,
+    consumer: BaseConsumer<Context>,
+    next: u64,
+    /// High watermark last seen: records below it exist and must arrive.
+    end: u64,
+}
+
+impl LogReader for KafkaReader {
+    fn next(&mut self, wait: Duration) -> Result<Option<LogEntry>, LogError> {
+        let started = Instant::now();
+        let mut last_warning = started;
+        loop {
+            if self.next >= self.end {
+                let (_, high) = self
+                    .consumer
+                    .fetch_watermarks(&self.options.topic, self.partition, self.options.timeout)
+                    .map_err(|e| self.options.error(format!("cannot read offsets: {e}")))?;
+                self.end = high.max(0) as u64;
+                if self.next >= self.end && started.elapsed() >= wait {
+                    return Ok(None);
+                }
+            }
+            let poll_for = if self.next < self.end {
+                Duration::from_millis(200)
+            } else {
+                wait.min(Duration::from_millis(200))
+            };
+            match self.consumer.poll(poll_for) {
+                Some(Ok(message)) => {
+                    let offset = message.offset() as u64;
+                    if offset < self.next {
+                        continue;
+                    }
+                    self.next = offset + 1;
+                    self.end = self.end.max(self.next);
+                    if message.key() != Some(self.options.site.as_bytes()) {
+                        continue; // another site sharing the partition
+                    }
+                    let bytes = message.payload().unwrap_or_default().to_vec();
+                    return Ok(Some(LogEntry { offset, bytes }));
+                }
+                Some(Err(e)) => {
+                    tracing::warn!("kafka {}: fetch: {e} (retrying)", self.options.brokers)
+                }
+                None => {}
+            }
+            if self.next < self.end {
+                // Records exist that have not arrived: the broker is slow or gone.
+                if started.elapsed() > self.options.timeout {
+                    return Err(self.options.error(format!(
+                        "offset {} exists but could not be fetched within {:?}; is the broker up?",
+                        self.next, self.options.timeout
+                    )));
+                }
+                if last_warning.elapsed() > Duration::from_secs(5) {
+                    tracing::warn!(
+                        "kafka {}: waiting for offset {}",
+                        self.options.brokers,
+                        self.next
+                    );
+                    last_warning = Instant::now();
+                }
+            } else if started.elapsed() >= wait {
+                return Ok(None);
+            }
+        }
+    }
+
+    fn position(&self) -> u64 {
+        self.next
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn murmur2_matches_kafka_reference_values() {
+        // Values from Kafka's UtilsTest (Java), as signed ints.
+        assert_eq!(murmur2(b"21") as i32, -973932308);
+        assert_eq!(murmur2(b"foobar") as i32, -790332482);
+        assert_eq!(murmur2(b"a-little-bit-long-string") as i32, -985981536);
+        assert_eq!(murmur2(b"a-little-bit-longer-string") as i32, -1486304829);
+        assert_eq!(
+            murmur2(b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8") as i32,
+            -58897971
+        );
+        assert_eq!(murmur2(b"abc") as i32, 479470107);
+    }
+}
