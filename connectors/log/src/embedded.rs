@@ -897,7 +897,12 @@ impl EmbeddedReader {
     /// A reader of the log in `dir`, positioned at `from`.
     pub fn new(dir: &Path, from: u64) -> Result<EmbeddedReader, LogError> {
         let start = list_segments(dir)?.first().copied().unwrap_or(0);
-        let end = probe_end(dir)?;
+        // Records before damage stay readable; the reader reports the damage on reaching it.
+        let end = match probe_end(dir) {
+            Ok(end) => end,
+            Err(LogError::Corrupt { offset, .. }) => offset,
+            Err(e) => return Err(e),
+        };
         if from < start || from > end {
             return Err(LogError::OffsetOutOfRange {
                 requested: from,

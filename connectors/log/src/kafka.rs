@@ -179,11 +179,13 @@ fn partition_count(
                     Some(t) if t.error().is_none() && !t.partitions().is_empty() => {
                         return Ok(t.partitions().len() as i32)
                     }
-                    Some(t) => last = format!(
+                    Some(t) => {
+                        last = format!(
                         "topic not available ({:?}); create it (one partition per site is enough) \
                              or enable auto-creation on the broker",
                         t.error()
-                    ),
+                    )
+                    }
                     None => last = "topic not found".to_string(),
                 }
             }

@@ -1,0 +1,291 @@
+//! Embedded-log specifics: torn-tail recovery at every byte, corruption detection,
+//! sparse index, segment rolling and several writers on one directory (R-LOG-2).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use lhc_log::embedded::{check, list_segments};
+use lhc_log::{EmbeddedLog, EmbeddedOptions, FsyncPolicy, Log, LogError};
+
+fn options(segment_bytes: u64) -> EmbeddedOptions {
+    EmbeddedOptions {
+        fsync: FsyncPolicy::Never,
+        segment_bytes,
+        index_interval_bytes: 128,
+        create: true,
+    }
+}
+
+fn record(i: usize) -> Vec<u8> {
+    format!(r#"{{"ts":"2026-01-05T09:00:00.000Z","type":"clock.tick","n":{i}}}"#).into_bytes()
+}
+
+fn write(dir: &Path, n: usize, segment_bytes: u64) {
+    let log = EmbeddedLog::open(dir, options(segment_bytes)).unwrap();
+    let records: Vec<Vec<u8>> = (0..n).map(record).collect();
+    let refs: Vec<&[u8]> = records.iter().map(Vec::as_slice).collect();
+    log.append(&refs).unwrap();
+}
+
+fn read_all(log: &dyn Log) -> Result<Vec<(u64, Vec<u8>)>, LogError> {
+    let mut reader = log.reader(log.start_offset()?)?;
+    let mut out = Vec::new();
+    while let Some(e) = reader.next(Duration::ZERO)? {
+        out.push((e.offset, e.bytes));
+    }
+    Ok(out)
+}
+
+fn segment(dir: &Path, base: u64) -> PathBuf {
+    dir.join(format!("{base:020}.log"))
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+    }
+}
+
+/// Frame size of `record(i)`: 16-byte header plus payload.
+fn frame(i: usize) -> u64 {
+    16 + record(i).len() as u64
+}
+
+#[test]
+fn torn_tail_cut_at_every_byte_of_the_last_record_reopens_with_earlier_records() {
+    let tmp = tempfile::tempdir().unwrap();
+    let original = tmp.path().join("original");
+    write(&original, 5, 1 << 20);
+    let seg = segment(&original, 0);
+    let full = std::fs::metadata(&seg).unwrap().len();
+    let last_start = full - frame(4);
+    for cut in last_start..full {
+        let dir = tmp.path().join(format!("cut-{cut}"));
+        copy_dir(&original, &dir);
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(segment(&dir, 0))
+            .unwrap();
+        f.set_len(cut).unwrap();
+        drop(f);
+        let log = EmbeddedLog::open(&dir, options(1 << 20)).unwrap();
+        if cut == last_start {
+            assert_eq!(
+                log.recovery(),
+                None,
+                "a cut at a frame boundary is a clean log"
+            );
+        } else {
+            let r = log.recovery().expect("torn tail reported");
+            assert_eq!(
+                (r.offset, r.bytes_dropped),
+                (4, cut - last_start),
+                "cut at {cut}"
+            );
+            assert_eq!(r.segment, segment(&dir, 0));
+        }
+        let read = read_all(&log).unwrap();
+        assert_eq!(read.len(), 4, "cut at {cut}");
+        for (i, (offset, bytes)) in read.iter().enumerate() {
+            assert_eq!((*offset, bytes), (i as u64, &record(i)));
+        }
+        // The log goes on from the cut.
+        assert_eq!(log.append(&[&record(9)]).unwrap(), vec![4]);
+        drop(log);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
+
+#[test]
+fn garbage_after_the_last_record_is_a_torn_tail() {
+    let tmp = tempfile::tempdir().unwrap();
+    write(tmp.path(), 3, 1 << 20);
+    let seg = segment(tmp.path(), 0);
+    let mut bytes = std::fs::read(&seg).unwrap();
+    let clean = bytes.len() as u64;
+    bytes.extend_from_slice(&[0u8; 100]); // a preallocated, never-written region
+    std::fs::write(&seg, &bytes).unwrap();
+    let log = EmbeddedLog::open(tmp.path(), options(1 << 20)).unwrap();
+    let r = log.recovery().expect("reported");
+    assert_eq!((r.offset, r.bytes_dropped), (3, 100));
+    assert_eq!(std::fs::metadata(&seg).unwrap().len(), clean);
+}
+
+#[test]
+fn crc_corruption_before_the_tail_is_an_error_naming_segment_and_offset() {
+    let tmp = tempfile::tempdir().unwrap();
+    write(tmp.path(), 5, 1 << 20);
+    let seg = segment(tmp.path(), 0);
+    let mut bytes = std::fs::read(&seg).unwrap();
+    let record2_payload = 16 + frame(0) + frame(1) + 16 + 10;
+    bytes[record2_payload as usize] ^= 0x20;
+    std::fs::write(&seg, &bytes).unwrap();
+
+    for result in [
+        check(tmp.path()).map(|_| ()),
+        EmbeddedLog::open(tmp.path(), options(1 << 20)).map(|_| ()),
+    ] {
+        match result {
+            Err(LogError::Corrupt {
+                segment,
+                offset,
+                detail,
+            }) => {
+                assert_eq!((segment, offset), (seg.clone(), 2));
+                assert!(detail.contains("checksum"), "{detail}");
+            }
+            other => panic!("corruption must be an error, got {other:?}"),
+        }
+    }
+    // A reader gets the records before the damage, then the error; never a skipped record.
+    let mut reader =
+        lhc_log::embedded::EmbeddedReader::new(tmp.path(), 0).unwrap_or_else(|e| panic!("{e}"));
+    use lhc_log::LogReader;
+    assert_eq!(reader.next(Duration::ZERO).unwrap().unwrap().offset, 0);
+    assert_eq!(reader.next(Duration::ZERO).unwrap().unwrap().offset, 1);
+    let error = reader.next(Duration::ZERO).unwrap_err();
+    assert!(
+        matches!(error, LogError::Corrupt { offset: 2, .. }),
+        "{error}"
+    );
+    assert!(
+        error.to_string().contains("00000000000000000000.log"),
+        "{error}"
+    );
+}
+
+#[test]
+fn corruption_of_the_last_record_is_cut_as_a_torn_tail_and_reported() {
+    let tmp = tempfile::tempdir().unwrap();
+    write(tmp.path(), 3, 1 << 20);
+    let seg = segment(tmp.path(), 0);
+    let mut bytes = std::fs::read(&seg).unwrap();
+    let n = bytes.len();
+    bytes[n - 3] ^= 1;
+    std::fs::write(&seg, &bytes).unwrap();
+    let log = EmbeddedLog::open(tmp.path(), options(1 << 20)).unwrap();
+    let r = log.recovery().unwrap();
+    assert_eq!((r.offset, r.bytes_dropped), (2, frame(2)));
+    assert!(r.detail.contains("checksum"), "{}", r.detail);
+    assert_eq!(read_all(&log).unwrap().len(), 2);
+}
+
+#[test]
+fn corruption_in_a_closed_segment_is_an_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    write(tmp.path(), 40, 512);
+    let bases = list_segments(tmp.path()).unwrap();
+    assert!(bases.len() > 3, "small segments roll: {bases:?}");
+    let seg = segment(tmp.path(), bases[1]);
+    let mut bytes = std::fs::read(&seg).unwrap();
+    bytes[16 + 20] ^= 0xff; // inside the first record of the second segment
+    std::fs::write(&seg, &bytes).unwrap();
+    let log = EmbeddedLog::open(tmp.path(), options(512)).unwrap(); // the tail is fine
+    let error = read_all(&log).unwrap_err();
+    match &error {
+        LogError::Corrupt {
+            segment, offset, ..
+        } => assert_eq!((segment, *offset), (&seg, bases[1])),
+        other => panic!("{other}"),
+    }
+    assert!(
+        matches!(check(tmp.path()), Err(LogError::Corrupt { offset, .. }) if offset == bases[1])
+    );
+}
+
+#[test]
+fn segments_roll_and_every_offset_reads_back_through_the_index() {
+    let tmp = tempfile::tempdir().unwrap();
+    write(tmp.path(), 300, 2048);
+    let bases = list_segments(tmp.path()).unwrap();
+    assert!(bases.len() >= 10, "{bases:?}");
+    assert_eq!(bases[0], 0);
+    let index = std::fs::read(tmp.path().join(format!("{:020}.idx", bases[1]))).unwrap();
+    assert!(index.len() >= 32, "sparse index written as segments fill");
+    let log = EmbeddedLog::open(tmp.path(), options(2048)).unwrap();
+    for from in [0u64, 1, 57, bases[3], bases[3] + 1, 299, 300] {
+        let mut reader = log.reader(from).unwrap();
+        let first = reader.next(Duration::ZERO).unwrap();
+        match first {
+            Some(e) => assert_eq!((e.offset, e.bytes), (from, record(from as usize))),
+            None => assert_eq!(from, 300),
+        }
+    }
+    let report = check(tmp.path()).unwrap();
+    assert_eq!(
+        (report.records, report.end_offset, report.segments),
+        (300, 300, bases.len() as u64)
+    );
+}
+
+#[test]
+fn a_damaged_index_costs_a_scan_not_a_wrong_record() {
+    let tmp = tempfile::tempdir().unwrap();
+    write(tmp.path(), 100, 1 << 20);
+    let idx = tmp.path().join(format!("{:020}.idx", 0));
+    // Entries that point into the middle of frames, claiming the wrong offsets.
+    let mut garbage = Vec::new();
+    for (offset, position) in [(10u64, 999u64), (50, 1501), (90, 3003)] {
+        garbage.extend_from_slice(&offset.to_le_bytes());
+        garbage.extend_from_slice(&position.to_le_bytes());
+    }
+    std::fs::write(&idx, &garbage).unwrap();
+    let mut reader = lhc_log::embedded::EmbeddedReader::new(tmp.path(), 60).unwrap();
+    use lhc_log::LogReader;
+    let e = reader.next(Duration::ZERO).unwrap().unwrap();
+    assert_eq!((e.offset, e.bytes), (60, record(60)));
+}
+
+#[test]
+fn two_writers_on_one_directory_share_the_log() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_path_buf();
+    let handles: Vec<_> = (0..3)
+        .map(|w| {
+            let dir = dir.clone();
+            std::thread::spawn(move || {
+                // Each writer is its own open of the directory, as a separate process would be.
+                let log = EmbeddedLog::open(&dir, options(4096)).unwrap();
+                let mut offsets = Vec::new();
+                for i in 0..50 {
+                    offsets.extend(log.append(&[&record(w * 1000 + i)]).unwrap());
+                }
+                offsets
+            })
+        })
+        .collect();
+    let mut all: Vec<u64> = handles
+        .into_iter()
+        .flat_map(|h| h.join().unwrap())
+        .collect();
+    all.sort_unstable();
+    assert_eq!(all, (0..150).collect::<Vec<_>>());
+    let report = check(&dir).unwrap();
+    assert_eq!((report.records, report.torn_tail), (150, None));
+}
+
+#[test]
+fn fsync_policy_parses() {
+    assert_eq!("always".parse::<FsyncPolicy>(), Ok(FsyncPolicy::Always));
+    assert_eq!("never".parse::<FsyncPolicy>(), Ok(FsyncPolicy::Never));
+    assert_eq!(
+        "250ms".parse::<FsyncPolicy>(),
+        Ok(FsyncPolicy::IntervalMs(250))
+    );
+    assert!("sometimes"
+        .parse::<FsyncPolicy>()
+        .unwrap_err()
+        .contains("always, never"));
+}
+
+#[test]
+fn a_file_that_is_not_a_segment_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(segment(tmp.path(), 0), b"hello world, not a log at all").unwrap();
+    match EmbeddedLog::open(tmp.path(), options(4096)) {
+        Err(LogError::NotALog { .. }) => {}
+        other => panic!("{:?}", other.map(|_| ())),
+    }
+}
