@@ -1,1 +1,125 @@
-fn main() {}
+//! `lhc`: the command line of the lhc engine.
+//!
+//! This binary is the outermost IO edge: it parses arguments, opens logs, prints results.
+//! Errors become `anyhow` messages here and nowhere deeper.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+
+mod demo;
+mod logcmd;
+mod progress;
+mod target;
+
+/// Citrix Local Host Cache, re-implemented as an event-sourced, log-driven engine.
+///
+/// Every input (config changes, health checks, heartbeats, launches...) is a record in an
+/// append-only site log; connectors fold the log into their LHC database, so any outage can
+/// be replayed exactly. Logs live in an embedded directory (default `./lhc-data/log`) or in
+/// Kafka (`--kafka BROKERS --site S`).
+#[derive(Parser)]
+#[command(name = "lhc", version, propagate_version = true, max_term_width = 100)]
+struct Cli {
+    /// Print no progress bars or summaries (for scripts); errors still go to stderr.
+    #[arg(long, short, global = true)]
+    quiet: bool,
+    /// More diagnostics on stderr (-v info, -vv debug). RUST_LOG overrides.
+    #[arg(long, short, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Import the example outage log into ./lhc-demo/log and print it.
+    Demo(demo::DemoArgs),
+    /// Work with a site log: import, export, cat, append, stats, check.
+    #[command(subcommand)]
+    Log(logcmd::LogCommand),
+    /// Write the JSON Schemas of input records, output records and config objects.
+    Schema {
+        /// Directory to write into (created if missing).
+        #[arg(long, default_value = "schemas")]
+        out: PathBuf,
+        /// Only check that the directory is up to date; exit 1 if not.
+        #[arg(long)]
+        check: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing(cli.verbose);
+    let quiet = cli.quiet;
+    // Printing commands end quietly when their reader goes away (`lhc log cat | head`).
+    restore_default_sigpipe();
+    let result = match cli.command {
+        Command::Demo(args) => demo::run(args, quiet),
+        Command::Log(command) => logcmd::run(command, quiet),
+        Command::Schema { out, check } => schema(out, check, quiet),
+    };
+    match result {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Rust ignores SIGPIPE, which turns `| head` into a panic on the next print; the default
+/// action ends the process silently, as every Unix filter does.
+fn restore_default_sigpipe() {
+    // SAFETY: setting a signal's disposition to its default has no preconditions.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
+fn init_tracing(verbose: u8) {
+    let default = match verbose {
+        0 => "warn",
+        1 => "info",
+        _ => "debug",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
+}
+
+fn schema(out: PathBuf, check: bool, quiet: bool) -> anyhow::Result<ExitCode> {
+    let mut stale = Vec::new();
+    for file in lhc_engine::schema::generate() {
+        let path = out.join(&file.path);
+        if check {
+            if std::fs::read_to_string(&path).ok().as_deref() != Some(file.text.as_str()) {
+                stale.push(path);
+            }
+            continue;
+        }
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("creating {}", parent.display()))?;
+        }
+        std::fs::write(&path, &file.text).with_context(|| format!("writing {}", path.display()))?;
+        if !quiet {
+            println!("wrote {}", path.display());
+        }
+    }
+    if stale.is_empty() {
+        return Ok(ExitCode::SUCCESS);
+    }
+    for path in &stale {
+        eprintln!("out of date: {}", path.display());
+    }
+    eprintln!("regenerate with `lhc schema --out {}`", out.display());
+    Ok(ExitCode::FAILURE)
+}

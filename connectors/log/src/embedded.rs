@@ -141,6 +141,23 @@ impl EmbeddedLog {
         })
     }
 
+    /// Opens an existing log for reading only: no lock, no writer, no recovery. Appends fail.
+    pub fn open_read_only(dir: impl AsRef<Path>) -> Result<EmbeddedLog, LogError> {
+        let dir = dir.as_ref().to_path_buf();
+        if !dir.is_dir() {
+            return Err(LogError::io(
+                &dir,
+                std::io::Error::new(std::io::ErrorKind::NotFound, "no log directory here"),
+            ));
+        }
+        Ok(EmbeddedLog {
+            dir,
+            requests: None,
+            writer: None,
+            recovery: None,
+        })
+    }
+
     /// What opening cut from a torn tail, if anything.
     pub fn recovery(&self) -> Option<&TailRecovery> {
         self.recovery.as_ref()
@@ -160,7 +177,9 @@ impl EmbeddedLog {
             });
         }
         let (reply, answer) = mpsc::channel();
-        let requests = self.requests.as_ref().expect("sender lives until drop");
+        let Some(requests) = self.requests.as_ref() else {
+            return Err(LogError::Closed("the log was opened read-only".into()));
+        };
         requests
             .send(Request { records, reply })
             .map_err(|_| LogError::Closed("writer thread exited".into()))?;

@@ -1,0 +1,559 @@
+//! `lhc log ...`: import, export, cat, append, stats, check.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{BufRead, BufReader, BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use clap::Subcommand;
+use lhc_engine::{decode_record, decode_record_at, Ts};
+use lhc_log::validate::{validate, Rejected};
+use serde::Serialize;
+
+use crate::progress;
+use crate::target::LogArgs;
+
+/// Records appended per call during an import: large enough to amortize fsync.
+const IMPORT_BATCH: usize = 4096;
+
+/// Work with a site log.
+#[derive(Subcommand)]
+pub enum LogCommand {
+    /// Validate a JSONL file (one record per line) and append it to the log.
+    ///
+    /// The whole file is validated first; if any line is invalid nothing is appended and each
+    /// bad line is listed with its number and reason. With --skip-invalid the good lines are
+    /// appended and the rejects written, with their reasons, to a side file.
+    Import {
+        /// The JSONL file.
+        file: PathBuf,
+        /// Append the valid lines and write the invalid ones to the rejects file.
+        #[arg(long)]
+        skip_invalid: bool,
+        /// Where --skip-invalid writes rejects [default: FILE.rejects.jsonl].
+        #[arg(long, value_name = "FILE", requires = "skip_invalid")]
+        rejects: Option<PathBuf>,
+        #[command(flatten)]
+        target: LogArgs,
+    },
+    /// Write the log's records as JSONL, one record per line.
+    Export {
+        /// First offset to write.
+        #[arg(long, default_value_t = 0)]
+        from: u64,
+        /// Stop before this offset [default: the end].
+        #[arg(long)]
+        to: Option<u64>,
+        /// Output file [default: stdout].
+        #[arg(long, short)]
+        out: Option<PathBuf>,
+        #[command(flatten)]
+        target: LogArgs,
+    },
+    /// Print records from an offset; with --follow, keep printing as records are appended.
+    Cat {
+        /// First offset to print.
+        #[arg(long, default_value_t = 0)]
+        from: u64,
+        /// Wait for new records after the end (like tail -f); stop with Ctrl-C.
+        #[arg(long, short)]
+        follow: bool,
+        /// Prefix each record with its offset and a tab.
+        #[arg(long)]
+        offsets: bool,
+        #[command(flatten)]
+        target: LogArgs,
+    },
+    /// Append records read from stdin (JSONL); all or nothing.
+    Append {
+        #[command(flatten)]
+        target: LogArgs,
+    },
+    /// Count records by type, with offsets, times and sizes.
+    Stats {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        target: LogArgs,
+    },
+    /// Verify framing and checksums of every record, and every record against the schemas.
+    /// Changes nothing; exits 1 if the log is damaged or holds invalid records.
+    Check {
+        #[command(flatten)]
+        target: LogArgs,
+    },
+}
+
+/// Runs one `lhc log` command.
+pub fn run(command: LogCommand, quiet: bool) -> anyhow::Result<ExitCode> {
+    match command {
+        LogCommand::Import {
+            file,
+            skip_invalid,
+            rejects,
+            target,
+        } => import(&file, skip_invalid, rejects, &target, quiet),
+        LogCommand::Export {
+            from,
+            to,
+            out,
+            target,
+        } => export(from, to, out, &target, quiet),
+        LogCommand::Cat {
+            from,
+            follow,
+            offsets,
+            target,
+        } => cat(from, follow, offsets, &target),
+        LogCommand::Append { target } => append_stdin(&target, quiet),
+        LogCommand::Stats { json, target } => stats(json, &target, quiet),
+        LogCommand::Check { target } => check(&target, quiet),
+    }
+}
+
+/// Non-blank lines of a JSONL file with their 1-based line numbers.
+fn lines(path: &Path) -> anyhow::Result<impl Iterator<Item = anyhow::Result<(usize, String)>>> {
+    let file = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    let path = path.to_path_buf();
+    Ok(BufReader::with_capacity(1 << 20, file)
+        .lines()
+        .enumerate()
+        .filter_map(move |(i, line)| match line {
+            Ok(l) if l.trim().is_empty() => None,
+            Ok(l) => Some(Ok((i + 1, l))),
+            Err(e) => Some(Err(anyhow::Error::new(e).context(format!(
+                "reading {} line {}",
+                path.display(),
+                i + 1
+            )))),
+        }))
+}
+
+/// A rejected line as written to the rejects file.
+#[derive(Serialize)]
+struct RejectLine<'a> {
+    line: usize,
+    path: &'a str,
+    kind: &'a str,
+    error: String,
+    record: &'a str,
+}
+
+fn import(
+    file: &Path,
+    skip_invalid: bool,
+    rejects: Option<PathBuf>,
+    target: &LogArgs,
+    quiet: bool,
+) -> anyhow::Result<ExitCode> {
+    // Pass 1: validate everything, remembering the bad line numbers.
+    let mut total = 0u64;
+    let mut bad: Vec<(Rejected, String)> = Vec::new();
+    let scan = progress::bar(None, "validating", quiet);
+    for item in lines(file)? {
+        let (number, line) = item?;
+        total += 1;
+        scan.inc(1);
+        if let Err(error) = decode_record(line.as_bytes()) {
+            bad.push((
+                Rejected {
+                    line: number,
+                    error,
+                },
+                line,
+            ));
+        }
+    }
+    scan.finish_and_clear();
+    if !bad.is_empty() && !skip_invalid {
+        const SHOWN: usize = 100;
+        for (rejected, _) in bad.iter().take(SHOWN) {
+            eprintln!("{}:{}", file.display(), rejected);
+        }
+        if bad.len() > SHOWN {
+            eprintln!("... and {} more", bad.len() - SHOWN);
+        }
+        bail!(
+            "nothing appended: {} of {total} line(s) of {} are invalid; fix them, or use \
+             --skip-invalid to append the rest and write the rejects to a side file",
+            bad.len(),
+            file.display()
+        );
+    }
+    if !bad.is_empty() {
+        let path = rejects.unwrap_or_else(|| {
+            let mut name = file.as_os_str().to_owned();
+            name.push(".rejects.jsonl");
+            PathBuf::from(name)
+        });
+        let mut out = BufWriter::new(
+            File::create(&path).with_context(|| format!("creating {}", path.display()))?,
+        );
+        for (rejected, line) in &bad {
+            let row = RejectLine {
+                line: rejected.line,
+                path: &rejected.error.path,
+                kind: rejected.error.kind.as_str(),
+                error: rejected.error.without_offset(),
+                record: line,
+            };
+            serde_json::to_writer(&mut out, &row)?;
+            out.write_all(b"\n")?;
+        }
+        out.flush()?;
+        eprintln!(
+            "skipped {} invalid line(s); rejects with reasons in {}",
+            bad.len(),
+            path.display()
+        );
+    }
+
+    // Pass 2: append the valid lines in batches.
+    let log = target.open_for_append()?;
+    let bar = progress::bar(Some(total - bad.len() as u64), "appending", quiet);
+    let skip: std::collections::BTreeSet<usize> = bad.iter().map(|(r, _)| r.line).collect();
+    let mut batch: Vec<String> = Vec::with_capacity(IMPORT_BATCH);
+    let mut first = None;
+    let mut last = None;
+    let mut appended = 0u64;
+    let mut flush = |batch: &mut Vec<String>| -> anyhow::Result<()> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let refs: Vec<&[u8]> = batch.iter().map(|l| l.as_bytes()).collect();
+        let offsets = log
+            .append(&refs)
+            .with_context(|| format!("appending to {}", log.describe()))?;
+        first = first.or(offsets.first().copied());
+        last = offsets.last().copied().or(last);
+        appended += offsets.len() as u64;
+        bar.inc(offsets.len() as u64);
+        batch.clear();
+        Ok(())
+    };
+    for item in lines(file)? {
+        let (number, line) = item?;
+        if skip.contains(&number) {
+            continue;
+        }
+        batch.push(line);
+        if batch.len() == IMPORT_BATCH {
+            flush(&mut batch)?;
+        }
+    }
+    flush(&mut batch)?;
+    bar.finish_and_clear();
+    if !quiet {
+        match (first, last) {
+            (Some(a), Some(b)) => {
+                println!(
+                    "appended {appended} record(s) to {} at offsets {a}..={b}",
+                    log.describe()
+                )
+            }
+            _ => println!("appended nothing: {} holds no records", file.display()),
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn append_stdin(target: &LogArgs, quiet: bool) -> anyhow::Result<ExitCode> {
+    let mut text = String::new();
+    std::io::stdin()
+        .read_to_string(&mut text)
+        .context("reading records from stdin")?;
+    let records: Vec<&[u8]> = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(str::as_bytes)
+        .collect();
+    let rejected = validate(&records);
+    if !rejected.is_empty() {
+        for r in &rejected {
+            eprintln!("stdin:{r}");
+        }
+        bail!(
+            "nothing appended: {} of {} record(s) are invalid",
+            rejected.len(),
+            records.len()
+        );
+    }
+    let log = target.open_for_append()?;
+    let offsets = log
+        .append(&records)
+        .with_context(|| format!("appending to {}", log.describe()))?;
+    if !quiet {
+        match (offsets.first(), offsets.last()) {
+            (Some(a), Some(b)) => {
+                eprintln!("appended {} record(s) at offsets {a}..={b}", offsets.len())
+            }
+            _ => eprintln!("no records on stdin"),
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Writes to stdout, turning a closed pipe (`| head`) into a quiet stop.
+struct Out {
+    inner: BufWriter<Box<dyn Write>>,
+}
+
+impl Out {
+    fn new(path: Option<&Path>) -> anyhow::Result<Out> {
+        let sink: Box<dyn Write> = match path {
+            Some(p) => {
+                Box::new(File::create(p).with_context(|| format!("creating {}", p.display()))?)
+            }
+            None => Box::new(std::io::stdout()),
+        };
+        Ok(Out {
+            inner: BufWriter::with_capacity(1 << 20, sink),
+        })
+    }
+
+    /// Writes a record line; `Ok(false)` when the reader went away.
+    fn line(&mut self, prefix: Option<u64>, bytes: &[u8]) -> anyhow::Result<bool> {
+        let result = (|| {
+            if let Some(offset) = prefix {
+                write!(self.inner, "{offset}\t")?;
+            }
+            self.inner.write_all(bytes)?;
+            self.inner.write_all(b"\n")
+        })();
+        closed_pipe(result)
+    }
+
+    fn flush(&mut self) -> anyhow::Result<bool> {
+        closed_pipe(self.inner.flush())
+    }
+}
+
+fn closed_pipe(result: std::io::Result<()>) -> anyhow::Result<bool> {
+    match result {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn export(
+    from: u64,
+    to: Option<u64>,
+    out: Option<PathBuf>,
+    target: &LogArgs,
+    quiet: bool,
+) -> anyhow::Result<ExitCode> {
+    let log = target.open_for_read()?;
+    let end = log.end_offset()?;
+    let stop = to.unwrap_or(end).min(end);
+    let mut reader = log.reader(from)?;
+    let mut sink = Out::new(out.as_deref())?;
+    let bar = progress::bar(
+        Some(stop.saturating_sub(from)),
+        "exporting",
+        quiet || out.is_none(),
+    );
+    let mut written = 0u64;
+    while reader.position() < stop {
+        let Some(entry) = reader.next(Duration::ZERO)? else {
+            break;
+        };
+        if entry.offset >= stop {
+            break;
+        }
+        if !sink.line(None, &entry.bytes)? {
+            return Ok(ExitCode::SUCCESS);
+        }
+        written += 1;
+        bar.set_position(entry.offset + 1 - from);
+    }
+    sink.flush()?;
+    bar.finish_and_clear();
+    if !quiet && out.is_some() {
+        eprintln!("exported {written} record(s) from {}", log.describe());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn cat(from: u64, follow: bool, offsets: bool, target: &LogArgs) -> anyhow::Result<ExitCode> {
+    let log = target.open_for_read()?;
+    let mut reader = log.reader(from)?;
+    let mut sink = Out::new(None)?;
+    loop {
+        let wait = if follow {
+            Duration::from_millis(500)
+        } else {
+            Duration::ZERO
+        };
+        match reader.next(wait)? {
+            Some(entry) => {
+                if !sink.line(offsets.then_some(entry.offset), &entry.bytes)? {
+                    return Ok(ExitCode::SUCCESS);
+                }
+            }
+            None if follow => {
+                if !sink.flush()? {
+                    return Ok(ExitCode::SUCCESS);
+                }
+            }
+            None => break,
+        }
+    }
+    sink.flush()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What `lhc log stats` reports.
+#[derive(Debug, Default, Serialize)]
+struct Stats {
+    log: String,
+    start_offset: u64,
+    end_offset: u64,
+    records: u64,
+    invalid: u64,
+    record_bytes: u64,
+    first_ts: Option<Ts>,
+    last_ts: Option<Ts>,
+    by_type: BTreeMap<String, u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    segments: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    disk_bytes: Option<u64>,
+}
+
+fn stats(json: bool, target: &LogArgs, quiet: bool) -> anyhow::Result<ExitCode> {
+    let log = target.open_for_read()?;
+    let mut stats = Stats {
+        log: log.describe(),
+        start_offset: log.start_offset()?,
+        end_offset: log.end_offset()?,
+        ..Stats::default()
+    };
+    if let Some(dir) = target.embedded_dir() {
+        let report = lhc_log::embedded::check(dir)?;
+        stats.segments = Some(report.segments);
+        stats.disk_bytes = Some(report.bytes);
+    }
+    let bar = progress::bar(
+        Some(stats.end_offset - stats.start_offset),
+        "reading",
+        quiet,
+    );
+    let mut reader = log.reader(stats.start_offset)?;
+    while let Some(entry) = reader.next(Duration::ZERO)? {
+        stats.records += 1;
+        stats.record_bytes += entry.bytes.len() as u64;
+        bar.inc(1);
+        match decode_record(&entry.bytes) {
+            Ok(record) => {
+                *stats
+                    .by_type
+                    .entry(record.type_name().to_string())
+                    .or_default() += 1;
+                stats.first_ts.get_or_insert(record.ts());
+                stats.last_ts = Some(record.ts());
+            }
+            Err(_) => stats.invalid += 1,
+        }
+    }
+    bar.finish_and_clear();
+    if json {
+        println!("{}", serde_json::to_string_pretty(&stats)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("log            {}", stats.log);
+    println!(
+        "offsets        {}..{}",
+        stats.start_offset, stats.end_offset
+    );
+    println!(
+        "records        {} ({} invalid)",
+        stats.records, stats.invalid
+    );
+    println!("record bytes   {}", stats.record_bytes);
+    if let (Some(segments), Some(disk)) = (stats.segments, stats.disk_bytes) {
+        println!("segments       {segments} ({disk} bytes on disk)");
+    }
+    if let (Some(a), Some(b)) = (stats.first_ts, stats.last_ts) {
+        println!("time           {a} .. {b} ({} s)", b.seconds_since(a));
+    }
+    for (ty, n) in &stats.by_type {
+        println!("  {ty:<22} {n:>10}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn check(target: &LogArgs, quiet: bool) -> anyhow::Result<ExitCode> {
+    let mut healthy = true;
+    if let Some(dir) = target.embedded_dir() {
+        let report = lhc_log::embedded::check(dir)?;
+        if !quiet {
+            println!(
+                "framing ok: {} segment(s), {} record(s), offsets {}..{}, {} bytes",
+                report.segments,
+                report.records,
+                report.start_offset,
+                report.end_offset,
+                report.bytes
+            );
+        }
+        if let Some((segment, offset, bytes)) = &report.torn_tail {
+            println!(
+                "torn tail: {bytes} byte(s) after offset {offset} in {} (an interrupted append; \
+                 the next writer cuts it)",
+                segment.display()
+            );
+        }
+    }
+    let log = target.open_for_read()?;
+    let mut reader = log.reader(log.start_offset()?)?;
+    let (mut invalid, mut backwards, mut records) = (0u64, 0u64, 0u64);
+    let mut last_ts: Option<Ts> = None;
+    while let Some(entry) = reader.next(Duration::ZERO)? {
+        records += 1;
+        match decode_record_at(&entry.bytes, entry.offset) {
+            Ok(record) => {
+                if last_ts.is_some_and(|t| record.ts() < t) {
+                    backwards += 1;
+                    if backwards <= 20 {
+                        println!(
+                            "offset {}: ts {} is older than the previous record's {} (replay quarantines it, R-LOG-4)",
+                            entry.offset,
+                            record.ts(),
+                            last_ts.expect("checked")
+                        );
+                    }
+                } else {
+                    last_ts = Some(record.ts());
+                }
+            }
+            Err(error) => {
+                invalid += 1;
+                if invalid <= 50 {
+                    println!("{error}");
+                }
+            }
+        }
+    }
+    if invalid > 0 {
+        healthy = false;
+        println!(
+            "{invalid} of {records} record(s) break the record contract (replay quarantines them)"
+        );
+    }
+    if backwards > 0 {
+        println!("{backwards} record(s) go back in time");
+    }
+    if healthy && !quiet {
+        println!("records ok: {records} record(s) valid against the schemas");
+    }
+    Ok(if healthy {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}

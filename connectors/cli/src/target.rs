@@ -1,0 +1,89 @@
+//! Which log a command works on: an embedded directory (default) or a Kafka topic.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use lhc_log::{EmbeddedLog, EmbeddedOptions, FsyncPolicy, KafkaLog, KafkaOptions, Log};
+
+/// Log location options shared by every command that reads or writes a log.
+#[derive(clap::Args, Clone, Debug)]
+pub struct LogArgs {
+    /// Embedded log directory (the default backend: no server needed).
+    #[arg(long, value_name = "DIR", default_value = "lhc-data/log")]
+    pub log: PathBuf,
+    /// Use Kafka instead: bootstrap servers, host:port[,host:port...].
+    #[arg(long, value_name = "BROKERS", conflicts_with = "log")]
+    pub kafka: Option<String>,
+    /// Kafka topic holding the site logs.
+    #[arg(long, value_name = "TOPIC", default_value = lhc_log::kafka::DEFAULT_TOPIC)]
+    pub topic: String,
+    /// Site name: the Kafka message key that selects the site's records. Required with --kafka.
+    #[arg(long, value_name = "SITE")]
+    pub site: Option<String>,
+    /// When embedded appends reach the disk: always (before the command returns), never,
+    /// or a period like 100ms.
+    #[arg(long, value_name = "POLICY", default_value = "always")]
+    pub fsync: FsyncPolicy,
+    /// Longest wait for a Kafka broker before giving up with an error.
+    #[arg(long, value_name = "SECONDS", default_value_t = 30)]
+    pub kafka_timeout: u64,
+}
+
+impl LogArgs {
+    fn kafka_options(&self) -> anyhow::Result<Option<KafkaOptions>> {
+        let Some(brokers) = &self.kafka else {
+            return Ok(None);
+        };
+        let Some(site) = &self.site else {
+            bail!("--kafka needs --site: the site name is the message key of its records");
+        };
+        let mut options = KafkaOptions::new(brokers, site);
+        options.topic = self.topic.clone();
+        options.timeout = Duration::from_secs(self.kafka_timeout.max(1));
+        Ok(Some(options))
+    }
+
+    /// Opens the log for appending (creating an embedded log if needed).
+    pub fn open_for_append(&self) -> anyhow::Result<Box<dyn Log>> {
+        if let Some(options) = self.kafka_options()? {
+            return Ok(Box::new(KafkaLog::open(options)?));
+        }
+        let options = EmbeddedOptions {
+            fsync: self.fsync,
+            ..EmbeddedOptions::default()
+        };
+        let log = EmbeddedLog::open(&self.log, options)
+            .with_context(|| format!("opening the log in {}", self.log.display()))?;
+        if let Some(r) = log.recovery() {
+            eprintln!(
+                "warning: cut a torn tail from {}: {} bytes at offset {} ({})",
+                r.segment.display(),
+                r.bytes_dropped,
+                r.offset,
+                r.detail
+            );
+        }
+        Ok(Box::new(log))
+    }
+
+    /// Opens an existing log for reading, changing nothing.
+    pub fn open_for_read(&self) -> anyhow::Result<Box<dyn Log>> {
+        if let Some(options) = self.kafka_options()? {
+            return Ok(Box::new(KafkaLog::open(options)?));
+        }
+        let log = EmbeddedLog::open_read_only(&self.log).with_context(|| {
+            format!(
+                "no log at {} (create one with `lhc log import FILE.jsonl --log {}`)",
+                self.log.display(),
+                self.log.display()
+            )
+        })?;
+        Ok(Box::new(log))
+    }
+
+    /// The embedded directory, unless Kafka is selected.
+    pub fn embedded_dir(&self) -> Option<&PathBuf> {
+        self.kafka.is_none().then_some(&self.log)
+    }
+}

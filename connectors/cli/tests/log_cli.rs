@@ -1,0 +1,358 @@
+//! The `lhc log` commands, driven as a user would: through the binary.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+const EXAMPLE: &str = include_str!("../../../docs/examples/site-outage.jsonl");
+
+fn lhc() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_lhc"))
+}
+
+fn run(args: &[&str]) -> Output {
+    lhc().args(args).output().expect("lhc runs")
+}
+
+fn run_stdin(args: &[&str], stdin: &str) -> Output {
+    let mut child = lhc()
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn log_arg(dir: &Path) -> String {
+    dir.join("log").display().to_string()
+}
+
+fn end_offset(log: &str) -> u64 {
+    let out = run(&["log", "stats", "--json", "--log", log]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["end_offset"].as_u64().unwrap()
+}
+
+fn write(dir: &Path, name: &str, content: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, content).unwrap();
+    path
+}
+
+#[test]
+fn import_then_export_gives_back_the_same_bytes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = log_arg(tmp.path());
+    let file = write(tmp.path(), "in.jsonl", EXAMPLE);
+    let out = run(&["log", "import", file.to_str().unwrap(), "--log", &log]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("appended 471 record(s)"),
+        "{}",
+        text(&out.stdout)
+    );
+    let out = run(&["log", "export", "--log", &log]);
+    assert_eq!(text(&out.stdout), EXAMPLE);
+    let out = run(&["log", "export", "--log", &log, "--from", "10", "--to", "12"]);
+    let lines: Vec<&str> = EXAMPLE.lines().collect();
+    assert_eq!(text(&out.stdout), format!("{}\n{}\n", lines[10], lines[11]));
+    let out = run(&["log", "check", "--log", &log]);
+    assert!(out.status.success(), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stdout).contains("471 record(s) valid"),
+        "{}",
+        text(&out.stdout)
+    );
+}
+
+const BAD_FILE: &str = r#"{"ts":"2026-01-05T09:00:00.000Z","type":"clock.tick"}
+{"ts":"2026-01-05T09:00:01.000Z","type":"clock.tock"}
+{"ts":"2026-01-05T09:00:02.000Z","type":"health.check","connector":"c1","ok":true,"colour":"red"}
+
+{"ts":"2026-01-05T09:00:03.000Z","type":"peer.probe","connector":"c1","ok":true}
+{"ts":"2026-01-05T09:00:04.000Z","type":"health.check","connector":"c1","ok":"yes"}
+{"ts":"2026-01-05T10:00:05.000+01:00","type":"clock.tick"}
+{"ts":"2026-01-05T09:00:06.000Z","type":"config.change","version":1,"ops":[{"op":"upsert","kind":"machine","id":"m","data":{"zone":"z"}}]}
+not json at all
+{"ts":"2026-01-05T09:00:08.000Z","type":"clock.tick"}
+"#;
+
+#[test]
+fn import_refuses_a_file_with_invalid_lines_and_lists_each() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = log_arg(tmp.path());
+    let file = write(tmp.path(), "bad.jsonl", BAD_FILE);
+    let out = run(&["log", "import", file.to_str().unwrap(), "--log", &log]);
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    for expected in [
+        "bad.jsonl:line 2: field `type`: unknown type",
+        "bad.jsonl:line 3: field `colour`: unknown field",
+        "bad.jsonl:line 5: field `peer`: missing field",
+        "bad.jsonl:line 6: field `ok`: wrong type",
+        "bad.jsonl:line 7: field `ts`: bad timestamp",
+        "bad.jsonl:line 8: field `ops[0].data.delivery_group`: missing field",
+        "bad.jsonl:line 9: field `(record)`: syntax",
+        "nothing appended: 7 of 9 line(s)",
+    ] {
+        assert!(err.contains(expected), "missing {expected:?} in:\n{err}");
+    }
+    assert!(
+        !err.contains("line 1:") && !err.contains("line 10:"),
+        "{err}"
+    );
+    assert!(
+        !tmp.path().join("log").exists() || end_offset(&log) == 0,
+        "a refused import appends nothing"
+    );
+}
+
+#[test]
+fn skip_invalid_appends_the_rest_and_writes_rejects_with_reasons() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = log_arg(tmp.path());
+    let file = write(tmp.path(), "bad.jsonl", BAD_FILE);
+    let out = run(&[
+        "log",
+        "import",
+        file.to_str().unwrap(),
+        "--log",
+        &log,
+        "--skip-invalid",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(end_offset(&log), 2);
+    let rejects = std::fs::read_to_string(tmp.path().join("bad.jsonl.rejects.jsonl")).unwrap();
+    let rows: Vec<serde_json::Value> = rejects
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rows.len(), 7);
+    assert_eq!(rows[0]["line"], 2);
+    assert_eq!(rows[0]["path"], "type");
+    assert_eq!(rows[0]["kind"], "unknown_type");
+    assert_eq!(rows[1]["path"], "colour");
+    assert!(rows[6]["record"].as_str().unwrap().starts_with("not json"));
+}
+
+#[test]
+fn append_from_stdin_is_all_or_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = log_arg(tmp.path());
+    let good = "{\"ts\":\"2026-01-05T09:00:00.000Z\",\"type\":\"clock.tick\"}\n";
+    let out = run_stdin(&["log", "append", "--log", &log], &format!("{good}{good}"));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("offsets 0..=1"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = run_stdin(
+        &["log", "append", "--log", &log],
+        &format!("{good}{{\"type\":\"clock.tick\"}}\n"),
+    );
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("stdin:line 2: field `ts`: missing field"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(end_offset(&log), 2);
+}
+
+#[test]
+fn cat_follow_prints_records_appended_later() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = log_arg(tmp.path());
+    let tick =
+        |s: u32| format!("{{\"ts\":\"2026-01-05T09:00:{s:02}.000Z\",\"type\":\"clock.tick\"}}\n");
+    assert!(run_stdin(&["log", "append", "--log", &log], &tick(0))
+        .status
+        .success());
+    let mut cat = lhc()
+        .args([
+            "log",
+            "cat",
+            "--follow",
+            "--offsets",
+            "--from",
+            "0",
+            "--log",
+            &log,
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(cat.stdout.take().unwrap()).lines();
+    assert_eq!(
+        lines.next().unwrap().unwrap(),
+        format!("0\t{}", tick(0).trim_end())
+    );
+    assert!(run_stdin(&["log", "append", "--log", &log], &tick(1))
+        .status
+        .success());
+    assert_eq!(
+        lines.next().unwrap().unwrap(),
+        format!("1\t{}", tick(1).trim_end())
+    );
+    cat.kill().unwrap();
+    cat.wait().unwrap();
+}
+
+#[test]
+fn several_processes_append_to_one_log_directory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = log_arg(tmp.path());
+    let children: Vec<_> = (0..4)
+        .map(|p| {
+            let records: String = (0..50)
+                .map(|i| {
+                    format!(
+                        "{{\"ts\":\"2026-01-05T09:00:00.000Z\",\"type\":\"storefront.heartbeat\",\"connector\":\"c{p}\",\"storefront\":\"sf{i}\"}}\n"
+                    )
+                })
+                .collect();
+            // Several small appends per process, so the processes interleave.
+            let chunks: Vec<String> = records.lines().collect::<Vec<_>>().chunks(5).map(|c| c.join("\n") + "\n").collect();
+            let log = log.clone();
+            std::thread::spawn(move || {
+                for chunk in chunks {
+                    let out = run_stdin(&["log", "append", "--log", &log], &chunk);
+                    assert!(out.status.success(), "{}", text(&out.stderr));
+                }
+            })
+        })
+        .collect();
+    for c in children {
+        c.join().unwrap();
+    }
+    let out = run(&["log", "check", "--log", &log]);
+    assert!(out.status.success(), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stdout).contains("200 record(s), offsets 0..200"),
+        "{}",
+        text(&out.stdout)
+    );
+    // Each process's records are in its own order.
+    let exported = text(&run(&["log", "export", "--log", &log]).stdout);
+    for p in 0..4 {
+        let mine: Vec<&str> = exported
+            .lines()
+            .filter(|l| l.contains(&format!("\"c{p}\"")))
+            .collect();
+        let order: Vec<String> = (0..50).map(|i| format!("\"sf{i}\"")).collect();
+        for (line, sf) in mine.iter().zip(&order) {
+            assert!(line.contains(sf.as_str()), "{line} vs {sf}");
+        }
+        assert_eq!(mine.len(), 50);
+    }
+}
+
+#[test]
+fn check_names_segment_and_offset_of_corruption() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = log_arg(tmp.path());
+    let file = write(tmp.path(), "in.jsonl", EXAMPLE);
+    assert!(
+        run(&["log", "import", file.to_str().unwrap(), "--log", &log])
+            .status
+            .success()
+    );
+    let seg = tmp.path().join("log").join(format!("{:020}.log", 0));
+    let mut bytes = std::fs::read(&seg).unwrap();
+    let at = bytes.len() / 2;
+    bytes[at] ^= 0x55;
+    std::fs::write(&seg, &bytes).unwrap();
+    let out = run(&["log", "check", "--log", &log]);
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("log corrupted in segment")
+            && err.contains("00000000000000000000.log at offset"),
+        "{err}"
+    );
+}
+
+#[test]
+fn kafka_needs_a_site_and_says_so() {
+    let out = run(&["log", "stats", "--kafka", "127.0.0.1:1"]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("--kafka needs --site"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn import_and_cat_through_kafka() {
+    let cluster = rdkafka::mocking::MockCluster::new(1).unwrap();
+    cluster.create_topic("lhc.events", 1, 1).unwrap();
+    let brokers = cluster.bootstrap_servers();
+    let tmp = tempfile::tempdir().unwrap();
+    let head: String = EXAMPLE.lines().take(30).map(|l| format!("{l}\n")).collect();
+    let file = write(tmp.path(), "in.jsonl", &head);
+    let kafka = ["--kafka", brokers.as_str(), "--site", "site-a"];
+    let out = lhc()
+        .args(["log", "import", file.to_str().unwrap()])
+        .args(kafka)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = lhc().args(["log", "export"]).args(kafka).output().unwrap();
+    assert_eq!(text(&out.stdout), head);
+    let out = lhc()
+        .args(["log", "cat", "--offsets", "--from", "29"])
+        .args(kafka)
+        .output()
+        .unwrap();
+    assert_eq!(
+        text(&out.stdout),
+        format!("29\t{}\n", EXAMPLE.lines().nth(29).unwrap())
+    );
+    let out = lhc().args(["log", "check"]).args(kafka).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stdout));
+}
+
+#[test]
+fn committed_schemas_are_current_via_cli() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../schemas");
+    let out = run(&["schema", "--check", "--out", dir.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let tmp = tempfile::tempdir().unwrap();
+    let out = run(&["schema", "--out", tmp.path().to_str().unwrap()]);
+    assert!(out.status.success());
+    assert_eq!(
+        std::fs::read_to_string(tmp.path().join("input.schema.json")).unwrap(),
+        std::fs::read_to_string(dir.join("input.schema.json")).unwrap()
+    );
+}
+
+#[test]
+fn demo_imports_and_prints_the_example() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("demo");
+    for _ in 0..2 {
+        let out = run(&["demo", "--dir", dir.to_str().unwrap()]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let stdout = text(&out.stdout);
+        assert!(stdout.contains("imported 471 records"), "{stdout}");
+        assert!(
+            stdout.contains("health.check          ddc1.corp.example          FAILED"),
+            "{stdout}"
+        );
+    }
+}
