@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 
+mod bench;
 mod demo;
 mod logcmd;
 mod progress;
@@ -40,6 +41,9 @@ enum Command {
     /// Work with a site log: import, export, cat, append, stats, check.
     #[command(subcommand)]
     Log(logcmd::LogCommand),
+    /// Measure throughput next to baselines from the same run (ratios, not wall-clock claims).
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
     /// Write the JSON Schemas of input records, output records and config objects.
     Schema {
         /// Directory to write into (created if missing).
@@ -61,6 +65,7 @@ fn main() -> ExitCode {
         Command::Demo(args) => demo::run(args, quiet),
         Command::Log(command) => logcmd::run(command, quiet),
         Command::Schema { out, check } => schema(out, check, quiet),
+        Command::Bench(command) => bench::run(command),
     };
     match result {
         Ok(code) => code,

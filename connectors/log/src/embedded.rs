@@ -505,22 +505,25 @@ impl Writer {
     /// Brings the view of the tail up to date with what other processes appended, cutting a
     /// torn tail. Must hold the lock.
     fn refresh(&mut self) -> Result<(), LogError> {
+        // Fast path: our segment has not grown and no segment starts where it ends, so no
+        // other process appended or rolled since our last write.
+        if let Some(active) = &self.active {
+            let path = segment_path(&self.dir, active.base);
+            let len = active
+                .file
+                .metadata()
+                .map_err(|e| LogError::io(&path, e))?
+                .len();
+            if active.len == len && !segment_path(&self.dir, active.next_offset).exists() {
+                return Ok(());
+            }
+        }
         let bases = list_segments(&self.dir)?;
         let Some(&base) = bases.last() else {
             self.active = Some(self.create_segment(0)?);
             return Ok(());
         };
         let path = segment_path(&self.dir, base);
-        if let Some(active) = &self.active {
-            let len = active
-                .file
-                .metadata()
-                .map_err(|e| LogError::io(&path, e))?
-                .len();
-            if active.base == base && active.len == len {
-                return Ok(());
-            }
-        }
         let file = OpenOptions::new()
             .read(true)
             .write(true)
