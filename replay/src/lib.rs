@@ -1,1 +1,10 @@
+//! Drives the engine from a recorded log: where records come from (a JSONL file, an
+//! embedded log directory, a Kafka partition) and how each becomes a typed record or a
+//! located decode error for quarantine (R-LOG-3).
+//!
+//! Invariant: a source yields every record exactly once, in log order, with its offset;
+//! nothing is skipped, so a bad record is quarantined at the offset it holds.
 
+pub mod source;
+
+pub use source::{Source, SourceError, SourceSpec};

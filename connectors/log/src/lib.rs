@@ -107,8 +107,9 @@ impl LogError {
 
 /// A site log: append records, read them back from any offset, follow the tail.
 pub trait Log: Send + Sync {
-    /// Appends records in order and returns the offset given to each. All or none: on error
-    /// nothing of the batch is visible to readers.
+    /// Appends records in order and returns the offset given to each. Records become
+    /// visible to readers one by one, each whole; a crash during a batch can leave a prefix
+    /// of it in the log (as with Kafka without transactions).
     fn append(&self, records: &[&[u8]]) -> Result<Vec<u64>, LogError>;
 
     /// First offset the log still holds.

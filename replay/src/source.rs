@@ -1,0 +1,198 @@
+//! Record sources for replay and reports.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use lhc_engine::{decode_record_at, DecodeError, Record};
+use lhc_log::{EmbeddedLog, KafkaLog, KafkaOptions, Log, LogEntry, LogError, LogReader};
+
+/// Where to read records from.
+#[derive(Clone, Debug)]
+pub enum SourceSpec {
+    /// A JSONL file or an embedded log directory (told apart by what the path is).
+    Path(PathBuf),
+    /// A site's partition in Kafka.
+    Kafka(KafkaOptions),
+}
+
+/// Why records could not be read (not why one record is invalid: that is a [`DecodeError`]).
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    /// The path does not exist or cannot be read.
+    #[error("{path}: {source}")]
+    Io {
+        /// The path.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The log backend failed.
+    #[error(transparent)]
+    Log(#[from] LogError),
+}
+
+/// Reads records in log order, each with its offset.
+pub struct Source {
+    inner: Inner,
+    description: String,
+}
+
+enum Inner {
+    /// Offset = 0-based index among the file's non-blank lines, as `lhc log import` into an
+    /// empty log would assign.
+    Jsonl {
+        lines: std::io::Lines<BufReader<File>>,
+        path: PathBuf,
+        next: u64,
+    },
+    Log {
+        _log: Box<dyn Log>,
+        reader: Box<dyn LogReader>,
+    },
+}
+
+impl Source {
+    /// Opens a source at its first record.
+    pub fn open(spec: &SourceSpec) -> Result<Source, SourceError> {
+        match spec {
+            SourceSpec::Path(path) if path.is_dir() => {
+                let log = EmbeddedLog::open_read_only(path)?;
+                Self::from_log(Box::new(log))
+            }
+            SourceSpec::Path(path) => Self::jsonl(path),
+            SourceSpec::Kafka(options) => {
+                Self::from_log(Box::new(KafkaLog::open(options.clone())?))
+            }
+        }
+    }
+
+    fn jsonl(path: &Path) -> Result<Source, SourceError> {
+        let file = File::open(path).map_err(|source| SourceError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Ok(Source {
+            inner: Inner::Jsonl {
+                lines: BufReader::with_capacity(1 << 20, file).lines(),
+                path: path.to_path_buf(),
+                next: 0,
+            },
+            description: format!("JSONL file {}", path.display()),
+        })
+    }
+
+    /// A source over an open log, from its first offset.
+    pub fn from_log(log: Box<dyn Log>) -> Result<Source, SourceError> {
+        let reader = log.reader(log.start_offset()?)?;
+        let description = log.describe();
+        Ok(Source {
+            inner: Inner::Log { _log: log, reader },
+            description,
+        })
+    }
+
+    /// Where the records come from, for messages.
+    pub fn describe(&self) -> &str {
+        &self.description
+    }
+
+    /// The next record's bytes and offset; `None` at the end.
+    pub fn next_entry(&mut self) -> Result<Option<LogEntry>, SourceError> {
+        match &mut self.inner {
+            Inner::Jsonl { lines, path, next } => loop {
+                match lines.next() {
+                    None => return Ok(None),
+                    Some(Err(source)) => {
+                        return Err(SourceError::Io {
+                            path: path.clone(),
+                            source,
+                        })
+                    }
+                    Some(Ok(line)) if line.trim().is_empty() => continue,
+                    Some(Ok(line)) => {
+                        let offset = *next;
+                        *next += 1;
+                        return Ok(Some(LogEntry {
+                            offset,
+                            bytes: line.into_bytes(),
+                        }));
+                    }
+                }
+            },
+            Inner::Log { reader, .. } => Ok(reader.next(Duration::ZERO)?),
+        }
+    }
+
+    /// The next record decoded, or the decode error located at its offset.
+    pub fn next_record(
+        &mut self,
+    ) -> Result<Option<(u64, Result<Record, DecodeError>)>, SourceError> {
+        Ok(self
+            .next_entry()?
+            .map(|entry| (entry.offset, decode_record_at(&entry.bytes, entry.offset))))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TICK: &str = r#"{"ts":"2026-01-05T09:00:00.000Z","type":"clock.tick"}"#;
+
+    fn collect(spec: &SourceSpec) -> Vec<(u64, Result<Record, DecodeError>)> {
+        let mut source = Source::open(spec).unwrap();
+        let mut out = Vec::new();
+        while let Some(item) = source.next_record().unwrap() {
+            out.push(item);
+        }
+        out
+    }
+
+    #[test]
+    fn jsonl_offsets_count_records_and_bad_lines_keep_theirs() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("x.jsonl");
+        std::fs::write(
+            &path,
+            format!("{TICK}\n\n{{\"type\":\"clock.tick\"}}\n{TICK}\n"),
+        )
+        .unwrap();
+        let items = collect(&SourceSpec::Path(path));
+        assert_eq!(items.len(), 3);
+        assert!(items[0].1.is_ok());
+        let error = items[1].1.as_ref().unwrap_err();
+        assert_eq!(
+            (items[1].0, error.offset, error.path.as_str()),
+            (1, Some(1), "ts")
+        );
+        assert_eq!(items[2].0, 2);
+    }
+
+    #[test]
+    fn a_directory_is_read_as_an_embedded_log() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("log");
+        {
+            let log = EmbeddedLog::open(&dir, Default::default()).unwrap();
+            log.append(&[TICK.as_bytes(), b"{}", TICK.as_bytes()])
+                .unwrap();
+        }
+        let items = collect(&SourceSpec::Path(dir));
+        let offsets: Vec<u64> = items.iter().map(|i| i.0).collect();
+        assert_eq!(offsets, vec![0, 1, 2]);
+        assert_eq!(items[1].1.as_ref().unwrap_err().path, "type");
+    }
+
+    #[test]
+    fn a_missing_path_is_an_error_naming_it() {
+        let error = Source::open(&SourceSpec::Path("/nonexistent/x.jsonl".into()))
+            .err()
+            .unwrap();
+        assert!(
+            error.to_string().contains("/nonexistent/x.jsonl"),
+            "{error}"
+        );
+    }
+}
