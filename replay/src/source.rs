@@ -8,6 +8,9 @@ use std::time::Duration;
 use lhc_engine::{decode_record_at, DecodeError, Record};
 use lhc_log::{EmbeddedLog, KafkaLog, KafkaOptions, Log, LogEntry, LogError, LogReader};
 
+/// One record from a source: its offset and the decoded record, or why it is invalid.
+pub type Decoded = (u64, Result<Record, DecodeError>);
+
 /// Where to read records from.
 #[derive(Clone, Debug)]
 pub enum SourceSpec {
@@ -126,9 +129,7 @@ impl Source {
     }
 
     /// The next record decoded, or the decode error located at its offset.
-    pub fn next_record(
-        &mut self,
-    ) -> Result<Option<(u64, Result<Record, DecodeError>)>, SourceError> {
+    pub fn next_record(&mut self) -> Result<Option<Decoded>, SourceError> {
         Ok(self
             .next_entry()?
             .map(|entry| (entry.offset, decode_record_at(&entry.bytes, entry.offset))))
@@ -141,7 +142,7 @@ mod tests {
 
     const TICK: &str = r#"{"ts":"2026-01-05T09:00:00.000Z","type":"clock.tick"}"#;
 
-    fn collect(spec: &SourceSpec) -> Vec<(u64, Result<Record, DecodeError>)> {
+    fn collect(spec: &SourceSpec) -> Vec<Decoded> {
         let mut source = Source::open(spec).unwrap();
         let mut out = Vec::new();
         while let Some(item) = source.next_record().unwrap() {
