@@ -7,12 +7,17 @@
 
 pub mod config;
 pub mod decode;
+pub mod engine;
 pub mod output;
+pub mod params;
 pub mod record;
 pub mod schema;
+pub mod site;
+pub mod snapshot;
 pub mod ts;
 
 pub use decode::{decode_record, decode_record_at, encode_record, DecodeError, DecodeErrorKind};
+pub use engine::Engine;
 pub use output::Output;
 pub use record::Record;
 pub use ts::Ts;

@@ -5,6 +5,8 @@
 //! Invariant: a source yields every record exactly once, in log order, with its offset;
 //! nothing is skipped, so a bad record is quarantined at the offset it holds.
 
+pub mod run;
 pub mod source;
 
+pub use run::{replay, ChainLink, Divergence, ReplayOptions, ReplaySummary};
 pub use source::{Source, SourceError, SourceSpec};

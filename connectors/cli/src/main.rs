@@ -13,6 +13,7 @@ mod bench;
 mod demo;
 mod logcmd;
 mod progress;
+mod replaycmd;
 mod target;
 
 /// Citrix Local Host Cache, re-implemented as an event-sourced, log-driven engine.
@@ -41,6 +42,9 @@ enum Command {
     /// Work with a site log: import, export, cat, append, stats, check.
     #[command(subcommand)]
     Log(logcmd::LogCommand),
+    /// Fold a log through the engine and print every output (events, decisions,
+    /// registrations, quarantine), optionally with state digests.
+    Replay(replaycmd::ReplayArgs),
     /// Measure throughput next to baselines from the same run (ratios, not wall-clock claims).
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -66,6 +70,7 @@ fn main() -> ExitCode {
         Command::Log(command) => logcmd::run(command, quiet),
         Command::Schema { out, check } => schema(out, check, quiet),
         Command::Bench(command) => bench::run(command),
+        Command::Replay(args) => replaycmd::run(args, quiet),
     };
     match result {
         Ok(code) => code,

@@ -6,14 +6,11 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use lhc_log::{EmbeddedLog, EmbeddedOptions, FsyncPolicy, KafkaLog, KafkaOptions, Log};
 
-/// Log location options shared by every command that reads or writes a log.
+/// Kafka location options (`--kafka BROKERS --topic T --site S`).
 #[derive(clap::Args, Clone, Debug)]
-pub struct LogArgs {
-    /// Embedded log directory (the default backend: no server needed).
-    #[arg(long, value_name = "DIR", default_value = "lhc-data/log")]
-    pub log: PathBuf,
-    /// Use Kafka instead: bootstrap servers, host:port[,host:port...].
-    #[arg(long, value_name = "BROKERS", conflicts_with = "log")]
+pub struct KafkaArgs {
+    /// Use Kafka: bootstrap servers, host:port[,host:port...].
+    #[arg(long, value_name = "BROKERS")]
     pub kafka: Option<String>,
     /// Kafka topic holding the site logs.
     #[arg(long, value_name = "TOPIC", default_value = lhc_log::kafka::DEFAULT_TOPIC)]
@@ -21,17 +18,14 @@ pub struct LogArgs {
     /// Site name: the Kafka message key that selects the site's records. Required with --kafka.
     #[arg(long, value_name = "SITE")]
     pub site: Option<String>,
-    /// When embedded appends reach the disk: always (before the command returns), never,
-    /// or a period like 100ms.
-    #[arg(long, value_name = "POLICY", default_value = "always")]
-    pub fsync: FsyncPolicy,
     /// Longest wait for a Kafka broker before giving up with an error.
     #[arg(long, value_name = "SECONDS", default_value_t = 30)]
     pub kafka_timeout: u64,
 }
 
-impl LogArgs {
-    fn kafka_options(&self) -> anyhow::Result<Option<KafkaOptions>> {
+impl KafkaArgs {
+    /// The Kafka options, when --kafka is given.
+    pub fn options(&self) -> anyhow::Result<Option<KafkaOptions>> {
         let Some(brokers) = &self.kafka else {
             return Ok(None);
         };
@@ -42,6 +36,31 @@ impl LogArgs {
         options.topic = self.topic.clone();
         options.timeout = Duration::from_secs(self.kafka_timeout.max(1));
         Ok(Some(options))
+    }
+}
+
+/// Log location options shared by every command that reads or writes a log.
+#[derive(clap::Args, Clone, Debug)]
+pub struct LogArgs {
+    /// Embedded log directory (the default backend: no server needed).
+    #[arg(
+        long,
+        value_name = "DIR",
+        default_value = "lhc-data/log",
+        conflicts_with = "kafka"
+    )]
+    pub log: PathBuf,
+    #[command(flatten)]
+    pub kafka: KafkaArgs,
+    /// When embedded appends reach the disk: always (before the command returns), never,
+    /// or a period like 100ms.
+    #[arg(long, value_name = "POLICY", default_value = "always")]
+    pub fsync: FsyncPolicy,
+}
+
+impl LogArgs {
+    fn kafka_options(&self) -> anyhow::Result<Option<KafkaOptions>> {
+        self.kafka.options()
     }
 
     /// Opens the log for appending (creating an embedded log if needed).
@@ -84,6 +103,39 @@ impl LogArgs {
 
     /// The embedded directory, unless Kafka is selected.
     pub fn embedded_dir(&self) -> Option<&PathBuf> {
-        self.kafka.is_none().then_some(&self.log)
+        self.kafka.kafka.is_none().then_some(&self.log)
+    }
+}
+
+/// Where a replay reads: a JSONL file or embedded log directory, or Kafka.
+#[derive(clap::Args, Clone, Debug)]
+pub struct SourceArgs {
+    /// A JSONL file or an embedded log directory [default: lhc-data/log].
+    #[arg(value_name = "PATH", conflicts_with = "kafka")]
+    pub path: Option<PathBuf>,
+    #[command(flatten)]
+    pub kafka: KafkaArgs,
+}
+
+impl SourceArgs {
+    /// Opens the source at its first record.
+    pub fn open(&self) -> anyhow::Result<lhc_replay::Source> {
+        let spec = match self.kafka.options()? {
+            Some(options) => lhc_replay::SourceSpec::Kafka(options),
+            None => lhc_replay::SourceSpec::Path(
+                self.path
+                    .clone()
+                    .unwrap_or_else(|| PathBuf::from("lhc-data/log")),
+            ),
+        };
+        lhc_replay::Source::open(&spec).with_context(|| match &spec {
+            lhc_replay::SourceSpec::Path(p) => format!(
+                "cannot read {} (a JSONL file or an embedded log directory)",
+                p.display()
+            ),
+            lhc_replay::SourceSpec::Kafka(o) => {
+                format!("cannot read site {} from kafka {}", o.site, o.brokers)
+            }
+        })
     }
 }

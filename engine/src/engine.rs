@@ -1,0 +1,1387 @@
+//! The reducer: `(state, record) -> (state, outputs)` for LHC states (R-STATE), election
+//! (R-ELECT), registration (R-REG), config sync (R-CSS) and the periodic reports.
+//!
+//! Invariants:
+//! - Time is the records' `ts` and the deadlines derived from them; nothing else.
+//! - Every collection that drives output is ordered (`BTreeMap`, `BTreeSet`, sorted `Vec`).
+//! - A record that cannot be applied changes nothing and yields one `quarantine` output.
+//! - Before a record at `ts`, every timer with a deadline at or before `ts` fires, in
+//!   (deadline, connector, timer kind) order, with the deadline as its time (R-STATE-9).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::decode::DecodeError;
+use crate::output::*;
+use crate::params::Params;
+use crate::record::*;
+use crate::site::SiteConfig;
+use crate::snapshot::{self, Snapshot};
+use crate::ts::Ts;
+
+/// The result of validating one configuration version.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Validation {
+    /// It imports: the shared snapshot.
+    Valid(Arc<Snapshot>),
+    /// It fails: every failure, in (kind, id) order.
+    Invalid(Vec<ImportFailure>),
+}
+
+/// Who a VDA is registered with.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Registrar {
+    /// Nobody.
+    #[default]
+    None,
+    /// The cloud broker, through its zone's connectors (R-REG-1).
+    Cloud,
+    /// A connector brokering in LHC mode.
+    Connector(String),
+}
+
+/// What the engine knows of a VDA at run time.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MachineRuntime {
+    /// Current registration.
+    pub registrar: Registrar,
+    /// Sessions of its last heartbeat (updated by session events).
+    pub sessions: Vec<SessionReport>,
+    /// Last refusal per connector ("cloud" included) with the connector's epoch, so a
+    /// refusal is reported once per change, not at every heartbeat.
+    pub refusals: BTreeMap<String, (Reason, u64)>,
+}
+
+/// One outage episode of a connector: from entry into initial_ha to its end.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Episode {
+    /// Entry into initial_ha.
+    pub started: Ts,
+    /// When the next 3507/3509 is due.
+    pub next_report: Ts,
+    /// Distinct machines that registered with this connector during the episode.
+    pub registered: BTreeSet<String>,
+    /// `via: "lhc"` launches brokered.
+    pub successful_launches: u64,
+    /// `via: "lhc"` launches rejected.
+    pub failed_launches: u64,
+}
+
+/// An import in progress (`import_duration_s` > 0).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingImport {
+    /// Version being imported.
+    pub version: u64,
+    /// When it completes.
+    pub done_at: Ts,
+}
+
+/// One connector's state.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Connector {
+    /// State of the Remote Broker Provider state machine.
+    pub state: ConnectorState,
+    /// When the current state was entered.
+    pub state_since: Ts,
+    /// High Availability Service running.
+    pub ha_running: bool,
+    /// Remote Broker Provider running.
+    pub rbp_running: bool,
+    /// Config Synchronizer running.
+    pub css_running: bool,
+    /// Latest health check: (time, ok).
+    pub last_check: Option<(Ts, bool)>,
+    /// First failed check of the current failure streak.
+    pub first_failure: Option<Ts>,
+    /// The next check is the first since a start.
+    pub first_check_after_start: bool,
+    /// Latest StoreFront heartbeat.
+    pub storefront_last: Option<Ts>,
+    /// StoreFront servers seen, with their last contact (R-DATA).
+    pub storefronts: BTreeMap<String, Ts>,
+    /// Latest probe of each peer: (time, ok, expiry already handled).
+    pub probes: BTreeMap<String, (Ts, bool, bool)>,
+    /// Version of the imported snapshot.
+    pub snapshot: Option<u64>,
+    /// Whether the snapshot may be used (R-STATE-10 makes it unusable).
+    pub snapshot_usable: bool,
+    /// A record has named this connector (its first sync check happened).
+    pub named: bool,
+    /// Next config sync check.
+    pub next_sync: Option<Ts>,
+    /// `set_config_sync_interval` override.
+    pub sync_override_s: Option<u64>,
+    /// Import in progress.
+    pub import: Option<PendingImport>,
+    /// A `storage.fault` waiting to fail the next import: its offset.
+    pub storage_fault: Option<u64>,
+    /// CSS trace mode.
+    pub css_trace: bool,
+    /// HA SDK (read-only query API) enabled.
+    pub ha_sdk: bool,
+    /// Forced outage set.
+    pub forced: bool,
+    /// Last 3002 reason reported, so each reason is reported once.
+    pub reported_ineligible: Option<IneligibleReason>,
+    /// Elected broker in this connector's view.
+    pub elected: Option<String>,
+    /// Candidates in this connector's view, sorted.
+    pub candidates: Vec<String>,
+    /// In LHC mode and elected in its own view.
+    pub brokering: bool,
+    /// Bumped at every change that may turn a refusal into something else.
+    pub epoch: u64,
+    /// Machines registered with this connector.
+    pub registrations: BTreeSet<String>,
+    /// The current outage episode.
+    pub episode: Option<Episode>,
+    /// Machines this connector put in maintenance.
+    pub maintenance: BTreeSet<String>,
+}
+
+impl Connector {
+    fn new(ts: Ts) -> Connector {
+        Connector {
+            state: ConnectorState::WorkingNormally,
+            state_since: ts,
+            ha_running: true,
+            rbp_running: true,
+            css_running: true,
+            last_check: None,
+            first_failure: None,
+            first_check_after_start: false,
+            storefront_last: None,
+            storefronts: BTreeMap::new(),
+            probes: BTreeMap::new(),
+            snapshot: None,
+            snapshot_usable: false,
+            named: false,
+            next_sync: None,
+            sync_override_s: None,
+            import: None,
+            storage_fault: None,
+            css_trace: false,
+            ha_sdk: false,
+            forced: false,
+            reported_ineligible: None,
+            elected: None,
+            candidates: Vec::new(),
+            brokering: false,
+            epoch: 0,
+            registrations: BTreeSet::new(),
+            episode: None,
+            maintenance: BTreeSet::new(),
+        }
+    }
+
+    /// In LHC mode: initial_ha, extended_ha or pending_recovery.
+    pub fn in_lhc(&self) -> bool {
+        matches!(
+            self.state,
+            ConnectorState::InitialHa
+                | ConnectorState::ExtendedHa
+                | ConnectorState::PendingRecovery
+        )
+    }
+
+    fn started(&self) -> bool {
+        self.state != ConnectorState::Stopped
+    }
+}
+
+/// Timers, in the order they fire when due at the same instant on one connector.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Timer {
+    ProbeExpiry,
+    ImportDone,
+    RecoveryElapsed,
+    Report,
+    Sync,
+}
+
+/// The whole engine state.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Engine {
+    params: Params,
+    now: Option<Ts>,
+    site: SiteConfig,
+    validations: BTreeMap<u64, Validation>,
+    connectors: BTreeMap<String, Connector>,
+    machines: BTreeMap<String, MachineRuntime>,
+}
+
+/// Sort key of connector FQDNs: lowercase, byte order (R-ELECT-2).
+fn fqdn_key(name: &str) -> String {
+    name.to_lowercase()
+}
+
+impl Engine {
+    /// An engine with default parameters and no configuration.
+    pub fn new() -> Engine {
+        Engine::default()
+    }
+
+    /// Current parameters.
+    pub fn params(&self) -> &Params {
+        &self.params
+    }
+
+    /// The site configuration as the cloud holds it.
+    pub fn site(&self) -> &SiteConfig {
+        &self.site
+    }
+
+    /// Connectors by exact id.
+    pub fn connectors(&self) -> &BTreeMap<String, Connector> {
+        &self.connectors
+    }
+
+    /// VDAs seen, by exact id.
+    pub fn machines(&self) -> &BTreeMap<String, MachineRuntime> {
+        &self.machines
+    }
+
+    /// Time of the last applied record or fired timer.
+    pub fn now(&self) -> Option<Ts> {
+        self.now
+    }
+
+    /// The snapshot a connector uses, if any.
+    pub fn snapshot_of(&self, connector: &str) -> Option<&Arc<Snapshot>> {
+        let version = self.connectors.get(connector)?.snapshot?;
+        match self.validations.get(&version)? {
+            Validation::Valid(s) => Some(s),
+            Validation::Invalid(_) => None,
+        }
+    }
+
+    /// Canonical digest of the whole state: SHA-256 of its canonical JSON, hex.
+    pub fn digest(&self) -> String {
+        use sha2::Digest;
+        let bytes = serde_json::to_vec(self).expect("state serializes");
+        let hash = sha2::Sha256::digest(&bytes);
+        hash.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// Applies one log entry: a decoded record, or the error that made it undecodable.
+    pub fn apply(
+        &mut self,
+        offset: u64,
+        input: Result<&Record, &DecodeError>,
+        out: &mut Vec<Output>,
+    ) {
+        let record = match input {
+            Ok(r) => r,
+            Err(e) => {
+                out.push(quarantine(offset, e.without_offset()));
+                return;
+            }
+        };
+        if let Err(error) = self.admissible(record) {
+            out.push(quarantine(offset, error));
+            return;
+        }
+        let ts = record.ts();
+        self.fire_timers(ts, out);
+        self.now = Some(ts);
+        if let Some(name) = record
+            .connector()
+            .and_then(|n| self.site.connector_id(n))
+            .map(str::to_string)
+        {
+            if !self.connectors[&name].named {
+                self.connectors.get_mut(&name).expect("exists").named = true;
+                self.sync_check(&name, ts, out);
+            }
+        }
+        self.apply_record(offset, record, out);
+    }
+
+    /// Advances time to `ts` without a record (end of a replay window).
+    pub fn advance_to(&mut self, ts: Ts, out: &mut Vec<Output>) {
+        if self.now.is_some_and(|now| ts < now) {
+            return;
+        }
+        self.fire_timers(ts, out);
+        self.now = Some(ts);
+    }
+
+    /// Whether the record can be applied; the error names the field at fault.
+    fn admissible(&self, record: &Record) -> Result<(), String> {
+        if let Some(now) = self.now {
+            if record.ts() < now {
+                return Err(format!(
+                    "field `ts`: {} is older than the previous record's {now} (R-LOG-4)",
+                    record.ts()
+                ));
+            }
+        }
+        if let Some(name) = record.connector() {
+            if self.site.connector_id(name).is_none() {
+                return Err(format!(
+                    "field `connector`: unknown connector {name:?}: no configuration names it yet"
+                ));
+            }
+        }
+        match record {
+            Record::EngineParams(p) => self.params.clone().apply(p),
+            Record::ConfigChange(change) => self.site.clone().apply(change, 0),
+            Record::PeerProbe(p) if self.site.connector_id(&p.peer).is_none() => Err(format!(
+                "field `peer`: unknown connector {:?}: no configuration names it yet",
+                p.peer
+            )),
+            Record::AdminCommand(a) => match (a.command, a.seconds) {
+                (AdminCommandName::SetConfigSyncInterval, Some(s)) if (60..=3600).contains(&s) => {
+                    Ok(())
+                }
+                (AdminCommandName::SetConfigSyncInterval, Some(s)) => Err(format!(
+                    "field `seconds`: {s} is outside the allowed 60..=3600"
+                )),
+                (AdminCommandName::SetConfigSyncInterval, None) => Err(
+                    "field `seconds`: set_config_sync_interval needs seconds (60..=3600)".into(),
+                ),
+                (_, Some(_)) => {
+                    Err("field `seconds`: only set_config_sync_interval takes seconds".to_string())
+                }
+                (_, None) => Ok(()),
+            },
+            _ => Ok(()),
+        }
+    }
+
+    fn apply_record(&mut self, offset: u64, record: &Record, out: &mut Vec<Output>) {
+        let ts = record.ts();
+        match record {
+            Record::EngineParams(p) => {
+                self.params.apply(p).expect("checked by admissible");
+            }
+            Record::ConfigChange(change) => {
+                self.site
+                    .apply(change, offset)
+                    .expect("checked by admissible");
+                for id in self.site.connector_ids.values() {
+                    self.connectors
+                        .entry(id.clone())
+                        .or_insert_with(|| Connector::new(ts));
+                }
+                self.collect_validations();
+            }
+            Record::ClockTick(_) | Record::LaunchRequest(_) => {}
+            Record::VdaHeartbeat(hb) => self.vda_heartbeat(hb, ts, out),
+            Record::SessionEvent(ev) => self.session_event(ev),
+            _ => {
+                let name = self.connector_name(record);
+                if self.connectors[&name].started() {
+                    self.connector_record(&name, offset, record, out);
+                } else if let Record::ConnectorLifecycle(l) = record {
+                    if l.event == LifecycleEvent::Start {
+                        self.start(&name, ts, out);
+                    }
+                }
+                self.update_view(&name, ts, out);
+            }
+        }
+    }
+
+    fn connector_name(&self, record: &Record) -> String {
+        let name = record.connector().expect("connector records");
+        self.site
+            .connector_id(name)
+            .expect("checked by admissible")
+            .to_string()
+    }
+
+    /// Records about a started connector.
+    fn connector_record(
+        &mut self,
+        name: &str,
+        offset: u64,
+        record: &Record,
+        out: &mut Vec<Output>,
+    ) {
+        let ts = record.ts();
+        match record {
+            Record::HealthCheck(h) => self.health_check(name, ts, h.ok, out),
+            Record::PeerProbe(p) => {
+                let peer = self
+                    .site
+                    .connector_id(&p.peer)
+                    .expect("checked")
+                    .to_string();
+                self.connectors
+                    .get_mut(name)
+                    .expect("exists")
+                    .probes
+                    .insert(peer, (ts, p.ok, false));
+            }
+            Record::StorefrontHeartbeat(s) => {
+                let c = self.connectors.get_mut(name).expect("exists");
+                c.storefront_last = Some(ts);
+                c.storefronts.insert(s.storefront.clone(), ts);
+                if c.forced && !c.in_lhc() {
+                    self.try_enter_lhc(name, ts, TransitionCause::ForcedOutageEnabled, out);
+                }
+            }
+            Record::ServiceStatus(s) => {
+                let c = self.connectors.get_mut(name).expect("exists");
+                match s.service {
+                    Service::HighAvailability => c.ha_running = s.running,
+                    Service::RemoteBrokerProvider => c.rbp_running = s.running,
+                    Service::ConfigSync => c.css_running = s.running,
+                }
+            }
+            Record::ConnectorLifecycle(l) if l.event == LifecycleEvent::Stop => {
+                self.stop(name, ts, out)
+            }
+            Record::StorageFault(_) => {
+                self.connectors.get_mut(name).expect("exists").storage_fault = Some(offset);
+            }
+            Record::AdminCommand(a) => self.admin(name, ts, a, out),
+            _ => {}
+        }
+    }
+
+    fn admin(&mut self, name: &str, ts: Ts, a: &AdminCommand, out: &mut Vec<Output>) {
+        let c = self.connectors.get_mut(name).expect("exists");
+        match a.command {
+            AdminCommandName::EnableForcedOutage => {
+                c.forced = true;
+                if !c.in_lhc() {
+                    self.try_enter_lhc(name, ts, TransitionCause::ForcedOutageEnabled, out);
+                }
+            }
+            AdminCommandName::DisableForcedOutage => {
+                c.forced = false;
+                if matches!(
+                    c.state,
+                    ConnectorState::InitialHa | ConnectorState::ExtendedHa
+                ) {
+                    self.transition(
+                        name,
+                        ts,
+                        ConnectorState::PendingRecovery,
+                        TransitionCause::ForcedOutageDisabled,
+                        out,
+                    );
+                }
+            }
+            AdminCommandName::SetConfigSyncInterval => c.sync_override_s = a.seconds,
+            AdminCommandName::ClearConfigSyncInterval => c.sync_override_s = None,
+            AdminCommandName::EnableHaSdk => c.ha_sdk = true,
+            AdminCommandName::DisableHaSdk => c.ha_sdk = false,
+            AdminCommandName::EnableCssTrace => c.css_trace = true,
+            AdminCommandName::DisableCssTrace => c.css_trace = false,
+        }
+    }
+
+    // ----- R-STATE ---------------------------------------------------------------------
+
+    fn health_check(&mut self, name: &str, ts: Ts, ok: bool, out: &mut Vec<Output>) {
+        let initial_ha_s = self.params.initial_ha_s;
+        let threshold = match self.site_settings(name).profile {
+            crate::config::Profile::Daas => self.params.second_check_s,
+            crate::config::Profile::Onprem => self.params.onprem_outage_s,
+        };
+        let c = self.connectors.get_mut(name).expect("exists");
+        if std::mem::take(&mut c.first_check_after_start) && !ok && c.snapshot.is_some() {
+            // Powered on during an outage: the snapshot cannot be trusted (R-STATE-10).
+            c.snapshot_usable = false;
+        }
+        c.last_check = Some((ts, ok));
+        let initial_over = ts >= c.state_since.plus_s(initial_ha_s);
+        if c.forced {
+            match c.state {
+                ConnectorState::InitialHa if initial_over => self.transition(
+                    name,
+                    ts,
+                    ConnectorState::ExtendedHa,
+                    TransitionCause::InitialHaElapsed,
+                    out,
+                ),
+                s if !matches!(
+                    s,
+                    ConnectorState::InitialHa
+                        | ConnectorState::ExtendedHa
+                        | ConnectorState::PendingRecovery
+                ) =>
+                {
+                    self.try_enter_lhc(name, ts, TransitionCause::ForcedOutageEnabled, out);
+                }
+                _ => {}
+            }
+            return;
+        }
+        match (c.state, ok) {
+            (ConnectorState::WorkingNormally, false) => {
+                c.first_failure = Some(ts);
+                out.push(self.event(
+                    ts,
+                    name,
+                    EventSource::RemoteBrokerProvider,
+                    3001,
+                    EventData::Empty(EmptyData {}),
+                ));
+                self.transition(
+                    name,
+                    ts,
+                    ConnectorState::PendingHa,
+                    TransitionCause::HealthCheckFailed,
+                    out,
+                );
+            }
+            (ConnectorState::PendingHa, true) => {
+                c.first_failure = None;
+                self.transition(
+                    name,
+                    ts,
+                    ConnectorState::WorkingNormally,
+                    TransitionCause::HealthCheckOk,
+                    out,
+                );
+            }
+            (ConnectorState::PendingHa, false) => {
+                let first = *c.first_failure.get_or_insert(ts);
+                if ts.millis() - first.millis() >= threshold as i64 * 1000
+                    && self.zone_rule_holds(name, ts)
+                {
+                    self.try_enter_lhc(name, ts, TransitionCause::OutageConfirmed, out);
+                }
+            }
+            (ConnectorState::InitialHa, _) if initial_over => {
+                let to = if ok {
+                    ConnectorState::PendingRecovery
+                } else {
+                    ConnectorState::ExtendedHa
+                };
+                self.transition(name, ts, to, TransitionCause::InitialHaElapsed, out);
+            }
+            (ConnectorState::ExtendedHa, true) => self.transition(
+                name,
+                ts,
+                ConnectorState::PendingRecovery,
+                TransitionCause::HealthCheckOk,
+                out,
+            ),
+            (ConnectorState::PendingRecovery, false) => self.transition(
+                name,
+                ts,
+                ConnectorState::ExtendedHa,
+                TransitionCause::HealthCheckFailed,
+                out,
+            ),
+            _ => {}
+        }
+    }
+
+    /// R-STATE-3: no other started connector of the zone has an ok check within the window.
+    fn zone_rule_holds(&self, name: &str, ts: Ts) -> bool {
+        let Some(zone) = self.site.connector_zone(name) else {
+            return true;
+        };
+        let window_ms = self.params.peer_health_window_s as i64 * 1000;
+        !self.site.zone_connectors(zone).filter(|p| *p != name).any(|peer| {
+            self.connectors.get(peer).is_some_and(|p| {
+                p.started() && matches!(p.last_check, Some((t, true)) if ts.millis() - t.millis() < window_ms)
+            })
+        })
+    }
+
+    /// The site settings a connector goes by: its snapshot's, else the cloud's.
+    fn site_settings(&self, name: &str) -> crate::config::SiteData {
+        match self.snapshot_of(name) {
+            Some(s) => s.site.clone(),
+            None => self.site.site(),
+        }
+    }
+
+    /// R-STATE-4: the first reason the connector cannot enter LHC mode, if any.
+    fn ineligible(&self, name: &str, ts: Ts) -> Option<IneligibleReason> {
+        let c = &self.connectors[name];
+        if !self.site_settings(name).lhc_enabled {
+            return Some(IneligibleReason::LhcDisabled);
+        }
+        if c.snapshot.is_none() || !c.snapshot_usable {
+            return Some(IneligibleReason::NoLhcDatabase);
+        }
+        if !c.ha_running {
+            return Some(IneligibleReason::HaServiceNotRunning);
+        }
+        let window_ms = self.params.storefront_window_s as i64 * 1000;
+        if c.storefront_last
+            .is_none_or(|t| ts.millis() - t.millis() >= window_ms)
+        {
+            return Some(IneligibleReason::NoStorefrontTraffic);
+        }
+        None
+    }
+
+    fn try_enter_lhc(&mut self, name: &str, ts: Ts, cause: TransitionCause, out: &mut Vec<Output>) {
+        match self.ineligible(name, ts) {
+            Some(reason) => {
+                let c = self.connectors.get_mut(name).expect("exists");
+                if c.reported_ineligible != Some(reason) {
+                    c.reported_ineligible = Some(reason);
+                    let data = EventData::Ineligible(IneligibleData { reason });
+                    out.push(self.event(ts, name, EventSource::RemoteBrokerProvider, 3002, data));
+                }
+            }
+            None => self.transition(name, ts, ConnectorState::InitialHa, cause, out),
+        }
+    }
+
+    /// Changes state, with 3003 and the episode bookkeeping of entering or leaving LHC mode.
+    fn transition(
+        &mut self,
+        name: &str,
+        ts: Ts,
+        to: ConnectorState,
+        cause: TransitionCause,
+        out: &mut Vec<Output>,
+    ) {
+        let forced_on_subset =
+            (cause == TransitionCause::ForcedOutageEnabled).then(|| self.forced_on_subset(name));
+        let report_interval_s = self.params.report_interval_s;
+        let c = self.connectors.get_mut(name).expect("exists");
+        let from = c.state;
+        let was_lhc = c.in_lhc();
+        let data = TransitionData {
+            from,
+            to,
+            previous_state_duration_s: ts.seconds_since(c.state_since).max(0) as u64,
+            cause,
+            forced_on_subset,
+        };
+        c.state = to;
+        c.state_since = ts;
+        c.epoch += 1;
+        out.push(self.event(
+            ts,
+            name,
+            EventSource::RemoteBrokerProvider,
+            3003,
+            EventData::Transition(data),
+        ));
+        let c = self.connectors.get_mut(name).expect("exists");
+        let now_lhc = c.in_lhc();
+        if !was_lhc && now_lhc {
+            c.reported_ineligible = None;
+            c.registrations.clear();
+            c.episode = Some(Episode {
+                started: ts,
+                next_report: ts.plus_s(report_interval_s),
+                registered: BTreeSet::new(),
+                successful_launches: 0,
+                failed_launches: 0,
+            });
+            self.update_view(name, ts, out);
+        } else if was_lhc && !now_lhc {
+            self.end_episode(name, ts, to == ConnectorState::Stopped, out);
+        }
+        if to == ConnectorState::WorkingNormally {
+            self.connectors
+                .get_mut(name)
+                .expect("exists")
+                .reported_ineligible = None;
+        }
+    }
+
+    fn forced_on_subset(&self, name: &str) -> bool {
+        let Some(zone) = self.site.connector_zone(name) else {
+            return false;
+        };
+        self.site
+            .zone_connectors(zone)
+            .filter(|p| *p != name)
+            .any(|p| {
+                self.connectors
+                    .get(p)
+                    .is_some_and(|c| c.started() && !c.forced)
+            })
+    }
+
+    /// LHC mode ended (to working_normally, or stopped): summary events, registrations
+    /// dropped, maintenance lifted.
+    fn end_episode(&mut self, name: &str, ts: Ts, stopped: bool, out: &mut Vec<Output>) {
+        let c = self.connectors.get_mut(name).expect("exists");
+        let Some(episode) = c.episode.take() else {
+            return;
+        };
+        let was_brokering = std::mem::take(&mut c.brokering);
+        let elected = c.elected.clone();
+        let duration = ts.seconds_since(episode.started).max(0) as u64;
+        if was_brokering {
+            if !stopped {
+                let data = EventData::OutageEnded(OutageEndedData {
+                    outage_duration_s: duration,
+                });
+                out.push(self.event(ts, name, EventSource::HighAvailabilityService, 3503, data));
+            }
+            let data = EventData::ElectedSummary(ElectedSummaryData {
+                outage_duration_s: duration,
+                registered_machines: episode.registered.len() as u64,
+                successful_launches: episode.successful_launches,
+                failed_launches: episode.failed_launches,
+            });
+            out.push(self.event(ts, name, EventSource::HighAvailabilityService, 3508, data));
+        } else {
+            let data = EventData::NonElected(NonElectedData {
+                outage_duration_s: duration,
+                elected,
+            });
+            out.push(self.event(ts, name, EventSource::HighAvailabilityService, 3510, data));
+        }
+        let reason = stopped.then_some(Reason::ConnectorStopped);
+        self.drop_registrations(name, ts, reason, out);
+        let c = self.connectors.get_mut(name).expect("exists");
+        let lifted = std::mem::take(&mut c.maintenance);
+        let reason = if stopped {
+            MaintenanceReason::ConnectorStopped
+        } else {
+            MaintenanceReason::OutageEnded
+        };
+        for machine in lifted {
+            out.push(Output::MachineMaintenance(MachineMaintenance {
+                ts,
+                machine,
+                connector: name.to_string(),
+                on: false,
+                reason,
+            }));
+        }
+    }
+
+    fn stop(&mut self, name: &str, ts: Ts, out: &mut Vec<Output>) {
+        self.transition(
+            name,
+            ts,
+            ConnectorState::Stopped,
+            TransitionCause::ConnectorStopped,
+            out,
+        );
+        let c = self.connectors.get_mut(name).expect("exists");
+        c.last_check = None;
+        c.first_failure = None;
+        c.storefront_last = None;
+        c.probes.clear();
+        c.import = None;
+        c.next_sync = None;
+    }
+
+    fn start(&mut self, name: &str, ts: Ts, out: &mut Vec<Output>) {
+        self.transition(
+            name,
+            ts,
+            ConnectorState::WorkingNormally,
+            TransitionCause::ConnectorStarted,
+            out,
+        );
+        self.connectors
+            .get_mut(name)
+            .expect("exists")
+            .first_check_after_start = true;
+        self.sync_check(name, ts, out);
+    }
+
+    // ----- R-ELECT ---------------------------------------------------------------------
+
+    /// Recomputes a connector's view of the election, with 3504 on change, 3502 when it
+    /// starts brokering and registration drops when it stops (R-ELECT-1..5, R-REG-3).
+    fn update_view(&mut self, name: &str, ts: Ts, out: &mut Vec<Output>) {
+        let c = &self.connectors[name];
+        if !c.started() {
+            return;
+        }
+        let timeout_ms = self.params.peer_timeout_s as i64 * 1000;
+        let mut candidates: Vec<String> = Vec::new();
+        if c.ha_running && c.snapshot.is_some() {
+            candidates.push(name.to_string());
+        }
+        if let Some(snapshot) = self.snapshot_of(name) {
+            for peer in snapshot.zone_peers(name) {
+                let peer = self.site.connector_id(peer).unwrap_or(peer);
+                if matches!(c.probes.get(peer), Some((t, true, _)) if ts.millis() - t.millis() < timeout_ms)
+                {
+                    candidates.push(peer.to_string());
+                }
+            }
+        }
+        candidates.sort_by_key(|a| fqdn_key(a));
+        candidates.dedup();
+        let elected = candidates.first().cloned();
+        let c = self.connectors.get_mut(name).expect("exists");
+        let changed = c.elected != elected;
+        c.candidates = candidates;
+        if changed {
+            c.elected = elected.clone();
+            c.epoch += 1;
+            let data = EventData::ElectionView(ElectionViewData {
+                elected,
+                candidates: c.candidates.clone(),
+            });
+            out.push(self.event(ts, name, EventSource::HighAvailabilityService, 3504, data));
+        }
+        let c = self.connectors.get_mut(name).expect("exists");
+        let brokering = c.in_lhc() && c.elected.as_deref() == Some(name);
+        if brokering != c.brokering {
+            c.brokering = brokering;
+            c.epoch += 1;
+            if brokering {
+                let data = EventData::Brokering(BrokeringData {
+                    elected: name.to_string(),
+                });
+                out.push(self.event(ts, name, EventSource::HighAvailabilityService, 3502, data));
+            } else {
+                self.drop_registrations(name, ts, Some(Reason::NotElected), out);
+            }
+        }
+    }
+
+    // ----- R-REG -----------------------------------------------------------------------
+
+    fn drop_registrations(
+        &mut self,
+        name: &str,
+        ts: Ts,
+        reason: Option<Reason>,
+        out: &mut Vec<Output>,
+    ) {
+        let c = self.connectors.get_mut(name).expect("exists");
+        for machine in std::mem::take(&mut c.registrations) {
+            if let Some(m) = self.machines.get_mut(&machine) {
+                m.registrar = Registrar::None;
+            }
+            out.push(Output::Registration(Registration {
+                ts,
+                machine,
+                connector: name.to_string(),
+                accepted: false,
+                reason,
+            }));
+        }
+    }
+
+    fn vda_heartbeat(&mut self, hb: &VdaHeartbeat, ts: Ts, out: &mut Vec<Output>) {
+        let Some(machine) = self.site.machine_id(&hb.machine).map(str::to_string) else {
+            // Not in the site configuration: the cloud broker refuses it.
+            let runtime = self.machines.entry(hb.machine.clone()).or_default();
+            runtime.sessions = hb.sessions.clone();
+            refuse(
+                runtime,
+                ts,
+                &hb.machine,
+                "cloud",
+                Reason::UnknownMachine,
+                0,
+                out,
+            );
+            return;
+        };
+        let zone = self
+            .site
+            .machine_zone(&machine)
+            .unwrap_or_default()
+            .to_string();
+        let mut zone_connectors: Vec<&str> = self.site.zone_connectors(&zone).collect();
+        zone_connectors.sort_by_key(|a| fqdn_key(a));
+        let cloud = zone_connectors.iter().any(|c| {
+            self.connectors.get(*c).is_some_and(|c| {
+                matches!(
+                    c.state,
+                    ConnectorState::WorkingNormally | ConnectorState::PendingHa
+                )
+            })
+        });
+        let mut refusals = Vec::new();
+        let target = if cloud {
+            Registrar::Cloud
+        } else {
+            let mut target = Registrar::None;
+            for name in &zone_connectors {
+                let Some(c) = self.connectors.get(*name) else {
+                    continue;
+                };
+                if !c.in_lhc() {
+                    continue;
+                }
+                let reason = if !c.brokering {
+                    Some(Reason::NotElected)
+                } else if self
+                    .snapshot_of(name)
+                    .and_then(|s| s.machine(&machine))
+                    .is_none()
+                {
+                    Some(Reason::UnknownMachine)
+                } else {
+                    None
+                };
+                match reason {
+                    Some(reason) => refusals.push((name.to_string(), reason, c.epoch)),
+                    None if target == Registrar::None => {
+                        target = Registrar::Connector(name.to_string())
+                    }
+                    None => {}
+                }
+            }
+            target
+        };
+        let runtime = self.machines.entry(machine.clone()).or_default();
+        runtime.sessions = hb.sessions.clone();
+        for (name, reason, epoch) in refusals {
+            refuse(runtime, ts, &machine, &name, reason, epoch, out);
+        }
+        if runtime.registrar == target {
+            return;
+        }
+        let previous = std::mem::replace(&mut runtime.registrar, target.clone());
+        if let Registrar::Connector(old) = previous {
+            if let Some(c) = self.connectors.get_mut(&old) {
+                c.registrations.remove(&machine);
+            }
+        }
+        let connector = match &target {
+            Registrar::None => return,
+            Registrar::Cloud => "cloud".to_string(),
+            Registrar::Connector(name) => {
+                let c = self.connectors.get_mut(name).expect("exists");
+                c.registrations.insert(machine.clone());
+                if let Some(e) = &mut c.episode {
+                    e.registered.insert(machine.clone());
+                }
+                name.clone()
+            }
+        };
+        if let Some(runtime) = self.machines.get_mut(&machine) {
+            runtime.refusals.remove(&connector);
+        }
+        out.push(Output::Registration(Registration {
+            ts,
+            machine,
+            connector,
+            accepted: true,
+            reason: None,
+        }));
+    }
+
+    fn session_event(&mut self, ev: &SessionEvent) {
+        let machine = self
+            .site
+            .machine_id(&ev.machine)
+            .unwrap_or(&ev.machine)
+            .to_string();
+        let runtime = self.machines.entry(machine).or_default();
+        let existing = runtime.sessions.iter().position(|s| s.id == ev.session);
+        match (ev.event, existing) {
+            (SessionEventKind::Logoff, Some(i)) => {
+                runtime.sessions.remove(i);
+            }
+            (SessionEventKind::Logoff, None) => {}
+            (kind, i) => {
+                let state = if kind == SessionEventKind::Disconnect {
+                    SessionState::Disconnected
+                } else {
+                    SessionState::Active
+                };
+                match i {
+                    Some(i) => runtime.sessions[i].state = state,
+                    None => runtime.sessions.push(SessionReport {
+                        id: ev.session.clone(),
+                        user: ev.user.clone(),
+                        state,
+                    }),
+                }
+            }
+        }
+    }
+
+    // ----- R-CSS -----------------------------------------------------------------------
+
+    /// One config sync check (R-CSS-2), then the next is scheduled.
+    fn sync_check(&mut self, name: &str, ts: Ts, out: &mut Vec<Output>) {
+        let interval = self.connectors[name]
+            .sync_override_s
+            .unwrap_or(self.params.sync_interval_s);
+        let latest = self.site.version;
+        let c = self.connectors.get_mut(name).expect("exists");
+        c.next_sync = Some(ts.plus_s(interval));
+        if !c.css_running || !c.started() || c.import.is_some() {
+            return;
+        }
+        let newer = latest > 0 && c.snapshot.is_none_or(|v| v < latest);
+        let needs_import = latest > 0 && (newer || !c.snapshot_usable);
+        let (id, data) = if !c.ha_running {
+            (518, EventData::Empty(EmptyData {}))
+        } else if !c.rbp_running {
+            (517, EventData::Empty(EmptyData {}))
+        } else if matches!(c.last_check, Some((_, false))) {
+            (510, EventData::Empty(EmptyData {}))
+        } else if c.in_lhc() && newer {
+            (507, EventData::Version(VersionData { version: latest }))
+        } else if needs_import {
+            (503, EventData::Version(VersionData { version: latest }))
+        } else {
+            return;
+        };
+        out.push(self.event(ts, name, EventSource::ConfigSyncService, id, data));
+        if id != 503 {
+            return;
+        }
+        let duration = self.params.import_duration_s;
+        let c = self.connectors.get_mut(name).expect("exists");
+        c.import = Some(PendingImport {
+            version: latest,
+            done_at: ts.plus_s(duration),
+        });
+        if duration == 0 {
+            self.finish_import(name, ts, out);
+        }
+    }
+
+    /// Validates (once per version) and caches; drops validations nobody needs any more.
+    fn validation(&mut self, version: u64) -> &Validation {
+        if !self.validations.contains_key(&version) {
+            let validation = match snapshot::build(&self.site) {
+                Ok(s) => Validation::Valid(Arc::new(s)),
+                Err(failures) => Validation::Invalid(failures),
+            };
+            self.validations.insert(version, validation);
+        }
+        &self.validations[&version]
+    }
+
+    fn collect_validations(&mut self) {
+        let keep: BTreeSet<u64> = self
+            .connectors
+            .values()
+            .flat_map(|c| {
+                c.snapshot
+                    .into_iter()
+                    .chain(c.import.as_ref().map(|i| i.version))
+            })
+            .chain(std::iter::once(self.site.version))
+            .collect();
+        self.validations.retain(|v, _| keep.contains(v));
+    }
+
+    fn finish_import(&mut self, name: &str, ts: Ts, out: &mut Vec<Output>) {
+        let c = self.connectors.get_mut(name).expect("exists");
+        let Some(import) = c.import.take() else {
+            return;
+        };
+        if c.in_lhc() && self.params.import_duration_s > 0 {
+            // LHC mode started during the import: abandoned, the previous snapshot stays.
+            let data = EventData::Version(VersionData {
+                version: import.version,
+            });
+            out.push(self.event(ts, name, EventSource::ConfigSyncService, 507, data));
+            return;
+        }
+        let storage_fault = c.storage_fault.take();
+        let trace = c.css_trace;
+        let fallback = c.snapshot;
+        let mut failures = match self.validation(import.version) {
+            Validation::Valid(_) => Vec::new(),
+            Validation::Invalid(f) => f.clone(),
+        };
+        if let Some(offset) = storage_fault {
+            failures.push(ImportFailure {
+                kind: crate::config::ObjectKind::Connector,
+                id: name.to_string(),
+                rule: Rule::StorageFault,
+                introduced_by: IntroducedBy {
+                    offset,
+                    version: None,
+                },
+            });
+            failures.sort_by(|a, b| (a.kind, &a.id).cmp(&(b.kind, &b.id)));
+        }
+        if failures.is_empty() {
+            let objects = match self.validation(import.version) {
+                Validation::Valid(s) => s.objects,
+                Validation::Invalid(_) => 0,
+            };
+            let c = self.connectors.get_mut(name).expect("exists");
+            c.snapshot = Some(import.version);
+            c.snapshot_usable = true;
+            let data = EventData::Imported(Imported {
+                version: import.version,
+                objects,
+            });
+            out.push(self.event(ts, name, EventSource::ConfigSyncService, 504, data));
+            self.collect_validations();
+            self.update_view(name, ts, out);
+        } else {
+            if !trace {
+                failures.truncate(1);
+            }
+            let data = EventData::ImportFailed(ImportFailed {
+                version: import.version,
+                failures,
+                fallback_version: fallback,
+            });
+            out.push(self.event(ts, name, EventSource::ConfigSyncService, 505, data));
+        }
+    }
+
+    // ----- timers (R-STATE-9) ----------------------------------------------------------
+
+    fn next_timer(&self) -> Option<(Ts, String, Timer, String)> {
+        let mut best: Option<(Ts, String, Timer, String)> = None;
+        let mut consider = |deadline: Ts, name: &str, timer: Timer, detail: &str| {
+            let key = (deadline, fqdn_key(name), timer);
+            if best
+                .as_ref()
+                .is_none_or(|b| key < (b.0, fqdn_key(&b.1), b.2))
+            {
+                best = Some((deadline, name.to_string(), timer, detail.to_string()));
+            }
+        };
+        for (name, c) in &self.connectors {
+            if !c.started() {
+                continue;
+            }
+            for (peer, (t, ok, handled)) in &c.probes {
+                if *ok && !handled {
+                    consider(
+                        t.plus_s(self.params.peer_timeout_s),
+                        name,
+                        Timer::ProbeExpiry,
+                        peer,
+                    );
+                }
+            }
+            if let Some(import) = &c.import {
+                consider(import.done_at, name, Timer::ImportDone, "");
+            }
+            if c.state == ConnectorState::PendingRecovery && !c.forced {
+                consider(
+                    c.state_since.plus_s(self.params.pending_recovery_s),
+                    name,
+                    Timer::RecoveryElapsed,
+                    "",
+                );
+            }
+            if let Some(e) = &c.episode {
+                consider(e.next_report, name, Timer::Report, "");
+            }
+            if let Some(t) = c.next_sync {
+                consider(t, name, Timer::Sync, "");
+            }
+        }
+        best
+    }
+
+    fn fire_timers(&mut self, until: Ts, out: &mut Vec<Output>) {
+        while let Some((deadline, name, timer, detail)) = self.next_timer() {
+            if deadline > until {
+                break;
+            }
+            self.now = Some(deadline.max(self.now.unwrap_or(deadline)));
+            match timer {
+                Timer::ProbeExpiry => {
+                    if let Some(p) = self
+                        .connectors
+                        .get_mut(&name)
+                        .expect("exists")
+                        .probes
+                        .get_mut(&detail)
+                    {
+                        p.2 = true;
+                    }
+                }
+                Timer::ImportDone => self.finish_import(&name, deadline, out),
+                Timer::RecoveryElapsed => self.transition(
+                    &name,
+                    deadline,
+                    ConnectorState::WorkingNormally,
+                    TransitionCause::RecoveryPeriodElapsed,
+                    out,
+                ),
+                Timer::Report => self.report(&name, deadline, out),
+                Timer::Sync => self.sync_check(&name, deadline, out),
+            }
+            self.update_view(&name, deadline, out);
+        }
+    }
+
+    fn report(&mut self, name: &str, ts: Ts, out: &mut Vec<Output>) {
+        let interval = self.params.report_interval_s;
+        let c = self.connectors.get_mut(name).expect("exists");
+        let Some(episode) = &mut c.episode else {
+            return;
+        };
+        episode.next_report = ts.plus_s(interval);
+        let duration = ts.seconds_since(episode.started).max(0) as u64;
+        let (id, data) = if c.brokering {
+            let sessions = c
+                .registrations
+                .iter()
+                .filter_map(|m| self.machines.get(m))
+                .map(|m| m.sessions.len() as u64)
+                .sum();
+            (
+                3507,
+                EventData::ElectedReport(ElectedReportData {
+                    outage_duration_s: duration,
+                    registered_machines: c.registrations.len() as u64,
+                    sessions,
+                }),
+            )
+        } else {
+            (
+                3509,
+                EventData::NonElected(NonElectedData {
+                    outage_duration_s: duration,
+                    elected: c.elected.clone(),
+                }),
+            )
+        };
+        out.push(self.event(ts, name, EventSource::HighAvailabilityService, id, data));
+    }
+
+    // ----- outputs ---------------------------------------------------------------------
+
+    fn event(
+        &self,
+        ts: Ts,
+        connector: &str,
+        source: EventSource,
+        event_id: u32,
+        data: EventData,
+    ) -> Output {
+        let level = match (source, event_id) {
+            (EventSource::ConfigSyncService, 505 | 517 | 518) => Level::Error,
+            (EventSource::ConfigSyncService, 507 | 510) => Level::Warning,
+            (EventSource::RemoteBrokerProvider, 3001 | 3002) => Level::Warning,
+            (EventSource::HighAvailabilityService, 3502) => Level::Warning,
+            _ => Level::Information,
+        };
+        let message = message(event_id, &data);
+        Output::Event(Event {
+            ts,
+            connector: connector.to_string(),
+            source,
+            event_id,
+            level,
+            message,
+            data,
+        })
+    }
+}
+
+fn refuse(
+    runtime: &mut MachineRuntime,
+    ts: Ts,
+    machine: &str,
+    connector: &str,
+    reason: Reason,
+    epoch: u64,
+    out: &mut Vec<Output>,
+) {
+    if runtime.refusals.get(connector) == Some(&(reason, epoch)) {
+        return;
+    }
+    runtime
+        .refusals
+        .insert(connector.to_string(), (reason, epoch));
+    out.push(Output::Registration(Registration {
+        ts,
+        machine: machine.to_string(),
+        connector: connector.to_string(),
+        accepted: false,
+        reason: Some(reason),
+    }));
+}
+
+fn quarantine(offset: u64, error: String) -> Output {
+    Output::Quarantine(Quarantine { offset, error })
+}
+
+fn snake<T: Serialize>(value: &T) -> String {
+    serde_json::to_value(value)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
+/// The human-readable text of an event.
+fn message(event_id: u32, data: &EventData) -> String {
+    match (event_id, data) {
+        (503, EventData::Version(v)) => format!("Importing configuration version {}", v.version),
+        (504, EventData::Imported(i)) => {
+            format!(
+                "Imported configuration version {} ({} objects); the local host cache now uses it",
+                i.version, i.objects
+            )
+        }
+        (505, EventData::ImportFailed(f)) => {
+            let first = f.failures.first().map_or(String::new(), |x| {
+                format!(
+                    ": {} {:?} breaks {} (introduced at offset {})",
+                    x.kind,
+                    x.id,
+                    snake(&x.rule),
+                    x.introduced_by.offset
+                )
+            });
+            let fallback = f
+                .fallback_version
+                .map_or("no configuration".to_string(), |v| format!("version {v}"));
+            format!(
+                "Import of configuration version {} failed{first}; keeping {fallback}",
+                f.version
+            )
+        }
+        (507, EventData::Version(v)) => {
+            format!(
+                "Configuration version {} is available but LHC mode is active: import abandoned",
+                v.version
+            )
+        }
+        (510, _) => "No configuration data received: the control plane is unreachable".into(),
+        (517, _) => "Remote Broker Provider is not running: config sync skipped".into(),
+        (518, _) => "High Availability Service is not running: config sync aborted".into(),
+        (3001, _) => "Health check of the control plane failed".into(),
+        (3002, EventData::Ineligible(i)) => format!("Cannot enter LHC mode: {}", snake(&i.reason)),
+        (3003, EventData::Transition(t)) => {
+            format!(
+                "State changed from {} to {} ({})",
+                snake(&t.from),
+                snake(&t.to),
+                snake(&t.cause)
+            )
+        }
+        (3502, _) => "Brokering in LHC mode as the elected broker".into(),
+        (3503, EventData::OutageEnded(o)) => {
+            format!(
+                "LHC mode ended after {} s; normal operations resumed",
+                o.outage_duration_s
+            )
+        }
+        (3504, EventData::ElectionView(v)) => format!(
+            "Elected broker is now {} (candidates: {})",
+            v.elected.as_deref().unwrap_or("none"),
+            v.candidates.join(", ")
+        ),
+        (3507, EventData::ElectedReport(r)) => format!(
+            "LHC mode active for {} s: {} registered machines, {} sessions",
+            r.outage_duration_s, r.registered_machines, r.sessions
+        ),
+        (3508, EventData::ElectedSummary(s)) => format!(
+            "LHC mode ended after {} s: {} machines registered, {} launches brokered, {} failed",
+            s.outage_duration_s, s.registered_machines, s.successful_launches, s.failed_launches
+        ),
+        (3509, EventData::NonElected(n)) => format!(
+            "LHC mode active for {} s on a non-elected broker; elected: {}",
+            n.outage_duration_s,
+            n.elected.as_deref().unwrap_or("none")
+        ),
+        (3510, EventData::NonElected(n)) => format!(
+            "LHC mode ended after {} s on a non-elected broker (elected: {})",
+            n.outage_duration_s,
+            n.elected.as_deref().unwrap_or("none")
+        ),
+        (id, _) => format!("event {id}"),
+    }
+}

@@ -1,0 +1,200 @@
+//! The site configuration as the cloud (or site database) holds it: every object with the
+//! log offset and version of the change that last wrote it, so a failed import can name
+//! what introduced each offending object (R-CSS-4).
+//!
+//! Invariant: a `config.change` applies whole or not at all; versions strictly increase.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::{ConfigObject, ConfigOp, ObjectKind};
+use crate::output::IntroducedBy;
+use crate::record::ConfigChange;
+
+/// An object with its provenance.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Stored {
+    /// The object as last upserted.
+    pub object: ConfigObject,
+    /// The change that wrote it.
+    pub introduced_by: IntroducedBy,
+}
+
+/// The current site configuration.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SiteConfig {
+    /// Version of the last change (0: none yet).
+    pub version: u64,
+    /// Objects by kind, then exact id.
+    pub objects: BTreeMap<ObjectKind, BTreeMap<String, Stored>>,
+    /// Deletions by kind and lowercased id: a reference left dangling by a delete was
+    /// introduced by that delete.
+    pub deleted: BTreeMap<ObjectKind, BTreeMap<String, IntroducedBy>>,
+    /// Lowercased id → exact id, for connectors and machines named by records.
+    pub connector_ids: BTreeMap<String, String>,
+    /// Lowercased id → exact id of machines.
+    pub machine_ids: BTreeMap<String, String>,
+}
+
+impl SiteConfig {
+    /// Applies a change at `offset`, or explains why it cannot apply (nothing changes then).
+    pub fn apply(&mut self, change: &ConfigChange, offset: u64) -> Result<(), String> {
+        if change.version <= self.version {
+            return Err(format!(
+                "field `version`: {} is not above the current version {}",
+                change.version, self.version
+            ));
+        }
+        // Dry run: deletes must name objects that exist at that point of the change.
+        let mut overlay: BTreeMap<(ObjectKind, &str), bool> = BTreeMap::new();
+        for (i, op) in change.ops.iter().enumerate() {
+            match op {
+                ConfigOp::Upsert(object) => {
+                    if object.kind() == ObjectKind::Site && object.id() != "site" {
+                        return Err(format!(
+                            "field `ops[{i}].id`: the site object's id must be \"site\""
+                        ));
+                    }
+                    overlay.insert((object.kind(), object.id()), true);
+                }
+                ConfigOp::Delete(r) => {
+                    let exists = overlay
+                        .get(&(r.kind, r.id.as_str()))
+                        .copied()
+                        .unwrap_or_else(|| self.get(r.kind, &r.id).is_some());
+                    if !exists {
+                        return Err(format!(
+                            "field `ops[{i}]`: delete of unknown {} {:?}",
+                            r.kind, r.id
+                        ));
+                    }
+                    overlay.insert((r.kind, r.id.as_str()), false);
+                }
+            }
+        }
+        let introduced_by = IntroducedBy {
+            offset,
+            version: Some(change.version),
+        };
+        for op in &change.ops {
+            match op {
+                ConfigOp::Upsert(object) => {
+                    let kind = object.kind();
+                    let id = object.id().to_string();
+                    self.index(kind, &id, true);
+                    self.objects.entry(kind).or_default().insert(
+                        id,
+                        Stored {
+                            object: object.clone(),
+                            introduced_by: introduced_by.clone(),
+                        },
+                    );
+                }
+                ConfigOp::Delete(r) => {
+                    if let Some(objects) = self.objects.get_mut(&r.kind) {
+                        objects.remove(&r.id);
+                    }
+                    self.index(r.kind, &r.id, false);
+                    self.deleted
+                        .entry(r.kind)
+                        .or_default()
+                        .insert(r.id.to_lowercase(), introduced_by.clone());
+                }
+            }
+        }
+        self.version = change.version;
+        Ok(())
+    }
+
+    fn index(&mut self, kind: ObjectKind, id: &str, present: bool) {
+        let map = match kind {
+            ObjectKind::Connector => &mut self.connector_ids,
+            ObjectKind::Machine => &mut self.machine_ids,
+            _ => return,
+        };
+        let key = id.to_lowercase();
+        if present {
+            map.insert(key, id.to_string());
+        } else if map.get(&key).is_some_and(|exact| exact == id) {
+            map.remove(&key);
+        }
+    }
+
+    /// The object of `kind` with exactly this id.
+    pub fn get(&self, kind: ObjectKind, id: &str) -> Option<&Stored> {
+        self.objects.get(&kind)?.get(id)
+    }
+
+    /// Objects of one kind, in id order.
+    pub fn of_kind(&self, kind: ObjectKind) -> impl Iterator<Item = &Stored> {
+        self.objects.get(&kind).into_iter().flat_map(|m| m.values())
+    }
+
+    /// Every object, in (kind, id) order.
+    pub fn all(&self) -> impl Iterator<Item = &Stored> {
+        self.objects.values().flat_map(|m| m.values())
+    }
+
+    /// Number of objects.
+    pub fn len(&self) -> u64 {
+        self.objects.values().map(|m| m.len() as u64).sum()
+    }
+
+    /// Whether no object exists.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The exact id of a connector named by a record (case-insensitive).
+    pub fn connector_id(&self, name: &str) -> Option<&str> {
+        resolve(&self.connector_ids, name)
+    }
+
+    /// The exact id of a machine named by a record (case-insensitive).
+    pub fn machine_id(&self, name: &str) -> Option<&str> {
+        resolve(&self.machine_ids, name)
+    }
+
+    /// The zone id of a connector.
+    pub fn connector_zone(&self, connector: &str) -> Option<&str> {
+        match &self.get(ObjectKind::Connector, connector)?.object {
+            ConfigObject::Connector { data, .. } => Some(&data.zone),
+            _ => None,
+        }
+    }
+
+    /// Connectors of a zone (zone ids compare case-insensitively), in id order.
+    pub fn zone_connectors<'a>(&'a self, zone: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+        self.of_kind(ObjectKind::Connector)
+            .filter_map(move |s| match &s.object {
+                ConfigObject::Connector { id, data } if data.zone.eq_ignore_ascii_case(zone) => {
+                    Some(id.as_str())
+                }
+                _ => None,
+            })
+    }
+
+    /// The zone id of a machine.
+    pub fn machine_zone(&self, machine: &str) -> Option<&str> {
+        match &self.get(ObjectKind::Machine, machine)?.object {
+            ConfigObject::Machine { data, .. } => Some(&data.zone),
+            _ => None,
+        }
+    }
+
+    /// The site settings (defaults when no site object exists).
+    pub fn site(&self) -> crate::config::SiteData {
+        match self.get(ObjectKind::Site, "site").map(|s| &s.object) {
+            Some(ConfigObject::Site { data, .. }) => data.clone(),
+            _ => crate::config::SiteData::default(),
+        }
+    }
+}
+
+/// Looks a name up exactly (the common case, no allocation), then lowercased.
+pub fn resolve<'a>(map: &'a BTreeMap<String, String>, name: &str) -> Option<&'a str> {
+    map.get(name)
+        .or_else(|| map.get(&name.to_lowercase()))
+        .map(String::as_str)
+}

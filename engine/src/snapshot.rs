@@ -1,0 +1,285 @@
+//! A connector's imported configuration (its LHC database content from config sync) and
+//! the import validation rules (R-CSS-3, R-CSS-4).
+//!
+//! A snapshot is the whole configuration at one version, validated and indexed. Identical
+//! versions are one shared `Arc`, so eight connectors of a big site hold one copy.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::{ConfigObject, DeliveryGroupKind, ObjectKind, SiteData};
+use crate::output::{ImportFailure, IntroducedBy, Rule};
+use crate::site::{SiteConfig, Stored};
+
+/// What brokering and election need of a machine.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MachineEntry {
+    /// Exact id.
+    pub id: String,
+    /// Zone id, lowercased.
+    pub zone: String,
+    /// Delivery group id, lowercased.
+    pub delivery_group: String,
+}
+
+/// A validated configuration at one version.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Snapshot {
+    /// Site version.
+    pub version: u64,
+    /// Number of objects copied.
+    pub objects: u64,
+    /// Site settings.
+    pub site: SiteData,
+    /// Connectors (exact ids) by lowercased zone id.
+    pub zone_connectors: BTreeMap<String, BTreeSet<String>>,
+    /// Lowercased zone id by lowercased connector id.
+    pub connector_zone: BTreeMap<String, String>,
+    /// Machines by lowercased id.
+    pub machines: BTreeMap<String, MachineEntry>,
+}
+
+impl Snapshot {
+    /// The machine named (case-insensitively).
+    pub fn machine(&self, name: &str) -> Option<&MachineEntry> {
+        self.machines
+            .get(name)
+            .or_else(|| self.machines.get(&name.to_lowercase()))
+    }
+
+    /// Peers in the zone of `connector`, itself excluded, in id order.
+    pub fn zone_peers<'a>(&'a self, connector: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+        let zone = self.connector_zone.get(&connector.to_lowercase());
+        zone.and_then(|z| self.zone_connectors.get(z))
+            .into_iter()
+            .flatten()
+            .filter(move |c| !c.eq_ignore_ascii_case(connector))
+            .map(String::as_str)
+    }
+}
+
+/// Lowercased ids present, per kind.
+struct Ids<'a> {
+    config: &'a SiteConfig,
+    lower: BTreeMap<ObjectKind, BTreeSet<String>>,
+}
+
+impl Ids<'_> {
+    fn has(&self, kind: ObjectKind, id: &str) -> bool {
+        self.lower
+            .get(&kind)
+            .is_some_and(|s| s.contains(&id.to_lowercase()))
+    }
+
+    /// Provenance of a dangling reference: the later of the referrer's write and the
+    /// deletion of the target, when the target was deleted.
+    fn dangling(&self, referrer: &Stored, kinds: &[ObjectKind], target: &str) -> IntroducedBy {
+        let deleted = kinds
+            .iter()
+            .filter_map(|k| self.config.deleted.get(k)?.get(&target.to_lowercase()))
+            .max_by_key(|p| p.offset);
+        match deleted {
+            Some(d) if d.offset > referrer.introduced_by.offset => d.clone(),
+            _ => referrer.introduced_by.clone(),
+        }
+    }
+}
+
+/// Validates the whole configuration and builds its snapshot, or lists every failure in
+/// (kind, id) order.
+pub fn build(config: &SiteConfig) -> Result<Snapshot, Vec<ImportFailure>> {
+    let mut failures = Vec::new();
+    let mut lower: BTreeMap<ObjectKind, BTreeSet<String>> = BTreeMap::new();
+    // duplicate_id: every object whose lowercased id another object of its kind already took,
+    // the earliest written keeping its claim.
+    for (kind, objects) in &config.objects {
+        let mut claims: BTreeMap<String, &Stored> = BTreeMap::new();
+        for stored in objects.values() {
+            let key = stored.object.id().to_lowercase();
+            lower.entry(*kind).or_default().insert(key.clone());
+            match claims.get(&key) {
+                Some(first) if first.introduced_by.offset <= stored.introduced_by.offset => {
+                    failures.push(failure(
+                        stored,
+                        Rule::DuplicateId,
+                        stored.introduced_by.clone(),
+                    ));
+                }
+                Some(first) => {
+                    failures.push(failure(
+                        first,
+                        Rule::DuplicateId,
+                        first.introduced_by.clone(),
+                    ));
+                    claims.insert(key, stored);
+                }
+                None => {
+                    claims.insert(key, stored);
+                }
+            }
+        }
+    }
+    let ids = Ids { config, lower };
+    let check_ref =
+        |stored: &Stored, kinds: &[ObjectKind], target: &str, failures: &mut Vec<ImportFailure>| {
+            if !kinds.iter().any(|k| ids.has(*k, target)) {
+                failures.push(failure(
+                    stored,
+                    Rule::DanglingReference,
+                    ids.dangling(stored, kinds, target),
+                ));
+                return false;
+            }
+            true
+        };
+    let groups: BTreeMap<String, DeliveryGroupKind> = config
+        .of_kind(ObjectKind::DeliveryGroup)
+        .filter_map(|s| match &s.object {
+            ConfigObject::DeliveryGroup { id, data } => Some((id.to_lowercase(), data.kind)),
+            _ => None,
+        })
+        .collect();
+    let machines: BTreeMap<String, (&Stored, bool, Option<DeliveryGroupKind>)> = config
+        .of_kind(ObjectKind::Machine)
+        .filter_map(|s| match &s.object {
+            ConfigObject::Machine { id, data } => Some((
+                id.to_lowercase(),
+                (
+                    s,
+                    data.remote_pc,
+                    groups.get(&data.delivery_group.to_lowercase()).copied(),
+                ),
+            )),
+            _ => None,
+        })
+        .collect();
+    for stored in config.all() {
+        match &stored.object {
+            ConfigObject::Site { data, .. } => {
+                if !(60_000..=3_600_000).contains(&data.heartbeat_period_ms) {
+                    failures.push(failure(
+                        stored,
+                        Rule::HeartbeatPeriodOutOfRange,
+                        stored.introduced_by.clone(),
+                    ));
+                }
+            }
+            ConfigObject::Zone { .. } | ConfigObject::User { .. } | ConfigObject::Group { .. } => {}
+            ConfigObject::DeliveryGroup { .. } => {}
+            ConfigObject::Connector { data, .. } => {
+                check_ref(stored, &[ObjectKind::Zone], &data.zone, &mut failures);
+            }
+            ConfigObject::Machine { data, .. } => {
+                let zone_ok = check_ref(stored, &[ObjectKind::Zone], &data.zone, &mut failures);
+                if zone_ok {
+                    check_ref(
+                        stored,
+                        &[ObjectKind::DeliveryGroup],
+                        &data.delivery_group,
+                        &mut failures,
+                    );
+                }
+                if data.max_sessions == Some(0) {
+                    failures.push(failure(
+                        stored,
+                        Rule::MaxSessionsZero,
+                        stored.introduced_by.clone(),
+                    ));
+                }
+            }
+            ConfigObject::Resource { data, .. } => {
+                for group in &data.delivery_groups {
+                    if !check_ref(stored, &[ObjectKind::DeliveryGroup], group, &mut failures) {
+                        break;
+                    }
+                }
+            }
+            ConfigObject::Entitlement { data, .. } => {
+                if check_ref(
+                    stored,
+                    &[ObjectKind::Resource],
+                    &data.resource,
+                    &mut failures,
+                ) {
+                    for principal in &data.principals {
+                        if !check_ref(
+                            stored,
+                            &[ObjectKind::User, ObjectKind::Group],
+                            principal,
+                            &mut failures,
+                        ) {
+                            break;
+                        }
+                    }
+                }
+            }
+            ConfigObject::Assignment { data, .. } => {
+                let machine_ok =
+                    check_ref(stored, &[ObjectKind::Machine], &data.machine, &mut failures);
+                if machine_ok && check_ref(stored, &[ObjectKind::User], &data.user, &mut failures) {
+                    if let Some((_, remote_pc, kind)) = machines.get(&data.machine.to_lowercase()) {
+                        if !remote_pc && *kind != Some(DeliveryGroupKind::SingleSessionStatic) {
+                            failures.push(failure(
+                                stored,
+                                Rule::AssignmentNotStatic,
+                                stored.introduced_by.clone(),
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    if !failures.is_empty() {
+        failures.sort_by(|a, b| (a.kind, &a.id).cmp(&(b.kind, &b.id)));
+        failures.dedup();
+        return Err(failures);
+    }
+    Ok(index(config))
+}
+
+fn failure(stored: &Stored, rule: Rule, introduced_by: IntroducedBy) -> ImportFailure {
+    ImportFailure {
+        kind: stored.object.kind(),
+        id: stored.object.id().to_string(),
+        rule,
+        introduced_by,
+    }
+}
+
+fn index(config: &SiteConfig) -> Snapshot {
+    let mut snapshot = Snapshot {
+        version: config.version,
+        objects: config.len(),
+        site: config.site(),
+        zone_connectors: BTreeMap::new(),
+        connector_zone: BTreeMap::new(),
+        machines: BTreeMap::new(),
+    };
+    for stored in config.all() {
+        match &stored.object {
+            ConfigObject::Connector { id, data } => {
+                let zone = data.zone.to_lowercase();
+                snapshot
+                    .zone_connectors
+                    .entry(zone.clone())
+                    .or_default()
+                    .insert(id.clone());
+                snapshot.connector_zone.insert(id.to_lowercase(), zone);
+            }
+            ConfigObject::Machine { id, data } => {
+                snapshot.machines.insert(
+                    id.to_lowercase(),
+                    MachineEntry {
+                        id: id.clone(),
+                        zone: data.zone.to_lowercase(),
+                        delivery_group: data.delivery_group.to_lowercase(),
+                    },
+                );
+            }
+            _ => {}
+        }
+    }
+    snapshot
+}

@@ -1,0 +1,123 @@
+//! Folding a source through the engine, with digest chains (principle 3: a canonical
+//! digest after any record; a chain of them names the first divergence).
+
+use std::collections::BTreeMap;
+
+use lhc_engine::{Engine, Output};
+use serde::{Deserialize, Serialize};
+
+use crate::source::{Source, SourceError};
+
+/// One link of a digest chain: the engine's digest after the record at `offset`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChainLink {
+    /// Offset of the record after which the digest was taken.
+    pub offset: u64,
+    /// Hex SHA-256 of the canonical state.
+    pub digest: String,
+}
+
+/// Where a replay disagrees with a recorded chain.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Divergence {
+    /// First offset whose digest differs (or that the replay never reached).
+    pub offset: u64,
+    /// The last offset that still agreed, if any: the cause lies after it.
+    pub last_agreeing: Option<u64>,
+    /// Digest in the chain.
+    pub expected: String,
+    /// Digest of this replay (empty if the log ended first).
+    pub actual: String,
+}
+
+/// What to do besides folding.
+#[derive(Clone, Debug, Default)]
+pub struct ReplayOptions {
+    /// Take a digest every this many records (and after the last one).
+    pub digest_every: Option<u64>,
+    /// Also take digests at exactly these offsets (to verify a chain).
+    pub digest_at: Option<BTreeMap<u64, String>>,
+}
+
+/// Totals of a replay.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReplaySummary {
+    /// Records read.
+    pub records: u64,
+    /// Outputs produced.
+    pub outputs: u64,
+    /// Offset of the last record.
+    pub last_offset: Option<u64>,
+    /// Digests taken.
+    pub chain: Vec<ChainLink>,
+    /// First disagreement with `digest_at`, if any.
+    pub divergence: Option<Divergence>,
+}
+
+/// Folds every record of `source` into `engine`, handing each output to `sink` with the
+/// offset of the record that produced it. A sink error stops the replay.
+pub fn replay<E: From<SourceError>>(
+    source: &mut Source,
+    engine: &mut Engine,
+    options: &ReplayOptions,
+    mut sink: impl FnMut(u64, &Output) -> Result<(), E>,
+) -> Result<ReplaySummary, E> {
+    let mut summary = ReplaySummary::default();
+    let mut outputs = Vec::new();
+    let mut last_agreeing = None;
+    while let Some((offset, decoded)) = source.next_record()? {
+        engine.apply(offset, decoded.as_ref(), &mut outputs);
+        summary.records += 1;
+        summary.last_offset = Some(offset);
+        for output in outputs.drain(..) {
+            summary.outputs += 1;
+            sink(offset, &output)?;
+        }
+        let every = options
+            .digest_every
+            .is_some_and(|n| summary.records % n.max(1) == 0);
+        let expected = options.digest_at.as_ref().and_then(|m| m.get(&offset));
+        if every || expected.is_some() {
+            let digest = engine.digest();
+            if let Some(expected) = expected {
+                if *expected == digest {
+                    last_agreeing = Some(offset);
+                } else if summary.divergence.is_none() {
+                    summary.divergence = Some(Divergence {
+                        offset,
+                        last_agreeing,
+                        expected: expected.clone(),
+                        actual: digest.clone(),
+                    });
+                }
+            }
+            if every {
+                summary.chain.push(ChainLink { offset, digest });
+            }
+        }
+    }
+    if let (Some(_), Some(last)) = (options.digest_every, summary.last_offset) {
+        if summary.chain.last().map(|l| l.offset) != Some(last) {
+            summary.chain.push(ChainLink {
+                offset: last,
+                digest: engine.digest(),
+            });
+        }
+    }
+    if summary.divergence.is_none() {
+        // A chain longer than the log: the first link never reached diverges.
+        if let Some((&offset, expected)) = options
+            .digest_at
+            .as_ref()
+            .and_then(|m| m.range(summary.last_offset.map_or(0, |l| l + 1)..).next())
+        {
+            summary.divergence = Some(Divergence {
+                offset,
+                last_agreeing,
+                expected: expected.clone(),
+                actual: String::new(),
+            });
+        }
+    }
+    Ok(summary)
+}
