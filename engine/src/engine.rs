@@ -885,12 +885,14 @@ impl Engine {
             .to_string();
         let mut zone_connectors: Vec<&str> = self.site.zone_connectors(&zone).collect();
         zone_connectors.sort_by_key(|a| fqdn_key(a));
+        // R-REG-1, with one decision: the cloud path needs a connector that still reaches
+        // the cloud (its latest check is not a failure), else the VDA has nowhere to go.
         let cloud = zone_connectors.iter().any(|c| {
             self.connectors.get(*c).is_some_and(|c| {
                 matches!(
                     c.state,
                     ConnectorState::WorkingNormally | ConnectorState::PendingHa
-                )
+                ) && !matches!(c.last_check, Some((_, false)))
             })
         });
         let mut refusals = Vec::new();

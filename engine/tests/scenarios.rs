@@ -1,0 +1,760 @@
+//! Scenario tests: one log per requirement under `tests/scenarios/`, replayed through the
+//! engine. Each test checks the outputs against the committed `NAME.expected.jsonl`
+//! (regenerate with `LHC_BLESS=1 cargo test -p lhc-engine --test scenarios`, then review
+//! the diff) and asserts what its requirement says, so a golden-file update cannot hide a
+//! broken rule.
+
+use std::path::PathBuf;
+
+use lhc_engine::output::*;
+use lhc_engine::{decode_record_at, Engine, Output, Ts};
+
+const T0_MS: i64 = 1_767_603_600_000; // 2026-01-05T09:00:00Z, the scenarios' origin
+
+/// Seconds after the scenarios' origin.
+fn at(seconds: f64) -> Ts {
+    Ts(T0_MS + (seconds * 1000.0).round() as i64)
+}
+
+fn dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/scenarios")
+}
+
+/// Replays a scenario, checks its golden file, returns its outputs.
+fn run(name: &str) -> Vec<Output> {
+    let log = std::fs::read_to_string(dir().join(format!("{name}.jsonl"))).expect("scenario log");
+    let mut engine = Engine::new();
+    let mut outputs = Vec::new();
+    for (offset, line) in log.lines().enumerate() {
+        let decoded = decode_record_at(line.as_bytes(), offset as u64);
+        engine.apply(offset as u64, decoded.as_ref(), &mut outputs);
+    }
+    let text: String = outputs
+        .iter()
+        .map(|o| serde_json::to_string(o).unwrap() + "\n")
+        .collect();
+    let expected_path = dir().join(format!("{name}.expected.jsonl"));
+    if std::env::var_os("LHC_BLESS").is_some() {
+        std::fs::write(&expected_path, &text).unwrap();
+    } else {
+        let expected = std::fs::read_to_string(&expected_path).unwrap_or_default();
+        if expected != text {
+            let first = expected.lines().zip(text.lines()).position(|(a, b)| a != b);
+            panic!(
+                "{name}: outputs differ from {} (first differing line: {:?}); run with LHC_BLESS=1 \
+                 and review the diff",
+                expected_path.display(),
+                first.map(|i| i + 1)
+            );
+        }
+    }
+    outputs
+}
+
+fn events<'a>(outputs: &'a [Output], connector: &str, id: u32) -> Vec<&'a Event> {
+    outputs
+        .iter()
+        .filter_map(|o| match o {
+            Output::Event(e) if e.connector == connector && e.event_id == id => Some(e),
+            _ => None,
+        })
+        .collect()
+}
+
+/// (time, from, to, cause) of a connector's 3003 events.
+fn transitions(
+    outputs: &[Output],
+    connector: &str,
+) -> Vec<(Ts, ConnectorState, ConnectorState, TransitionCause)> {
+    events(outputs, connector, 3003)
+        .into_iter()
+        .map(|e| match &e.data {
+            EventData::Transition(t) => (e.ts, t.from, t.to, t.cause),
+            other => panic!("3003 with {other:?}"),
+        })
+        .collect()
+}
+
+fn registrations<'a>(outputs: &'a [Output], machine: &str) -> Vec<&'a Registration> {
+    outputs
+        .iter()
+        .filter_map(|o| match o {
+            Output::Registration(r) if r.machine == machine => Some(r),
+            _ => None,
+        })
+        .collect()
+}
+
+fn elected_views(outputs: &[Output], connector: &str) -> Vec<(Ts, Option<String>)> {
+    events(outputs, connector, 3504)
+        .into_iter()
+        .map(|e| match &e.data {
+            EventData::ElectionView(v) => (e.ts, v.elected.clone()),
+            other => panic!("3504 with {other:?}"),
+        })
+        .collect()
+}
+
+const A: &str = "cc-a.z1.example";
+const B: &str = "cc-b.z1.example";
+const C: &str = "cc-c.z1.example";
+const M1: &str = "vda-1.z1.example";
+const M2: &str = "vda-2.z1.example";
+const M3: &str = "vda-3.z1.example";
+
+use ConnectorState::*;
+use TransitionCause::*;
+
+fn ineligible_reasons(outputs: &[Output], connector: &str) -> Vec<(Ts, IneligibleReason)> {
+    events(outputs, connector, 3002)
+        .into_iter()
+        .map(|e| match &e.data {
+            EventData::Ineligible(i) => (e.ts, i.reason),
+            other => panic!("3002 with {other:?}"),
+        })
+        .collect()
+}
+
+fn css_ids(outputs: &[Output], connector: &str) -> Vec<(Ts, u32)> {
+    outputs
+        .iter()
+        .filter_map(|o| match o {
+            Output::Event(e)
+                if e.connector == connector && e.source == EventSource::ConfigSyncService =>
+            {
+                Some((e.ts, e.event_id))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+fn import_failures(outputs: &[Output], connector: &str) -> Vec<(Ts, ImportFailed)> {
+    events(outputs, connector, 505)
+        .into_iter()
+        .map(|e| match &e.data {
+            EventData::ImportFailed(f) => (e.ts, f.clone()),
+            other => panic!("505 with {other:?}"),
+        })
+        .collect()
+}
+
+#[test]
+fn r_state_1_failed_check_in_working_normally_goes_pending_ha_with_3001() {
+    let out = run("r-state-1");
+    let e3001 = events(&out, A, 3001);
+    assert_eq!(e3001.len(), 1);
+    assert_eq!((e3001[0].ts, e3001[0].level), (at(121.0), Level::Warning));
+    assert_eq!(
+        transitions(&out, A)[0],
+        (at(121.0), WorkingNormally, PendingHa, HealthCheckFailed)
+    );
+}
+
+#[test]
+fn r_state_2_ok_check_in_pending_ha_returns_to_working_normally() {
+    let out = run("r-state-2");
+    assert_eq!(
+        transitions(&out, A),
+        vec![
+            (at(61.0), WorkingNormally, PendingHa, HealthCheckFailed),
+            (at(121.0), PendingHa, WorkingNormally, HealthCheckOk)
+        ]
+    );
+}
+
+#[test]
+fn r_state_3_second_failure_after_60s_enters_lhc_unless_a_healthy_peer_keeps_the_zone_out() {
+    let out = run("r-state-3");
+    let a = transitions(&out, A);
+    // A's first failure at 61 s; the failure at 90 s is too early; at 121 s and 181 s cc-b's
+    // ok checks (age < 120 s) keep the zone out; at 241 s cc-b's latest check has failed.
+    assert_eq!(
+        a[0],
+        (at(61.0), WorkingNormally, PendingHa, HealthCheckFailed)
+    );
+    assert_eq!(a[1], (at(241.0), PendingHa, InitialHa, OutageConfirmed));
+    let b = transitions(&out, B);
+    assert_eq!(
+        b[0],
+        (at(181.1), WorkingNormally, PendingHa, HealthCheckFailed)
+    );
+    assert_eq!(b[1], (at(241.1), PendingHa, InitialHa, OutageConfirmed));
+}
+
+#[test]
+fn r_state_4_ineligible_connectors_report_3002_once_per_reason_in_priority_order() {
+    let out = run("r-state-4");
+    // lhc_disabled outranks the stopped HA service; each reason is reported once while it
+    // holds; after the re-import with lhc_enabled, the HA service, then StoreFront traffic.
+    assert_eq!(
+        ineligible_reasons(&out, A),
+        vec![
+            (at(121.0), IneligibleReason::LhcDisabled),
+            (at(421.0), IneligibleReason::HaServiceNotRunning),
+            (at(481.0), IneligibleReason::NoStorefrontTraffic),
+        ]
+    );
+    assert!(events(&out, A, 3002)
+        .iter()
+        .all(|e| e.level == Level::Warning));
+    let entered = transitions(&out, A)
+        .into_iter()
+        .find(|t| t.2 == InitialHa)
+        .unwrap();
+    assert_eq!(
+        entered.0,
+        at(601.0),
+        "eligible again once StoreFront traffic is back"
+    );
+}
+
+#[test]
+fn r_state_5_initial_ha_lasts_300s_and_the_first_check_after_it_decides() {
+    let out = run("r-state-5");
+    let t = transitions(&out, A);
+    assert_eq!(t[1], (at(121.0), PendingHa, InitialHa, OutageConfirmed));
+    assert_eq!(
+        t[2],
+        (at(421.0), InitialHa, PendingRecovery, InitialHaElapsed)
+    );
+    let out = run("r-state-6");
+    assert_eq!(
+        transitions(&out, A)[2],
+        (at(421.0), InitialHa, ExtendedHa, InitialHaElapsed)
+    );
+}
+
+#[test]
+fn r_state_6_extended_ha_with_an_ok_check_goes_pending_recovery() {
+    let out = run("r-state-6");
+    assert_eq!(
+        transitions(&out, A)[3],
+        (at(841.0), ExtendedHa, PendingRecovery, HealthCheckOk)
+    );
+}
+
+#[test]
+fn r_state_7_pending_recovery_falls_back_on_failure_and_ends_after_600s() {
+    let out = run("r-state-7");
+    let t = transitions(&out, A);
+    assert_eq!(
+        t[3],
+        (at(541.0), ExtendedHa, PendingRecovery, HealthCheckOk)
+    );
+    assert_eq!(
+        t[4],
+        (at(721.0), PendingRecovery, ExtendedHa, HealthCheckFailed)
+    );
+    assert_eq!(
+        t[5],
+        (at(781.0), ExtendedHa, PendingRecovery, HealthCheckOk)
+    );
+    assert_eq!(
+        t[6],
+        (
+            at(1381.0),
+            PendingRecovery,
+            WorkingNormally,
+            RecoveryPeriodElapsed
+        )
+    );
+}
+
+#[test]
+fn r_state_8_forced_outage_holds_lhc_and_flags_a_subset() {
+    let out = run("r-state-8");
+    let t = transitions(&out, A);
+    assert_eq!(
+        t[0],
+        (at(125.0), WorkingNormally, InitialHa, ForcedOutageEnabled)
+    );
+    match &events(&out, A, 3003)[0].data {
+        EventData::Transition(d) => {
+            assert_eq!(d.forced_on_subset, Some(true), "cc-b is not forced")
+        }
+        other => panic!("{other:?}"),
+    }
+    // Health checks are ok throughout, yet A stays in LHC mode until the disable.
+    assert_eq!(
+        t[2],
+        (at(900.0), ExtendedHa, PendingRecovery, ForcedOutageDisabled)
+    );
+    assert_eq!(
+        t[3],
+        (
+            at(1500.0),
+            PendingRecovery,
+            WorkingNormally,
+            RecoveryPeriodElapsed
+        )
+    );
+    assert!(
+        transitions(&out, B).is_empty(),
+        "cc-b keeps working normally"
+    );
+}
+
+#[test]
+fn r_state_9_timers_fire_at_their_deadline_in_deadline_then_fqdn_order() {
+    let out = run("r-state-9");
+    // Both entered LHC at 121 s (cc-b's records first in log order); reports every 100 s
+    // fire at their deadlines before the tick at 2000 s, cc-a before cc-b at each instant.
+    let reports: Vec<(Ts, String)> = out
+        .iter()
+        .filter_map(|o| match o {
+            Output::Event(e) if e.event_id == 3507 || e.event_id == 3509 => {
+                Some((e.ts, e.connector.clone()))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(reports[0], (at(221.0), A.to_string()));
+    assert_eq!(
+        reports[1],
+        (at(221.0), B.to_string()),
+        "cc-b's 3509 at the same deadline, after cc-a"
+    );
+    assert!(reports.windows(2).all(|w| w[0].0 <= w[1].0));
+    let last = reports.last().unwrap();
+    assert_eq!(last.0, at(2021.0 - 100.0));
+    // cc-b's last ok probe of cc-a (361 s) ages out at exactly 481 s, without any record then.
+    assert_eq!(
+        elected_views(&out, B).last().unwrap(),
+        &(at(481.0), Some(B.to_string()))
+    );
+}
+
+#[test]
+fn r_state_10_stop_ends_the_episode_and_a_start_during_the_outage_has_no_usable_database() {
+    let out = run("r-state-10");
+    let t = transitions(&out, A);
+    let stop = t.iter().position(|x| x.3 == ConnectorStopped).unwrap();
+    assert_eq!(
+        (t[stop].0, t[stop].1, t[stop].2),
+        (at(600.0), ExtendedHa, Stopped)
+    );
+    assert_eq!(
+        events(&out, A, 3508)[0].ts,
+        at(600.0),
+        "it was the elected broker"
+    );
+    assert!(
+        events(&out, A, 3503).is_empty(),
+        "normal operations did not resume"
+    );
+    let dropped = registrations(&out, M1)
+        .into_iter()
+        .find(|r| r.connector == A && !r.accepted)
+        .unwrap();
+    assert_eq!(
+        (dropped.ts, dropped.reason),
+        (at(600.0), Some(Reason::ConnectorStopped))
+    );
+    assert_eq!(
+        t[stop + 1],
+        (at(700.0), Stopped, WorkingNormally, ConnectorStarted)
+    );
+    // Powered on during the outage: its first check fails, so its snapshot is unusable.
+    assert_eq!(
+        ineligible_reasons(&out, A),
+        vec![(at(781.0), IneligibleReason::NoLhcDatabase)]
+    );
+    // The peer elects it again as soon as it answers probes: the documented blackout.
+    assert_eq!(
+        elected_views(&out, B).last().unwrap(),
+        &(at(721.12), Some(A.to_string()))
+    );
+    // Re-imported in full at the first sync check that can run, though the version is unchanged.
+    let reimport = css_ids(&out, A)
+        .into_iter()
+        .filter(|(_, id)| *id == 504)
+        .nth(1)
+        .unwrap();
+    assert_eq!(reimport.0, at(1300.0));
+}
+
+#[test]
+fn r_elect_1_candidates_are_self_and_peers_with_fresh_ok_probes() {
+    let out = run("r-elect-1");
+    let view = events(&out, B, 3504)
+        .last()
+        .map(|e| e.data.clone())
+        .unwrap();
+    match view {
+        EventData::ElectionView(v) => {
+            assert_eq!(
+                v.candidates,
+                vec![B.to_string(), C.to_string()],
+                "cc-a no longer probed by cc-b"
+            );
+            assert_eq!(v.elected.as_deref(), Some(B));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        events(&out, B, 3504).last().unwrap().ts,
+        at(301.12),
+        "120 s after the last ok probe"
+    );
+}
+
+#[test]
+fn r_elect_2_the_first_fqdn_wins_and_views_change_with_3504() {
+    let out = run("r-elect-2");
+    assert_eq!(
+        elected_views(&out, C),
+        vec![
+            (at(1.0), Some(C.to_string())),
+            (at(3.0), Some(B.to_string())),
+            (at(4.0), Some(A.to_string())),
+            (at(124.0), Some(C.to_string())),
+        ]
+    );
+}
+
+#[test]
+fn r_elect_3_non_elected_connectors_refuse_registrations() {
+    let out = run("r-elect-3");
+    let m1 = registrations(&out, M1);
+    assert!(m1
+        .iter()
+        .any(|r| r.connector == B && !r.accepted && r.reason == Some(Reason::NotElected)));
+    assert!(m1.iter().any(|r| r.connector == A && r.accepted));
+    assert!(!m1.iter().any(|r| r.connector == B && r.accepted));
+}
+
+#[test]
+fn r_elect_4_split_brain_both_broker_and_the_vda_picks_the_first() {
+    let out = run("r-elect-4");
+    assert_eq!(events(&out, A, 3502).len(), 1);
+    assert_eq!(
+        events(&out, B, 3502).len(),
+        1,
+        "cc-b cannot reach cc-a and elects itself"
+    );
+    assert_eq!(elected_views(&out, B).last().unwrap().1.as_deref(), Some(B));
+    let m1: Vec<_> = registrations(&out, M1)
+        .into_iter()
+        .filter(|r| r.accepted && r.connector != "cloud")
+        .collect();
+    assert_eq!(m1.len(), 1);
+    assert_eq!(
+        m1[0].connector, A,
+        "registered with the first of the brokers in FQDN order"
+    );
+}
+
+#[test]
+fn r_elect_5_failover_then_failback_with_registration_churn() {
+    let out = run("r-elect-5");
+    // cc-a stops at 490 s: cc-b's failed probe at 541.1 s elects cc-b, which starts brokering.
+    assert_eq!(events(&out, B, 3502)[0].ts, at(541.12));
+    let m1 = registrations(&out, M1);
+    assert!(
+        m1.iter()
+            .any(|r| r.connector == B && r.accepted && r.ts == at(650.0)),
+        "VDA re-registers with cc-b"
+    );
+    // cc-a back at 900 s: the peers elect it again and cc-b drops its registrations.
+    assert_eq!(
+        elected_views(&out, B).last().unwrap(),
+        &(at(901.12), Some(A.to_string()))
+    );
+    assert!(m1
+        .iter()
+        .any(|r| r.connector == B && !r.accepted && r.reason == Some(Reason::NotElected)));
+}
+
+#[test]
+fn r_reg_1_normal_operations_register_with_the_cloud() {
+    let out = run("r-reg-1");
+    let m1 = registrations(&out, M1);
+    assert_eq!(m1.len(), 1, "registered once, not at every heartbeat");
+    assert_eq!((m1[0].connector.as_str(), m1[0].accepted), ("cloud", true));
+    let unknown = registrations(&out, "vda-unknown.z1.example");
+    assert_eq!(unknown[0].reason, Some(Reason::UnknownMachine));
+}
+
+#[test]
+fn r_reg_2_vdas_register_with_the_elected_broker_at_their_next_heartbeat() {
+    let out = run("r-reg-2");
+    let m1 = registrations(&out, M1);
+    assert_eq!(m1[0].connector, "cloud");
+    let lhc = m1.iter().find(|r| r.connector == A).unwrap();
+    assert_eq!(
+        (lhc.ts, lhc.accepted),
+        (at(300.0), true),
+        "nothing until the heartbeat after LHC entry"
+    );
+    let engine_sessions = events(&out, A, 3507)
+        .last()
+        .map(|e| e.data.clone())
+        .unwrap();
+    match engine_sessions {
+        EventData::ElectedReport(r) => assert_eq!((r.registered_machines, r.sessions), (2, 1)),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn r_reg_3_lhc_end_drops_registrations_and_vdas_register_anew() {
+    let out = run("r-reg-3");
+    let m1 = registrations(&out, M1);
+    let drop = m1.iter().find(|r| r.connector == A && !r.accepted).unwrap();
+    assert_eq!((drop.ts, drop.reason), (at(1141.0), None));
+    assert_eq!(m1.last().unwrap().connector, "cloud");
+    assert_eq!(m1.last().unwrap().ts, at(1300.0));
+}
+
+#[test]
+fn r_reg_4_machines_missing_from_the_snapshot_are_refused_as_unknown() {
+    let out = run("r-reg-4");
+    let m3 = registrations(&out, M3);
+    assert_eq!(
+        (m3[0].connector.as_str(), m3[0].accepted, m3[0].reason),
+        (A, false, Some(Reason::UnknownMachine))
+    );
+    assert!(registrations(&out, M1)
+        .iter()
+        .any(|r| r.connector == A && r.accepted));
+}
+
+#[test]
+fn r_css_1_first_check_at_first_naming_then_every_interval_with_overrides() {
+    let out = run("r-css-1");
+    let imports: Vec<Ts> = css_ids(&out, A)
+        .into_iter()
+        .filter(|(_, id)| *id == 504)
+        .map(|(t, _)| t)
+        .collect();
+    // First naming at 100 s; the 60 s override takes effect after the check scheduled at
+    // 1000 s; clearing it takes effect after the check scheduled at 1120 s.
+    assert_eq!(imports, vec![at(100.0), at(1000.0), at(1120.0), at(1420.0)]);
+    let q: Vec<_> = out
+        .iter()
+        .filter(|o| matches!(o, Output::Quarantine(_)))
+        .collect();
+    assert_eq!(q.len(), 1, "the 30 s override is out of range");
+}
+
+#[test]
+fn r_css_2_checks_report_518_517_510_507_or_import_in_that_order() {
+    let out = run("r-css-2");
+    let ids: Vec<u32> = css_ids(&out, A).into_iter().map(|(_, id)| id).collect();
+    assert_eq!(
+        ids,
+        vec![503, 504, 518, 518, 517, 510, 510, 507, 507, 503, 504]
+    );
+    assert!(events(&out, A, 518).iter().all(|e| e.level == Level::Error));
+    assert!(events(&out, A, 510)
+        .iter()
+        .all(|e| e.level == Level::Warning));
+}
+
+#[test]
+fn r_css_3_an_import_interrupted_by_lhc_mode_is_abandoned_with_507() {
+    let out = run("r-css-3");
+    let css = css_ids(&out, A);
+    assert_eq!(
+        css[..4],
+        [
+            (at(1.0), 503),
+            (at(121.0), 504),
+            (at(301.0), 503),
+            (at(421.0), 507)
+        ]
+    );
+}
+
+#[test]
+fn r_css_4_validation_failures_name_object_rule_and_introducing_change() {
+    let out = run("r-css-4");
+    let failures = import_failures(&out, A);
+    let (_, first) = &failures[0];
+    assert_eq!(
+        first.failures.len(),
+        1,
+        "without trace mode only the first failure"
+    );
+    assert_eq!(
+        (
+            first.failures[0].kind,
+            first.failures[0].id.as_str(),
+            first.failures[0].rule
+        ),
+        (
+            lhc_engine::config::ObjectKind::Machine,
+            "vda-9.z1.example",
+            Rule::DanglingReference
+        )
+    );
+    assert_eq!(
+        first.failures[0].introduced_by,
+        IntroducedBy {
+            offset: 5,
+            version: Some(2)
+        }
+    );
+    assert_eq!(first.fallback_version, Some(1));
+    let (_, traced) = &failures[1];
+    let rules: Vec<Rule> = traced.failures.iter().map(|f| f.rule).collect();
+    assert_eq!(
+        rules,
+        vec![
+            Rule::HeartbeatPeriodOutOfRange,
+            Rule::DuplicateId,
+            Rule::MaxSessionsZero,
+            Rule::DanglingReference,
+            Rule::AssignmentNotStatic
+        ]
+    );
+    // A reference left dangling by a delete was introduced by that delete.
+    let (_, v4) = &failures[2];
+    let entitlement = v4.failures.iter().find(|f| f.id == "e1").unwrap();
+    assert_eq!(entitlement.introduced_by.version, Some(4));
+    // A storage fault fails the next import, then is gone.
+    let (_, fault) = failures.last().unwrap();
+    assert_eq!(fault.failures[0].rule, Rule::StorageFault);
+    assert_eq!(fault.fallback_version, Some(5));
+    assert_eq!(css_ids(&out, A).last().unwrap().1, 504);
+}
+
+#[test]
+fn r_css_5_admin_commands_change_what_they_name() {
+    let out = run("r-css-5");
+    let log = std::fs::read_to_string(dir().join("r-css-5.jsonl")).unwrap();
+    let mut engine = Engine::new();
+    let mut sink = Vec::new();
+    for (offset, line) in log.lines().enumerate() {
+        let record = lhc_engine::decode_record(line.as_bytes()).unwrap();
+        if record.ts() > at(125.0) && engine.connectors()[A].ha_sdk {
+            let a = &engine.connectors()[A];
+            assert!(a.css_trace && a.sync_override_s == Some(120));
+        }
+        engine.apply(offset as u64, Ok(&record), &mut sink);
+    }
+    let a = &engine.connectors()[A];
+    assert!(!a.ha_sdk && !a.css_trace && a.sync_override_s.is_none() && !a.forced);
+    assert_eq!(transitions(&out, B)[0].3, ForcedOutageEnabled);
+    match (
+        &events(&out, B, 3003)[0].data,
+        &events(&out, A, 3003)[0].data,
+    ) {
+        (EventData::Transition(b), EventData::Transition(a)) => {
+            assert_eq!(b.forced_on_subset, Some(true), "cc-a was not forced yet");
+            assert_eq!(a.forced_on_subset, Some(false), "the whole zone is forced");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(transitions(&out, A)[2].3, ForcedOutageDisabled);
+}
+
+#[test]
+fn r_log_4_records_that_cannot_apply_are_quarantined_and_change_nothing() {
+    let out = run("r-log-4");
+    let q: Vec<(u64, &str)> = out
+        .iter()
+        .filter_map(|o| match o {
+            Output::Quarantine(q) => Some((q.offset, q.error.as_str())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        q.iter().map(|x| x.0).collect::<Vec<_>>(),
+        vec![2, 3, 4, 5, 6, 7, 8, 9]
+    );
+    assert!(q[0].1.contains("field `ts`"));
+    assert!(q[1].1.contains("field `connector`"));
+    // The failed check at offset 2 was quarantined: the only 3001 is the one at 20 s.
+    assert_eq!(events(&out, A, 3001).len(), 1);
+    assert_eq!(events(&out, A, 3001)[0].ts, at(20.0));
+}
+
+#[test]
+fn outage_with_three_connectors_failover_blackout_failback_and_recovery() {
+    let out = run("outage-3-connectors");
+    // Outage 1: cloud lost at 600 s; pending_ha at the first failure, LHC 60 s later.
+    for (c, o) in [(A, 0.0), (B, 0.1), (C, 0.2)] {
+        let t = transitions(&out, c);
+        assert_eq!(
+            t[0],
+            (at(601.0 + o), WorkingNormally, PendingHa, HealthCheckFailed),
+            "{c}"
+        );
+        assert_eq!(
+            t[1],
+            (at(661.0 + o), PendingHa, InitialHa, OutageConfirmed),
+            "{c}"
+        );
+        assert_eq!(
+            t[2],
+            (at(961.0 + o), InitialHa, ExtendedHa, InitialHaElapsed),
+            "{c}"
+        );
+    }
+    // The alphabetically first is elected and brokers; the others report 3509.
+    assert_eq!(events(&out, A, 3502)[0].ts, at(661.0));
+    assert!(events(&out, B, 3509).iter().any(|e| e.ts == at(781.1)));
+    assert!(registrations(&out, M1)
+        .iter()
+        .any(|r| r.connector == A && r.accepted && r.ts == at(930.0)));
+    // cc-a stopped at 1190 s: 3508, registrations dropped; failover to cc-b at its next probe.
+    assert_eq!(events(&out, A, 3508)[0].ts, at(1190.0));
+    assert_eq!(events(&out, B, 3502)[0].ts, at(1201.12));
+    assert!(registrations(&out, M1)
+        .iter()
+        .any(|r| r.connector == B && r.accepted && r.ts == at(1230.0)));
+    // cc-a restarted at 1500 s during the outage: peers elect it again, it cannot broker.
+    assert_eq!(
+        elected_views(&out, B)
+            .iter()
+            .find(|v| v.0 > at(1500.0))
+            .unwrap()
+            .1
+            .as_deref(),
+        Some(A)
+    );
+    assert_eq!(
+        ineligible_reasons(&out, A)[0],
+        (at(1561.0), IneligibleReason::NoLhcDatabase)
+    );
+    // Cloud back at 2400 s: pending recovery, then normal 600 s later; non-elected: 3510.
+    assert_eq!(
+        transitions(&out, B)[3],
+        (at(2401.1), ExtendedHa, PendingRecovery, HealthCheckOk)
+    );
+    assert_eq!(
+        transitions(&out, B)[4],
+        (
+            at(3001.1),
+            PendingRecovery,
+            WorkingNormally,
+            RecoveryPeriodElapsed
+        )
+    );
+    assert_eq!(events(&out, B, 3510)[0].ts, at(3001.1));
+    // Outage 2 (4800 s): cc-a elected again; its HA service restarts: failover to cc-b, then
+    // failback to cc-a with VDAs re-registering; on recovery 3503 + 3508 on cc-a.
+    assert_eq!(events(&out, A, 3502)[1].ts, at(4861.0));
+    assert_eq!(events(&out, B, 3502)[1].ts, at(5401.12));
+    assert_eq!(events(&out, A, 3502)[2].ts, at(5700.0));
+    assert!(registrations(&out, M1)
+        .iter()
+        .any(|r| r.connector == A && r.accepted && r.ts == at(5730.0)));
+    let e3503 = events(&out, A, 3503);
+    assert_eq!(e3503.len(), 1);
+    assert_eq!(e3503[0].ts, at(7201.0));
+    match &events(&out, A, 3508)[1].data {
+        EventData::ElectedSummary(s) => {
+            assert_eq!((s.outage_duration_s, s.registered_machines), (2340, 3))
+        }
+        other => panic!("{other:?}"),
+    }
+    match &events(&out, A, 3507).last().unwrap().data {
+        EventData::ElectedReport(r) => assert_eq!((r.registered_machines, r.sessions), (3, 2)),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(events(&out, C, 3510).len(), 2);
+    assert!(registrations(&out, M1).last().unwrap().connector == "cloud");
+}
