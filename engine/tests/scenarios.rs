@@ -422,6 +422,11 @@ fn r_elect_3_non_elected_connectors_refuse_registrations() {
         .any(|r| r.connector == B && !r.accepted && r.reason == Some(Reason::NotElected)));
     assert!(m1.iter().any(|r| r.connector == A && r.accepted));
     assert!(!m1.iter().any(|r| r.connector == B && r.accepted));
+    let m2 = registrations(&out, M2);
+    assert_eq!(
+        m2.iter().filter(|r| r.connector == A && r.accepted).count(),
+        1
+    );
 }
 
 #[test]
