@@ -1,0 +1,282 @@
+//! Property tests of the reducer over generated logs:
+//! (a) a replay is byte-identical to itself, outputs and digests;
+//! (b) folding in one go equals folding a prefix, serializing and restoring the state, then
+//!     folding the rest, at any split point;
+//! (c) garbage never panics and always ends in quarantine.
+
+use lhc_engine::{decode_record_at, Engine, Output};
+use proptest::prelude::*;
+
+const CONNECTORS: [&str; 4] = [
+    "cc-a.z1.example",
+    "cc-b.z1.example",
+    "CC-C.z1.example",
+    "cc-d.z2.example",
+];
+const MACHINES: [&str; 4] = [
+    "vda-1.z1.example",
+    "vda-2.z1.example",
+    "vda-3.z2.example",
+    "vda-x.example",
+];
+
+/// One generated step; rendered to a JSON line with a running clock.
+#[derive(Clone, Debug)]
+enum Step {
+    Config {
+        bad: u8,
+    },
+    Health {
+        c: usize,
+        ok: bool,
+    },
+    Probe {
+        c: usize,
+        p: usize,
+        ok: bool,
+    },
+    Storefront {
+        c: usize,
+    },
+    Vda {
+        m: usize,
+        sessions: u8,
+    },
+    Session {
+        m: usize,
+        kind: u8,
+    },
+    Admin {
+        c: usize,
+        command: u8,
+        seconds: Option<u64>,
+    },
+    Service {
+        c: usize,
+        service: u8,
+        running: bool,
+    },
+    Lifecycle {
+        c: usize,
+        start: bool,
+    },
+    Fault {
+        c: usize,
+    },
+    Params {
+        short: bool,
+    },
+    Launch {
+        c: usize,
+    },
+    Tick,
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    let c = 0..CONNECTORS.len();
+    prop_oneof![
+        1 => any::<u8>().prop_map(|bad| Step::Config { bad }),
+        8 => (c.clone(), prop::bool::weighted(0.6)).prop_map(|(c, ok)| Step::Health { c, ok }),
+        5 => (c.clone(), 0..CONNECTORS.len(), prop::bool::weighted(0.8)).prop_map(|(c, p, ok)| Step::Probe { c, p, ok }),
+        4 => c.clone().prop_map(|c| Step::Storefront { c }),
+        5 => (0..MACHINES.len(), 0u8..3).prop_map(|(m, sessions)| Step::Vda { m, sessions }),
+        2 => (0..MACHINES.len(), 0u8..4).prop_map(|(m, kind)| Step::Session { m, kind }),
+        2 => (c.clone(), 0u8..8, prop::option::of(0u64..5000)).prop_map(|(c, command, seconds)| Step::Admin { c, command, seconds }),
+        1 => (c.clone(), 0u8..3, any::<bool>()).prop_map(|(c, service, running)| Step::Service { c, service, running }),
+        1 => (c.clone(), any::<bool>()).prop_map(|(c, start)| Step::Lifecycle { c, start }),
+        1 => c.clone().prop_map(|c| Step::Fault { c }),
+        1 => any::<bool>().prop_map(|short| Step::Params { short }),
+        2 => c.prop_map(|c| Step::Launch { c }),
+        1 => Just(Step::Tick),
+    ]
+}
+
+/// Renders steps with time deltas (some negative, to exercise R-LOG-4) into JSON lines.
+fn render(steps: &[(Step, i64)]) -> Vec<String> {
+    let mut ms: i64 = 1_767_603_600_000;
+    let mut version = 0u64;
+    steps
+        .iter()
+        .map(|(step, delta)| {
+            ms += delta;
+            let ts = lhc_engine::Ts(ms).to_string();
+            let c = |i: usize| CONNECTORS[i];
+            match step {
+                Step::Config { bad } => {
+                    version += if bad % 7 == 0 { 0 } else { 1 };
+                    let zone_ref = if bad % 5 == 0 { "z9" } else { "z1" };
+                    let max = if bad % 11 == 0 { 0 } else { 5 };
+                    let extra = if bad % 3 == 0 { r#",{"op":"delete","kind":"machine","id":"vda-2.z1.example"}"# } else { "" };
+                    format!(
+                        r#"{{"ts":"{ts}","type":"config.change","version":{version},"ops":[{{"op":"upsert","kind":"site","id":"site"}},{{"op":"upsert","kind":"zone","id":"z1","data":{{"name":"one"}}}},{{"op":"upsert","kind":"zone","id":"z2","data":{{"name":"two"}}}},{{"op":"upsert","kind":"connector","id":"cc-a.z1.example","data":{{"zone":"z1"}}}},{{"op":"upsert","kind":"connector","id":"cc-b.z1.example","data":{{"zone":"z1"}}}},{{"op":"upsert","kind":"connector","id":"CC-C.z1.example","data":{{"zone":"Z1"}}}},{{"op":"upsert","kind":"connector","id":"cc-d.z2.example","data":{{"zone":"z2"}}}},{{"op":"upsert","kind":"delivery_group","id":"g","data":{{"kind":"multi_session"}}}},{{"op":"upsert","kind":"machine","id":"vda-1.z1.example","data":{{"zone":"z1","delivery_group":"g","max_sessions":{max}}}}},{{"op":"upsert","kind":"machine","id":"vda-2.z1.example","data":{{"zone":"{zone_ref}","delivery_group":"g"}}}},{{"op":"upsert","kind":"machine","id":"vda-3.z2.example","data":{{"zone":"z2","delivery_group":"g"}}}}{extra}]}}"#
+                    )
+                }
+                Step::Health { c: i, ok } => format!(r#"{{"ts":"{ts}","type":"health.check","connector":"{}","ok":{ok}}}"#, c(*i)),
+                Step::Probe { c: i, p, ok } => format!(
+                    r#"{{"ts":"{ts}","type":"peer.probe","connector":"{}","peer":"{}","ok":{ok}}}"#,
+                    c(*i),
+                    c(*p).to_lowercase()
+                ),
+                Step::Storefront { c: i } => {
+                    format!(r#"{{"ts":"{ts}","type":"storefront.heartbeat","connector":"{}","storefront":"sf"}}"#, c(*i))
+                }
+                Step::Vda { m, sessions } => {
+                    let list: Vec<String> = (0..*sessions)
+                        .map(|s| format!(r#"{{"id":"s{s}","user":"u{s}","state":"{}"}}"#, if s == 1 { "disconnected" } else { "active" }))
+                        .collect();
+                    format!(r#"{{"ts":"{ts}","type":"vda.heartbeat","machine":"{}","sessions":[{}]}}"#, MACHINES[*m], list.join(","))
+                }
+                Step::Session { m, kind } => {
+                    let event = ["logon", "logoff", "disconnect", "reconnect"][*kind as usize];
+                    format!(r#"{{"ts":"{ts}","type":"session.event","machine":"{}","session":"s0","user":"u0","event":"{event}"}}"#, MACHINES[*m])
+                }
+                Step::Admin { c: i, command, seconds } => {
+                    let name = [
+                        "enable_forced_outage",
+                        "disable_forced_outage",
+                        "set_config_sync_interval",
+                        "clear_config_sync_interval",
+                        "enable_ha_sdk",
+                        "disable_ha_sdk",
+                        "enable_css_trace",
+                        "disable_css_trace",
+                    ][*command as usize];
+                    let seconds = seconds.map_or(String::new(), |s| format!(r#","seconds":{s}"#));
+                    format!(r#"{{"ts":"{ts}","type":"admin.command","connector":"{}","command":"{name}"{seconds}}}"#, c(*i))
+                }
+                Step::Service { c: i, service, running } => {
+                    let name = ["high_availability", "remote_broker_provider", "config_sync"][*service as usize];
+                    format!(r#"{{"ts":"{ts}","type":"service.status","connector":"{}","service":"{name}","running":{running}}}"#, c(*i))
+                }
+                Step::Lifecycle { c: i, start } => format!(
+                    r#"{{"ts":"{ts}","type":"connector.lifecycle","connector":"{}","event":"{}"}}"#,
+                    c(*i),
+                    if *start { "start" } else { "stop" }
+                ),
+                Step::Fault { c: i } => format!(r#"{{"ts":"{ts}","type":"storage.fault","connector":"{}","detail":"x"}}"#, c(*i)),
+                Step::Params { short } => {
+                    if *short {
+                        format!(r#"{{"ts":"{ts}","type":"engine.params","initial_ha_s":30,"pending_recovery_s":60,"report_interval_s":20,"sync_interval_s":45,"peer_timeout_s":50,"import_duration_s":10}}"#)
+                    } else {
+                        format!(r#"{{"ts":"{ts}","type":"engine.params","initial_ha_s":300,"pending_recovery_s":600,"report_interval_s":120,"sync_interval_s":300,"peer_timeout_s":120,"import_duration_s":0}}"#)
+                    }
+                }
+                Step::Launch { c: i } => format!(
+                    r#"{{"ts":"{ts}","type":"launch.request","request":"r","connector":"{}","user":"u","resource":"x","client":{{"name":"n","ip":"1.1.1.1"}}}}"#,
+                    c(*i)
+                ),
+                Step::Tick => format!(r#"{{"ts":"{ts}","type":"clock.tick"}}"#),
+            }
+        })
+        .collect()
+}
+
+fn log() -> impl Strategy<Value = Vec<String>> {
+    let delta = prop_oneof![20 => 0i64..90_000, 1 => -5_000i64..0, 2 => Just(0i64), 1 => 300_000i64..900_000];
+    // A config first, so most records find their connectors.
+    prop::collection::vec((step(), delta), 1..160).prop_map(|mut steps| {
+        steps.insert(0, (Step::Config { bad: 1 }, 0));
+        render(&steps)
+    })
+}
+
+/// Folds lines from `from` into `engine`; returns the outputs as JSON lines and the digests.
+fn fold(engine: &mut Engine, lines: &[String], from: usize) -> (Vec<String>, Vec<String>) {
+    let mut outputs = Vec::new();
+    let mut digests = Vec::new();
+    let mut buffer = Vec::new();
+    for (i, line) in lines.iter().enumerate().skip(from) {
+        let decoded = decode_record_at(line.as_bytes(), i as u64);
+        engine.apply(i as u64, decoded.as_ref(), &mut buffer);
+        outputs.extend(buffer.drain(..).map(|o| serde_json::to_string(&o).unwrap()));
+        digests.push(engine.digest());
+    }
+    (outputs, digests)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    #[test]
+    fn a_replays_are_byte_identical(lines in log()) {
+        let first = fold(&mut Engine::new(), &lines, 0);
+        let second = fold(&mut Engine::new(), &lines, 0);
+        prop_assert_eq!(first, second);
+    }
+
+    #[test]
+    fn b_restoring_a_serialized_state_mid_log_changes_nothing(lines in log(), split in any::<prop::sample::Index>()) {
+        let split = split.index(lines.len() + 1);
+        let whole = fold(&mut Engine::new(), &lines, 0);
+
+        let mut engine = Engine::new();
+        let (mut outputs, mut digests) = fold(&mut engine, &lines[..split], 0);
+        let saved = serde_json::to_string(&engine).unwrap();
+        let mut restored: Engine = serde_json::from_str(&saved).unwrap();
+        prop_assert_eq!(restored.digest(), engine.digest());
+        let (rest_outputs, rest_digests) = fold(&mut restored, &lines, split);
+        outputs.extend(rest_outputs);
+        digests.extend(rest_digests);
+        prop_assert_eq!(whole, (outputs, digests));
+    }
+
+    #[test]
+    fn c_garbage_never_panics_and_is_quarantined(lines in log(), garbage in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..80), 1..20), at in any::<prop::sample::Index>()) {
+        let mut engine = Engine::new();
+        let mut out = Vec::new();
+        let split = at.index(lines.len());
+        fold(&mut engine, &lines[..split], 0);
+        let before = engine.digest();
+        for (i, bytes) in garbage.iter().enumerate() {
+            let offset = 1_000_000 + i as u64;
+            let decoded = decode_record_at(bytes, offset);
+            if decoded.is_ok() {
+                continue; // random bytes that happen to be a valid record: not garbage
+            }
+            engine.apply(offset, decoded.as_ref(), &mut out);
+            prop_assert!(matches!(out.as_slice(), [Output::Quarantine(q)] if q.offset == offset));
+            out.clear();
+        }
+        prop_assert_eq!(engine.digest(), before, "quarantined input changes no state");
+    }
+}
+
+/// Records that decode but cannot apply (unknown connectors, a clock going backwards) are
+/// quarantined too, and change nothing.
+#[test]
+fn inapplicable_records_are_quarantined_without_state_change() {
+    let mut engine = Engine::new();
+    let mut out = Vec::new();
+    let lines = [
+        r#"{"ts":"2026-01-05T09:00:00.000Z","type":"health.check","connector":"nobody.example","ok":false}"#,
+        r#"{"ts":"2026-01-05T09:00:00.000Z","type":"clock.tick"}"#,
+        r#"{"ts":"2026-01-05T08:00:00.000Z","type":"clock.tick"}"#,
+    ];
+    let mut digests = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        digests.push(engine.digest());
+        let decoded = decode_record_at(line.as_bytes(), i as u64);
+        engine.apply(i as u64, decoded.as_ref(), &mut out);
+    }
+    let offsets: Vec<u64> = out
+        .iter()
+        .filter_map(|o| match o {
+            Output::Quarantine(q) => Some(q.offset),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(offsets, vec![0, 2]);
+    assert_eq!(
+        digests[0], digests[1],
+        "the quarantined record at offset 0 changed nothing"
+    );
+    assert_eq!(engine.digest(), {
+        let mut e = Engine::new();
+        e.apply(
+            1,
+            decode_record_at(lines[1].as_bytes(), 1).as_ref(),
+            &mut Vec::new(),
+        );
+        e.digest()
+    });
+}
