@@ -81,6 +81,8 @@ pub struct PendingImport {
 /// One connector's state.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Connector {
+    /// Zone id (lowercased), per the site configuration.
+    pub zone: String,
     /// State of the Remote Broker Provider state machine.
     pub state: ConnectorState,
     /// When the current state was entered.
@@ -135,6 +137,8 @@ pub struct Connector {
     pub epoch: u64,
     /// Machines registered with this connector.
     pub registrations: BTreeSet<String>,
+    /// Sessions on the machines registered with this connector (kept in step, for 3507).
+    pub session_count: u64,
     /// The current outage episode.
     pub episode: Option<Episode>,
     /// Machines this connector put in maintenance.
@@ -144,6 +148,7 @@ pub struct Connector {
 impl Connector {
     fn new(ts: Ts) -> Connector {
         Connector {
+            zone: String::new(),
             state: ConnectorState::WorkingNormally,
             state_since: ts,
             ha_running: true,
@@ -171,6 +176,7 @@ impl Connector {
             brokering: false,
             epoch: 0,
             registrations: BTreeSet::new(),
+            session_count: 0,
             episode: None,
             maintenance: BTreeSet::new(),
         }
@@ -209,6 +215,8 @@ pub struct Engine {
     site: SiteConfig,
     validations: BTreeMap<u64, Validation>,
     connectors: BTreeMap<String, Connector>,
+    /// Connector ids in FQDN order (lowercase, byte order): the order of equal deadlines.
+    connector_order: Vec<String>,
     machines: BTreeMap<String, MachineRuntime>,
 }
 
@@ -327,7 +335,7 @@ impl Engine {
         }
         match record {
             Record::EngineParams(p) => self.params.clone().apply(p),
-            Record::ConfigChange(change) => self.site.clone().apply(change, 0),
+            Record::ConfigChange(change) => self.site.check(change),
             Record::PeerProbe(p) if self.site.connector_id(&p.peer).is_none() => Err(format!(
                 "field `peer`: unknown connector {:?}: no configuration names it yet",
                 p.peer
@@ -362,10 +370,12 @@ impl Engine {
                     .apply(change, offset)
                     .expect("checked by admissible");
                 for id in self.site.connector_ids.values() {
-                    self.connectors
-                        .entry(id.clone())
-                        .or_insert_with(|| Connector::new(ts));
+                    let zone = self.site.connector_zone(id).unwrap_or_default().to_lowercase();
+                    self.connectors.entry(id.clone()).or_insert_with(|| Connector::new(ts)).zone = zone;
                 }
+                let mut order: Vec<String> = self.connectors.keys().cloned().collect();
+                order.sort_by_key(|a| fqdn_key(a));
+                self.connector_order = order;
                 self.collect_validations();
             }
             Record::ClockTick(_) | Record::LaunchRequest(_) => {}
@@ -668,6 +678,7 @@ impl Engine {
         if !was_lhc && now_lhc {
             c.reported_ineligible = None;
             c.registrations.clear();
+            c.session_count = 0;
             c.episode = Some(Episode {
                 started: ts,
                 next_report: ts.plus_s(report_interval_s),
@@ -848,6 +859,7 @@ impl Engine {
         out: &mut Vec<Output>,
     ) {
         let c = self.connectors.get_mut(name).expect("exists");
+        c.session_count = 0;
         for machine in std::mem::take(&mut c.registrations) {
             if let Some(m) = self.machines.get_mut(&machine) {
                 m.registrar = Registrar::None;
@@ -863,28 +875,19 @@ impl Engine {
     }
 
     fn vda_heartbeat(&mut self, hb: &VdaHeartbeat, ts: Ts, out: &mut Vec<Output>) {
-        let Some(machine) = self.site.machine_id(&hb.machine).map(str::to_string) else {
+        let Some((machine, zone)) = self.site.machine(&hb.machine).map(|m| (m.id.clone(), m.zone.clone())) else {
             // Not in the site configuration: the cloud broker refuses it.
             let runtime = self.machines.entry(hb.machine.clone()).or_default();
             runtime.sessions = hb.sessions.clone();
-            refuse(
-                runtime,
-                ts,
-                &hb.machine,
-                "cloud",
-                Reason::UnknownMachine,
-                0,
-                out,
-            );
+            refuse(runtime, ts, &hb.machine, "cloud", Reason::UnknownMachine, 0, out);
             return;
         };
-        let zone = self
-            .site
-            .machine_zone(&machine)
-            .unwrap_or_default()
-            .to_string();
-        let mut zone_connectors: Vec<&str> = self.site.zone_connectors(&zone).collect();
-        zone_connectors.sort_by_key(|a| fqdn_key(a));
+        let zone_connectors: Vec<&str> = self
+            .connector_order
+            .iter()
+            .filter(|c| self.connectors[*c].zone == zone)
+            .map(String::as_str)
+            .collect();
         // R-REG-1, with one decision: the cloud path needs a connector that still reaches
         // the cloud (its latest check is not a failure), else the VDA has nowhere to go.
         let cloud = zone_connectors.iter().any(|c| {
@@ -929,17 +932,24 @@ impl Engine {
             target
         };
         let runtime = self.machines.entry(machine.clone()).or_default();
-        runtime.sessions = hb.sessions.clone();
+        let (old_sessions, new_sessions) = (runtime.sessions.len() as u64, hb.sessions.len() as u64);
+        runtime.sessions.clone_from(&hb.sessions);
         for (name, reason, epoch) in refusals {
             refuse(runtime, ts, &machine, &name, reason, epoch, out);
         }
         if runtime.registrar == target {
+            if let Registrar::Connector(name) = &target {
+                let c = self.connectors.get_mut(name).expect("exists");
+                c.session_count = c.session_count + new_sessions - old_sessions;
+            }
             return;
         }
         let previous = std::mem::replace(&mut runtime.registrar, target.clone());
         if let Registrar::Connector(old) = previous {
             if let Some(c) = self.connectors.get_mut(&old) {
-                c.registrations.remove(&machine);
+                if c.registrations.remove(&machine) {
+                    c.session_count -= old_sessions;
+                }
             }
         }
         let connector = match &target {
@@ -948,6 +958,7 @@ impl Engine {
             Registrar::Connector(name) => {
                 let c = self.connectors.get_mut(name).expect("exists");
                 c.registrations.insert(machine.clone());
+                c.session_count += new_sessions;
                 if let Some(e) = &mut c.episode {
                     e.registered.insert(machine.clone());
                 }
@@ -973,6 +984,7 @@ impl Engine {
             .unwrap_or(&ev.machine)
             .to_string();
         let runtime = self.machines.entry(machine).or_default();
+        let before = runtime.sessions.len() as u64;
         let existing = runtime.sessions.iter().position(|s| s.id == ev.session);
         match (ev.event, existing) {
             (SessionEventKind::Logoff, Some(i)) => {
@@ -993,6 +1005,12 @@ impl Engine {
                         state,
                     }),
                 }
+            }
+        }
+        let after = runtime.sessions.len() as u64;
+        if let Registrar::Connector(name) = &runtime.registrar {
+            if let Some(c) = self.connectors.get_mut(name) {
+                c.session_count = c.session_count + after - before;
             }
         }
     }
@@ -1128,50 +1146,39 @@ impl Engine {
 
     // ----- timers (R-STATE-9) ----------------------------------------------------------
 
-    fn next_timer(&self) -> Option<(Ts, String, Timer, String)> {
-        let mut best: Option<(Ts, String, Timer, String)> = None;
-        let mut consider = |deadline: Ts, name: &str, timer: Timer, detail: &str| {
-            let key = (deadline, fqdn_key(name), timer);
-            if best
-                .as_ref()
-                .is_none_or(|b| key < (b.0, fqdn_key(&b.1), b.2))
-            {
-                best = Some((deadline, name.to_string(), timer, detail.to_string()));
-            }
-        };
-        for (name, c) in &self.connectors {
+    fn next_timer<'a>(&'a self) -> Option<(Ts, String, Timer, String)> {
+        // Connectors are visited in FQDN order, so (deadline, position, timer) orders ties
+        // without comparing names.
+        let mut best: Option<(Ts, usize, Timer, &str, &str)> = None;
+        for (position, name) in self.connector_order.iter().enumerate() {
+            let c = &self.connectors[name];
+            let mut consider = |deadline: Ts, timer: Timer, detail: &'a str| {
+                if best.is_none_or(|b| (deadline, position, timer) < (b.0, b.1, b.2)) {
+                    best = Some((deadline, position, timer, name.as_str(), detail));
+                }
+            };
             if !c.started() {
                 continue;
             }
             for (peer, (t, ok, handled)) in &c.probes {
                 if *ok && !handled {
-                    consider(
-                        t.plus_s(self.params.peer_timeout_s),
-                        name,
-                        Timer::ProbeExpiry,
-                        peer,
-                    );
+                    consider(t.plus_s(self.params.peer_timeout_s), Timer::ProbeExpiry, peer);
                 }
             }
             if let Some(import) = &c.import {
-                consider(import.done_at, name, Timer::ImportDone, "");
+                consider(import.done_at, Timer::ImportDone, "");
             }
             if c.state == ConnectorState::PendingRecovery && !c.forced {
-                consider(
-                    c.state_since.plus_s(self.params.pending_recovery_s),
-                    name,
-                    Timer::RecoveryElapsed,
-                    "",
-                );
+                consider(c.state_since.plus_s(self.params.pending_recovery_s), Timer::RecoveryElapsed, "");
             }
             if let Some(e) = &c.episode {
-                consider(e.next_report, name, Timer::Report, "");
+                consider(e.next_report, Timer::Report, "");
             }
             if let Some(t) = c.next_sync {
-                consider(t, name, Timer::Sync, "");
+                consider(t, Timer::Sync, "");
             }
         }
-        best
+        best.map(|(deadline, _, timer, name, detail)| (deadline, name.to_string(), timer, detail.to_string()))
     }
 
     fn fire_timers(&mut self, until: Ts, out: &mut Vec<Output>) {
@@ -1216,12 +1223,7 @@ impl Engine {
         episode.next_report = ts.plus_s(interval);
         let duration = ts.seconds_since(episode.started).max(0) as u64;
         let (id, data) = if c.brokering {
-            let sessions = c
-                .registrations
-                .iter()
-                .filter_map(|m| self.machines.get(m))
-                .map(|m| m.sessions.len() as u64)
-                .sum();
+            let sessions = c.session_count;
             (
                 3507,
                 EventData::ElectedReport(ElectedReportData {

@@ -33,13 +33,23 @@ pub struct SiteConfig {
     pub deleted: BTreeMap<ObjectKind, BTreeMap<String, IntroducedBy>>,
     /// Lowercased id → exact id, for connectors and machines named by records.
     pub connector_ids: BTreeMap<String, String>,
-    /// Lowercased id → exact id of machines.
-    pub machine_ids: BTreeMap<String, String>,
+    /// Lowercased id → exact id and zone of machines.
+    pub machine_ids: BTreeMap<String, MachineRef>,
+}
+
+/// A machine as records name it: its exact id and its zone (lowercased).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MachineRef {
+    /// Exact id.
+    pub id: String,
+    /// Zone id, lowercased.
+    pub zone: String,
 }
 
 impl SiteConfig {
-    /// Applies a change at `offset`, or explains why it cannot apply (nothing changes then).
-    pub fn apply(&mut self, change: &ConfigChange, offset: u64) -> Result<(), String> {
+    /// Whether a change can apply: versions increase, deletes name existing objects, the
+    /// site object is called "site". The error names the field at fault.
+    pub fn check(&self, change: &ConfigChange) -> Result<(), String> {
         if change.version <= self.version {
             return Err(format!(
                 "field `version`: {} is not above the current version {}",
@@ -73,6 +83,12 @@ impl SiteConfig {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// Applies a change at `offset`, or explains why it cannot apply (nothing changes then).
+    pub fn apply(&mut self, change: &ConfigChange, offset: u64) -> Result<(), String> {
+        self.check(change)?;
         let introduced_by = IntroducedBy {
             offset,
             version: Some(change.version),
@@ -82,7 +98,7 @@ impl SiteConfig {
                 ConfigOp::Upsert(object) => {
                     let kind = object.kind();
                     let id = object.id().to_string();
-                    self.index(kind, &id, true);
+                    self.index(kind, &id, Some(object));
                     self.objects.entry(kind).or_default().insert(
                         id,
                         Stored {
@@ -95,7 +111,7 @@ impl SiteConfig {
                     if let Some(objects) = self.objects.get_mut(&r.kind) {
                         objects.remove(&r.id);
                     }
-                    self.index(r.kind, &r.id, false);
+                    self.index(r.kind, &r.id, None);
                     self.deleted
                         .entry(r.kind)
                         .or_default()
@@ -107,17 +123,28 @@ impl SiteConfig {
         Ok(())
     }
 
-    fn index(&mut self, kind: ObjectKind, id: &str, present: bool) {
-        let map = match kind {
-            ObjectKind::Connector => &mut self.connector_ids,
-            ObjectKind::Machine => &mut self.machine_ids,
-            _ => return,
-        };
+    /// Keeps the lookup maps of records' names in step with an upsert (`Some`) or delete.
+    fn index(&mut self, kind: ObjectKind, id: &str, object: Option<&ConfigObject>) {
         let key = id.to_lowercase();
-        if present {
-            map.insert(key, id.to_string());
-        } else if map.get(&key).is_some_and(|exact| exact == id) {
-            map.remove(&key);
+        match (kind, object) {
+            (ObjectKind::Connector, Some(_)) => {
+                self.connector_ids.insert(key, id.to_string());
+            }
+            (ObjectKind::Connector, None) => {
+                if self.connector_ids.get(&key).is_some_and(|exact| exact == id) {
+                    self.connector_ids.remove(&key);
+                }
+            }
+            (ObjectKind::Machine, Some(ConfigObject::Machine { data, .. })) => {
+                let entry = MachineRef { id: id.to_string(), zone: data.zone.to_lowercase() };
+                self.machine_ids.insert(key, entry);
+            }
+            (ObjectKind::Machine, _) => {
+                if self.machine_ids.get(&key).is_some_and(|m| m.id == id) {
+                    self.machine_ids.remove(&key);
+                }
+            }
+            _ => {}
         }
     }
 
@@ -153,7 +180,12 @@ impl SiteConfig {
 
     /// The exact id of a machine named by a record (case-insensitive).
     pub fn machine_id(&self, name: &str) -> Option<&str> {
-        resolve(&self.machine_ids, name)
+        self.machine(name).map(|m| m.id.as_str())
+    }
+
+    /// A machine named by a record (case-insensitive): exact id and zone.
+    pub fn machine(&self, name: &str) -> Option<&MachineRef> {
+        self.machine_ids.get(name).or_else(|| self.machine_ids.get(&name.to_lowercase()))
     }
 
     /// The zone id of a connector.
