@@ -52,6 +52,10 @@ pub struct MachineRuntime {
     /// Last refusal per connector ("cloud" included) with the connector's epoch, so a
     /// refusal is reported once per change, not at every heartbeat.
     pub refusals: BTreeMap<String, (Reason, u64)>,
+    /// The machine's zone as of a site version (None: not configured), so a heartbeat
+    /// costs one lookup. Derived from the configuration, so not saved.
+    #[serde(skip)]
+    pub resolved: Option<(u64, Option<Arc<str>>)>,
 }
 
 /// One outage episode of a connector: from entry into initial_ha to its end.
@@ -217,7 +221,12 @@ pub struct Engine {
     connectors: BTreeMap<String, Connector>,
     /// Connector ids in FQDN order (lowercase, byte order): the order of equal deadlines.
     connector_order: Vec<String>,
-    machines: BTreeMap<String, MachineRuntime>,
+    machines: crate::detmap::DetMap<String, MachineRuntime>,
+    /// No timer fires before this instant: set when timers are computed, cleared by any
+    /// record that can create or move a timer. VDA heartbeats, session events, ticks and
+    /// launch requests cannot, which spares the hot path a scan. Derived, so not saved.
+    #[serde(skip)]
+    quiet_until: Option<Ts>,
 }
 
 /// Sort key of connector FQDNs: lowercase, byte order (R-ELECT-2).
@@ -247,7 +256,7 @@ impl Engine {
     }
 
     /// VDAs seen, by exact id.
-    pub fn machines(&self) -> &BTreeMap<String, MachineRuntime> {
+    pub fn machines(&self) -> &crate::detmap::DetMap<String, MachineRuntime> {
         &self.machines
     }
 
@@ -258,11 +267,63 @@ impl Engine {
 
     /// The snapshot a connector uses, if any.
     pub fn snapshot_of(&self, connector: &str) -> Option<&Arc<Snapshot>> {
-        let version = self.connectors.get(connector)?.snapshot?;
-        match self.validations.get(&version)? {
-            Validation::Valid(s) => Some(s),
-            Validation::Invalid(_) => None,
+        snapshot_in(&self.validations, self.connectors.get(connector)?)
+    }
+
+    /// Checks the invariants the reducer keeps; the error says which one broke. Cheap enough
+    /// for tests to call after every record.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let mut order: Vec<&String> = self.connectors.keys().collect();
+        order.sort_by_key(|a| fqdn_key(a));
+        if order != self.connector_order.iter().collect::<Vec<_>>() {
+            return Err("connector_order is not the connectors in FQDN order".into());
         }
+        for (name, c) in &self.connectors {
+            if !c.brokering && !c.registrations.is_empty() {
+                return Err(format!("{name} holds registrations without brokering"));
+            }
+            if c.brokering && !(c.in_lhc() && c.elected.as_deref() == Some(name.as_str())) {
+                return Err(format!(
+                    "{name} brokers outside LHC mode or without being elected"
+                ));
+            }
+            if c.in_lhc() != c.episode.is_some() {
+                return Err(format!("{name}: an episode exists exactly in LHC mode"));
+            }
+            let mut sessions = 0;
+            for machine in &c.registrations {
+                let runtime = self
+                    .machines
+                    .get(machine)
+                    .ok_or(format!("{machine} has no runtime"))?;
+                if runtime.registrar != Registrar::Connector(name.clone()) {
+                    return Err(format!(
+                        "{machine} is in {name}'s registrations but registered elsewhere"
+                    ));
+                }
+                sessions += runtime.sessions.len() as u64;
+            }
+            if sessions != c.session_count {
+                return Err(format!(
+                    "{name}: session_count {} but {sessions} sessions",
+                    c.session_count
+                ));
+            }
+        }
+        for (machine, runtime) in self.machines.iter() {
+            if let Registrar::Connector(name) = &runtime.registrar {
+                if !self
+                    .connectors
+                    .get(name)
+                    .is_some_and(|c| c.registrations.contains(machine))
+                {
+                    return Err(format!(
+                        "{machine} says it is registered with {name}, which does not list it"
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Canonical digest of the whole state: SHA-256 of its canonical JSON, hex.
@@ -277,7 +338,7 @@ impl Engine {
     pub fn apply(
         &mut self,
         offset: u64,
-        input: Result<&Record, &DecodeError>,
+        input: Result<Record, DecodeError>,
         out: &mut Vec<Output>,
     ) {
         let record = match input {
@@ -287,7 +348,7 @@ impl Engine {
                 return;
             }
         };
-        if let Err(error) = self.admissible(record) {
+        if let Err(error) = self.admissible(&record) {
             out.push(quarantine(offset, error));
             return;
         }
@@ -359,32 +420,47 @@ impl Engine {
         }
     }
 
-    fn apply_record(&mut self, offset: u64, record: &Record, out: &mut Vec<Output>) {
+    fn apply_record(&mut self, offset: u64, record: Record, out: &mut Vec<Output>) {
         let ts = record.ts();
-        match record {
+        match &record {
             Record::EngineParams(p) => {
                 self.params.apply(p).expect("checked by admissible");
+                self.quiet_until = None;
             }
             Record::ConfigChange(change) => {
                 self.site
                     .apply(change, offset)
                     .expect("checked by admissible");
                 for id in self.site.connector_ids.values() {
-                    let zone = self.site.connector_zone(id).unwrap_or_default().to_lowercase();
-                    self.connectors.entry(id.clone()).or_insert_with(|| Connector::new(ts)).zone = zone;
+                    let zone = self
+                        .site
+                        .connector_zone(id)
+                        .unwrap_or_default()
+                        .to_lowercase();
+                    self.connectors
+                        .entry(id.clone())
+                        .or_insert_with(|| Connector::new(ts))
+                        .zone = zone;
                 }
                 let mut order: Vec<String> = self.connectors.keys().cloned().collect();
                 order.sort_by_key(|a| fqdn_key(a));
                 self.connector_order = order;
                 self.collect_validations();
+                self.quiet_until = None;
             }
             Record::ClockTick(_) | Record::LaunchRequest(_) => {}
-            Record::VdaHeartbeat(hb) => self.vda_heartbeat(hb, ts, out),
+            Record::VdaHeartbeat(_) => {
+                let Record::VdaHeartbeat(hb) = record else {
+                    unreachable!("matched above")
+                };
+                self.vda_heartbeat(hb, ts, out);
+            }
             Record::SessionEvent(ev) => self.session_event(ev),
             _ => {
-                let name = self.connector_name(record);
+                self.quiet_until = None;
+                let name = self.connector_name(&record);
                 if self.connectors[&name].started() {
-                    self.connector_record(&name, offset, record, out);
+                    self.connector_record(&name, offset, &record, out);
                 } else if let Record::ConnectorLifecycle(l) = record {
                     if l.event == LifecycleEvent::Start {
                         self.start(&name, ts, out);
@@ -874,47 +950,66 @@ impl Engine {
         }
     }
 
-    fn vda_heartbeat(&mut self, hb: &VdaHeartbeat, ts: Ts, out: &mut Vec<Output>) {
-        let Some((machine, zone)) = self.site.machine(&hb.machine).map(|m| (m.id.clone(), m.zone.clone())) else {
+    fn vda_heartbeat(&mut self, hb: VdaHeartbeat, ts: Ts, out: &mut Vec<Output>) {
+        // Split borrows: the configuration is read while runtime state changes, and the
+        // hot path (one call per VDA heartbeat) allocates nothing when nothing changes.
+        let Engine {
+            site,
+            connectors,
+            connector_order,
+            machines,
+            validations,
+            ..
+        } = self;
+        let cached = machines
+            .get(hb.machine.as_str())
+            .and_then(|rt| rt.resolved.clone())
+            .filter(|(version, _)| *version == site.version);
+        let resolved: Option<(&str, Arc<str>)> = match cached {
+            Some((_, zone)) => zone.map(|z| (hb.machine.as_str(), z)),
+            None => site
+                .machine(&hb.machine)
+                .map(|e| (e.id.as_str(), e.zone.clone())),
+        };
+        let Some((machine, zone)) = resolved else {
             // Not in the site configuration: the cloud broker refuses it.
-            let runtime = self.machines.entry(hb.machine.clone()).or_default();
-            runtime.sessions = hb.sessions.clone();
-            refuse(runtime, ts, &hb.machine, "cloud", Reason::UnknownMachine, 0, out);
+            let runtime = machines.entry(hb.machine.clone()).or_default();
+            runtime.sessions = hb.sessions;
+            runtime.resolved = Some((site.version, None));
+            refuse(
+                runtime,
+                ts,
+                &hb.machine,
+                "cloud",
+                Reason::UnknownMachine,
+                0,
+                out,
+            );
             return;
         };
-        let zone_connectors: Vec<&str> = self
-            .connector_order
-            .iter()
-            .filter(|c| self.connectors[*c].zone == zone)
-            .map(String::as_str)
-            .collect();
+        let zone: &str = &zone;
+        let in_zone = || {
+            connector_order
+                .iter()
+                .map(|name| (name.as_str(), &connectors[name]))
+                .filter(|(_, c)| c.zone == zone)
+        };
         // R-REG-1, with one decision: the cloud path needs a connector that still reaches
         // the cloud (its latest check is not a failure), else the VDA has nowhere to go.
-        let cloud = zone_connectors.iter().any(|c| {
-            self.connectors.get(*c).is_some_and(|c| {
-                matches!(
-                    c.state,
-                    ConnectorState::WorkingNormally | ConnectorState::PendingHa
-                ) && !matches!(c.last_check, Some((_, false)))
-            })
+        let cloud = in_zone().any(|(_, c)| {
+            matches!(
+                c.state,
+                ConnectorState::WorkingNormally | ConnectorState::PendingHa
+            ) && !matches!(c.last_check, Some((_, false)))
         });
         let mut refusals = Vec::new();
-        let target = if cloud {
-            Registrar::Cloud
-        } else {
-            let mut target = Registrar::None;
-            for name in &zone_connectors {
-                let Some(c) = self.connectors.get(*name) else {
-                    continue;
-                };
-                if !c.in_lhc() {
-                    continue;
-                }
+        let mut target: Option<&str> = None; // None: the cloud (when `cloud`) or nobody
+        if !cloud {
+            for (name, c) in in_zone().filter(|(_, c)| c.in_lhc()) {
                 let reason = if !c.brokering {
                     Some(Reason::NotElected)
-                } else if self
-                    .snapshot_of(name)
-                    .and_then(|s| s.machine(&machine))
+                } else if snapshot_in(validations, c)
+                    .and_then(|s| s.machine(machine))
                     .is_none()
                 {
                     Some(Reason::UnknownMachine)
@@ -922,56 +1017,73 @@ impl Engine {
                     None
                 };
                 match reason {
-                    Some(reason) => refusals.push((name.to_string(), reason, c.epoch)),
-                    None if target == Registrar::None => {
-                        target = Registrar::Connector(name.to_string())
+                    Some(reason) => refusals.push((name, reason, c.epoch)),
+                    None => {
+                        target.get_or_insert(name);
                     }
-                    None => {}
                 }
             }
-            target
-        };
-        let runtime = self.machines.entry(machine.clone()).or_default();
-        let (old_sessions, new_sessions) = (runtime.sessions.len() as u64, hb.sessions.len() as u64);
-        runtime.sessions.clone_from(&hb.sessions);
-        for (name, reason, epoch) in refusals {
-            refuse(runtime, ts, &machine, &name, reason, epoch, out);
         }
-        if runtime.registrar == target {
-            if let Registrar::Connector(name) = &target {
-                let c = self.connectors.get_mut(name).expect("exists");
+        let runtime = match machines.get_mut(machine) {
+            Some(r) => r,
+            None => machines.entry(machine.to_string()).or_default(),
+        };
+        let (old_sessions, new_sessions) =
+            (runtime.sessions.len() as u64, hb.sessions.len() as u64);
+        runtime.sessions = hb.sessions;
+        if runtime
+            .resolved
+            .as_ref()
+            .is_none_or(|(version, _)| *version != site.version)
+        {
+            runtime.resolved = Some((site.version, Some(zone.into())));
+        }
+        for (name, reason, epoch) in refusals {
+            refuse(runtime, ts, machine, name, reason, epoch, out);
+        }
+        let unchanged = match (&runtime.registrar, target) {
+            (Registrar::Cloud, _) => cloud,
+            (Registrar::Connector(current), Some(name)) => !cloud && current == name,
+            (Registrar::None, None) => !cloud,
+            _ => false,
+        };
+        if unchanged {
+            if let Some(name) = target {
+                let c = connectors.get_mut(name).expect("exists");
                 c.session_count = c.session_count + new_sessions - old_sessions;
             }
             return;
         }
-        let previous = std::mem::replace(&mut runtime.registrar, target.clone());
-        if let Registrar::Connector(old) = previous {
-            if let Some(c) = self.connectors.get_mut(&old) {
-                if c.registrations.remove(&machine) {
+        let new = match (cloud, target) {
+            (true, _) => Registrar::Cloud,
+            (false, Some(name)) => Registrar::Connector(name.to_string()),
+            (false, None) => Registrar::None,
+        };
+        if let Registrar::Connector(old) = std::mem::replace(&mut runtime.registrar, new) {
+            if let Some(c) = connectors.get_mut(&old) {
+                if c.registrations.remove(machine) {
                     c.session_count -= old_sessions;
                 }
             }
         }
-        let connector = match &target {
-            Registrar::None => return,
-            Registrar::Cloud => "cloud".to_string(),
-            Registrar::Connector(name) => {
-                let c = self.connectors.get_mut(name).expect("exists");
-                c.registrations.insert(machine.clone());
+        let connector = match (cloud, target) {
+            (true, _) => "cloud",
+            (false, Some(name)) => {
+                let c = connectors.get_mut(name).expect("exists");
+                c.registrations.insert(machine.to_string());
                 c.session_count += new_sessions;
                 if let Some(e) = &mut c.episode {
-                    e.registered.insert(machine.clone());
+                    e.registered.insert(machine.to_string());
                 }
-                name.clone()
+                name
             }
+            (false, None) => return,
         };
-        if let Some(runtime) = self.machines.get_mut(&machine) {
-            runtime.refusals.remove(&connector);
-        }
+        runtime.refusals.remove(connector);
         out.push(Output::Registration(Registration {
             ts,
-            machine,
-            connector,
+            machine: machine.to_string(),
+            connector: connector.to_string(),
             accepted: true,
             reason: None,
         }));
@@ -1162,14 +1274,22 @@ impl Engine {
             }
             for (peer, (t, ok, handled)) in &c.probes {
                 if *ok && !handled {
-                    consider(t.plus_s(self.params.peer_timeout_s), Timer::ProbeExpiry, peer);
+                    consider(
+                        t.plus_s(self.params.peer_timeout_s),
+                        Timer::ProbeExpiry,
+                        peer,
+                    );
                 }
             }
             if let Some(import) = &c.import {
                 consider(import.done_at, Timer::ImportDone, "");
             }
             if c.state == ConnectorState::PendingRecovery && !c.forced {
-                consider(c.state_since.plus_s(self.params.pending_recovery_s), Timer::RecoveryElapsed, "");
+                consider(
+                    c.state_since.plus_s(self.params.pending_recovery_s),
+                    Timer::RecoveryElapsed,
+                    "",
+                );
             }
             if let Some(e) = &c.episode {
                 consider(e.next_report, Timer::Report, "");
@@ -1178,13 +1298,19 @@ impl Engine {
                 consider(t, Timer::Sync, "");
             }
         }
-        best.map(|(deadline, _, timer, name, detail)| (deadline, name.to_string(), timer, detail.to_string()))
+        best.map(|(deadline, _, timer, name, detail)| {
+            (deadline, name.to_string(), timer, detail.to_string())
+        })
     }
 
     fn fire_timers(&mut self, until: Ts, out: &mut Vec<Output>) {
+        if self.quiet_until.is_some_and(|quiet| until < quiet) {
+            return;
+        }
         while let Some((deadline, name, timer, detail)) = self.next_timer() {
             if deadline > until {
-                break;
+                self.quiet_until = Some(deadline);
+                return;
             }
             self.now = Some(deadline.max(self.now.unwrap_or(deadline)));
             match timer {
@@ -1212,6 +1338,7 @@ impl Engine {
             }
             self.update_view(&name, deadline, out);
         }
+        self.quiet_until = Some(Ts(i64::MAX));
     }
 
     fn report(&mut self, name: &str, ts: Ts, out: &mut Vec<Output>) {
@@ -1271,6 +1398,17 @@ impl Engine {
             message,
             data,
         })
+    }
+}
+
+/// The snapshot a connector uses, looked up in the validations store.
+fn snapshot_in<'a>(
+    validations: &'a BTreeMap<u64, Validation>,
+    c: &Connector,
+) -> Option<&'a Arc<Snapshot>> {
+    match validations.get(&c.snapshot?)? {
+        Validation::Valid(s) => Some(s),
+        Validation::Invalid(_) => None,
     }
 }
 

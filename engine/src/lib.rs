@@ -7,6 +7,7 @@
 
 pub mod config;
 pub mod decode;
+pub mod detmap;
 pub mod engine;
 pub mod output;
 pub mod params;

@@ -34,7 +34,7 @@ pub struct SiteConfig {
     /// Lowercased id → exact id, for connectors and machines named by records.
     pub connector_ids: BTreeMap<String, String>,
     /// Lowercased id → exact id and zone of machines.
-    pub machine_ids: BTreeMap<String, MachineRef>,
+    pub machine_ids: crate::detmap::DetMap<String, MachineRef>,
 }
 
 /// A machine as records name it: its exact id and its zone (lowercased).
@@ -42,8 +42,8 @@ pub struct SiteConfig {
 pub struct MachineRef {
     /// Exact id.
     pub id: String,
-    /// Zone id, lowercased.
-    pub zone: String,
+    /// Zone id, lowercased; shared so a runtime cache can hold it without allocating.
+    pub zone: std::sync::Arc<str>,
 }
 
 impl SiteConfig {
@@ -131,12 +131,19 @@ impl SiteConfig {
                 self.connector_ids.insert(key, id.to_string());
             }
             (ObjectKind::Connector, None) => {
-                if self.connector_ids.get(&key).is_some_and(|exact| exact == id) {
+                if self
+                    .connector_ids
+                    .get(&key)
+                    .is_some_and(|exact| exact == id)
+                {
                     self.connector_ids.remove(&key);
                 }
             }
             (ObjectKind::Machine, Some(ConfigObject::Machine { data, .. })) => {
-                let entry = MachineRef { id: id.to_string(), zone: data.zone.to_lowercase() };
+                let entry = MachineRef {
+                    id: id.to_string(),
+                    zone: data.zone.to_lowercase().into(),
+                };
                 self.machine_ids.insert(key, entry);
             }
             (ObjectKind::Machine, _) => {
@@ -185,7 +192,9 @@ impl SiteConfig {
 
     /// A machine named by a record (case-insensitive): exact id and zone.
     pub fn machine(&self, name: &str) -> Option<&MachineRef> {
-        self.machine_ids.get(name).or_else(|| self.machine_ids.get(&name.to_lowercase()))
+        self.machine_ids
+            .get(name)
+            .or_else(|| self.machine_ids.get(&name.to_lowercase()))
     }
 
     /// The zone id of a connector.

@@ -37,7 +37,7 @@ pub struct Snapshot {
     /// Lowercased zone id by lowercased connector id.
     pub connector_zone: BTreeMap<String, String>,
     /// Machines by lowercased id.
-    pub machines: BTreeMap<String, MachineEntry>,
+    pub machines: crate::detmap::DetMap<String, MachineEntry>,
 }
 
 impl Snapshot {
@@ -255,7 +255,7 @@ fn index(config: &SiteConfig) -> Snapshot {
         site: config.site(),
         zone_connectors: BTreeMap::new(),
         connector_zone: BTreeMap::new(),
-        machines: BTreeMap::new(),
+        machines: Default::default(),
     };
     for stored in config.all() {
         match &stored.object {

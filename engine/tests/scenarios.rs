@@ -27,7 +27,10 @@ fn run(name: &str) -> Vec<Output> {
     let mut outputs = Vec::new();
     for (offset, line) in log.lines().enumerate() {
         let decoded = decode_record_at(line.as_bytes(), offset as u64);
-        engine.apply(offset as u64, decoded.as_ref(), &mut outputs);
+        engine.apply(offset as u64, decoded, &mut outputs);
+        if let Err(broken) = engine.check_invariants() {
+            panic!("{name}: invariant broken after offset {offset}: {broken}");
+        }
     }
     let text: String = outputs
         .iter()
@@ -637,7 +640,7 @@ fn r_css_5_admin_commands_change_what_they_name() {
             let a = &engine.connectors()[A];
             assert!(a.css_trace && a.sync_override_s == Some(120));
         }
-        engine.apply(offset as u64, Ok(&record), &mut sink);
+        engine.apply(offset as u64, Ok(record), &mut sink);
     }
     let a = &engine.connectors()[A];
     assert!(!a.ha_sdk && !a.css_trace && a.sync_override_s.is_none() && !a.forced);

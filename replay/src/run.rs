@@ -66,7 +66,7 @@ pub fn replay<E: From<SourceError>>(
     let mut outputs = Vec::new();
     let mut last_agreeing = None;
     while let Some((offset, decoded)) = source.next_record()? {
-        engine.apply(offset, decoded.as_ref(), &mut outputs);
+        engine.apply(offset, decoded, &mut outputs);
         summary.records += 1;
         summary.last_offset = Some(offset);
         for output in outputs.drain(..) {

@@ -65,21 +65,32 @@ pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
 /// outage over the middle third (so registrations move to the elected broker and back).
 pub fn site_log(vdas: usize, hours: u64) -> Vec<Vec<u8>> {
     let t0 = lhc_engine::Ts(1_767_603_600_000);
-    let connectors = ["cc1.zone1.corp.example", "cc2.zone1.corp.example", "cc3.zone1.corp.example"];
+    let connectors = [
+        "cc1.zone1.corp.example",
+        "cc2.zone1.corp.example",
+        "cc3.zone1.corp.example",
+    ];
     let mut ops = vec![
-        r#"{"op":"upsert","kind":"site","id":"site","data":{"heartbeat_period_ms":600000}}"#.to_string(),
+        r#"{"op":"upsert","kind":"site","id":"site","data":{"heartbeat_period_ms":600000}}"#
+            .to_string(),
         r#"{"op":"upsert","kind":"zone","id":"zone1","data":{"name":"Zone 1"}}"#.to_string(),
-        r#"{"op":"upsert","kind":"delivery_group","id":"dg1","data":{"kind":"multi_session"}}"#.to_string(),
+        r#"{"op":"upsert","kind":"delivery_group","id":"dg1","data":{"kind":"multi_session"}}"#
+            .to_string(),
     ];
     for c in connectors {
-        ops.push(format!(r#"{{"op":"upsert","kind":"connector","id":"{c}","data":{{"zone":"zone1"}}}}"#));
+        ops.push(format!(
+            r#"{{"op":"upsert","kind":"connector","id":"{c}","data":{{"zone":"zone1"}}}}"#
+        ));
     }
     for v in 0..vdas {
         ops.push(format!(
             r#"{{"op":"upsert","kind":"machine","id":"vda{v:05}.zone1.corp.example","data":{{"zone":"zone1","delivery_group":"dg1"}}}}"#
         ));
     }
-    let mut records = vec![format!(r#"{{"ts":"{t0}","type":"config.change","version":1,"ops":[{}]}}"#, ops.join(","))];
+    let mut records = vec![format!(
+        r#"{{"ts":"{t0}","type":"config.change","version":1,"ops":[{}]}}"#,
+        ops.join(",")
+    )];
     let total_s = hours * 3600;
     let (outage_from, outage_to) = (total_s / 3, 2 * total_s / 3);
     // Every second: the VDAs due now (each once per 300 s, spread evenly), and once a minute
@@ -89,7 +100,9 @@ pub fn site_log(vdas: usize, hours: u64) -> Vec<Vec<u8>> {
         if second % 60 == 1 {
             let ok = !(outage_from..outage_to).contains(&second);
             for (i, c) in connectors.iter().enumerate() {
-                records.push(format!(r#"{{"ts":"{ts}","type":"health.check","connector":"{c}","ok":{ok}}}"#));
+                records.push(format!(
+                    r#"{{"ts":"{ts}","type":"health.check","connector":"{c}","ok":{ok}}}"#
+                ));
                 records.push(format!(r#"{{"ts":"{ts}","type":"storefront.heartbeat","connector":"{c}","storefront":"sf1"}}"#));
                 for (j, p) in connectors.iter().enumerate() {
                     if i != j {
@@ -102,7 +115,9 @@ pub fn site_log(vdas: usize, hours: u64) -> Vec<Vec<u8>> {
             let sessions = match v % 3 {
                 0 => String::new(),
                 1 => format!(r#"{{"id":"s{v}","user":"user{v}","state":"active"}}"#),
-                _ => format!(r#"{{"id":"s{v}","user":"user{v}","state":"active"}},{{"id":"t{v}","user":"u{v}","state":"disconnected"}}"#),
+                _ => format!(
+                    r#"{{"id":"s{v}","user":"user{v}","state":"active"}},{{"id":"t{v}","user":"u{v}","state":"disconnected"}}"#
+                ),
             };
             records.push(format!(r#"{{"ts":"{ts}","type":"vda.heartbeat","machine":"vda{v:05}.zone1.corp.example","sessions":[{sessions}]}}"#));
         }
@@ -114,7 +129,10 @@ fn fold_bench(vdas: usize, hours: u64) -> anyhow::Result<ExitCode> {
     let records = site_log(vdas, hours);
     let bytes: u64 = records.iter().map(|r| r.len() as u64).sum();
     let n = records.len();
-    println!("lhc bench fold: {vdas} VDAs, {hours} h, {n} records, {:.1} MB of JSON", bytes as f64 / 1e6);
+    println!(
+        "lhc bench fold: {vdas} VDAs, {hours} h, {n} records, {:.1} MB of JSON",
+        bytes as f64 / 1e6
+    );
     let decode = time("decode only (serde_json into records)", n, bytes, || {
         for r in &records {
             std::hint::black_box(lhc_engine::decode_record(r).map_err(|e| anyhow::anyhow!("{e}"))?);
@@ -127,7 +145,7 @@ fn fold_bench(vdas: usize, hours: u64) -> anyhow::Result<ExitCode> {
         let mut out = Vec::new();
         for (offset, r) in records.iter().enumerate() {
             let decoded = lhc_engine::decode_record_at(r, offset as u64);
-            engine.apply(offset as u64, decoded.as_ref(), &mut out);
+            engine.apply(offset as u64, decoded, &mut out);
             outputs_total += out.len();
             out.clear();
         }
@@ -135,9 +153,17 @@ fn fold_bench(vdas: usize, hours: u64) -> anyhow::Result<ExitCode> {
     })?;
     println!("\n{:<46} {:>12} {:>10}", "measure", "records/s", "MB/s");
     for row in [&decode, &fold] {
-        println!("{:<46} {:>12.0} {:>10.1}", row.name, row.records_per_s(), row.mb_per_s());
+        println!(
+            "{:<46} {:>12.0} {:>10.1}",
+            row.name,
+            row.records_per_s(),
+            row.mb_per_s()
+        );
     }
-    println!("\noutputs: {outputs_total}; final digest {}", engine.digest());
+    println!(
+        "\noutputs: {outputs_total}; final digest {}",
+        engine.digest()
+    );
     println!(
         "ratio fold / decode: {:.2}  (target >= 0.5: applying costs at most as much as decoding)",
         fold.records_per_s() / decode.records_per_s()
