@@ -974,6 +974,14 @@ impl Engine {
         let Some((machine, zone)) = resolved else {
             // Not in the site configuration: the cloud broker refuses it.
             let runtime = machines.entry(hb.machine.clone()).or_default();
+            // Deleted from the configuration while registered with a broker: the broker
+            // still holds it, so its session count follows.
+            if let Registrar::Connector(name) = &runtime.registrar {
+                if let Some(c) = connectors.get_mut(name) {
+                    c.session_count =
+                        c.session_count + hb.sessions.len() as u64 - runtime.sessions.len() as u64;
+                }
+            }
             runtime.sessions = hb.sessions;
             runtime.resolved = Some((site.version, None));
             refuse(

@@ -130,14 +130,13 @@ impl SiteConfig {
             (ObjectKind::Connector, Some(_)) => {
                 self.connector_ids.insert(key, id.to_string());
             }
-            (ObjectKind::Connector, None) => {
+            (ObjectKind::Connector, None)
                 if self
                     .connector_ids
                     .get(&key)
-                    .is_some_and(|exact| exact == id)
-                {
-                    self.connector_ids.remove(&key);
-                }
+                    .is_some_and(|exact| exact == id) =>
+            {
+                self.connector_ids.remove(&key);
             }
             (ObjectKind::Machine, Some(ConfigObject::Machine { data, .. })) => {
                 let entry = MachineRef {
@@ -146,10 +145,8 @@ impl SiteConfig {
                 };
                 self.machine_ids.insert(key, entry);
             }
-            (ObjectKind::Machine, _) => {
-                if self.machine_ids.get(&key).is_some_and(|m| m.id == id) {
-                    self.machine_ids.remove(&key);
-                }
+            (ObjectKind::Machine, _) if self.machine_ids.get(&key).is_some_and(|m| m.id == id) => {
+                self.machine_ids.remove(&key);
             }
             _ => {}
         }
