@@ -3,12 +3,9 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Duration;
 
 use anyhow::{bail, Context};
-use lhc_engine::decode_record;
-use lhc_engine::record::Record;
-use lhc_log::{EmbeddedLog, EmbeddedOptions, FsyncPolicy, Log};
+use lhc_log::{EmbeddedLog, EmbeddedOptions, FsyncPolicy};
 
 /// The example: a two-connector site through a 30-minute cloud outage.
 const EXAMPLE: &str = include_str!("../../../docs/examples/site-outage.jsonl");
@@ -37,30 +34,40 @@ pub fn run(args: DemoArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     println!(
-        "imported {} records into {} (offsets 0..{})\n",
+        "imported {} records into {} (offsets 0..{})",
         offsets.len(),
         log_dir.display(),
         offsets.len()
     );
     println!(
-        "{:<24} {:>6}  {:<21} {:<26} summary",
-        "time", "offset", "type", "who"
+        "replaying them through the engine: every state change, election, registration and sync\n"
     );
-    let mut reader = log.reader(0)?;
-    while let Some(entry) = reader.next(Duration::ZERO)? {
-        let record =
-            decode_record(&entry.bytes).with_context(|| format!("offset {}", entry.offset))?;
-        let (who, summary) = describe(&record);
-        println!(
-            "{:<24} {:>6}  {:<21} {:<26} {summary}",
-            record.ts(),
-            entry.offset,
-            record.type_name(),
-            who
-        );
-    }
+    let mut source =
+        lhc_replay::Source::from_log(Box::new(EmbeddedLog::open_read_only(&log_dir)?))?;
+    let mut engine = lhc_engine::Engine::new();
+    let mut by_kind: std::collections::BTreeMap<String, u64> = std::collections::BTreeMap::new();
+    let summary = lhc_replay::replay(
+        &mut source,
+        &mut engine,
+        &lhc_replay::ReplayOptions::default(),
+        |_, output| -> anyhow::Result<()> {
+            *by_kind
+                .entry(crate::replaycmd::table_fields(output).2)
+                .or_default() += 1;
+            println!("{}", crate::replaycmd::table_line(output));
+            Ok(())
+        },
+    )?;
     println!(
-        "\nnext: `lhc log stats --log {}`, `lhc log cat --log {} --from 100`",
+        "\n{} records -> {} outputs:",
+        summary.records, summary.outputs
+    );
+    for (kind, n) in &by_kind {
+        println!("  {kind:<14} {n:>5}");
+    }
+    println!("state digest {}", engine.digest());
+    println!(
+        "\nnext: `lhc replay {} --format table`, `lhc log stats --log {}`",
         log_dir.display(),
         log_dir.display()
     );
@@ -84,44 +91,4 @@ fn remove_previous_log(dir: &Path) -> anyhow::Result<()> {
     }
     std::fs::remove_dir_all(dir)
         .with_context(|| format!("removing the previous demo log {}", dir.display()))
-}
-
-/// Who a record concerns and a one-line summary.
-fn describe(record: &Record) -> (String, String) {
-    match record {
-        Record::EngineParams(_) => (String::new(), "parameter overrides".into()),
-        Record::ConfigChange(r) => (
-            String::new(),
-            format!("version {}, {} op(s)", r.version, r.ops.len()),
-        ),
-        Record::HealthCheck(r) => (
-            r.connector.clone(),
-            if r.ok { "ok".into() } else { "FAILED".into() },
-        ),
-        Record::PeerProbe(r) => (
-            r.connector.clone(),
-            format!("-> {} {}", r.peer, if r.ok { "ok" } else { "unreachable" }),
-        ),
-        Record::StorefrontHeartbeat(r) => (r.connector.clone(), format!("from {}", r.storefront)),
-        Record::ServiceStatus(r) => (
-            r.connector.clone(),
-            format!("{:?} running={}", r.service, r.running),
-        ),
-        Record::ConnectorLifecycle(r) => (r.connector.clone(), format!("{:?}", r.event)),
-        Record::StorageFault(r) => (r.connector.clone(), r.detail.clone()),
-        Record::VdaHeartbeat(r) => (
-            r.machine.clone(),
-            format!("{} session(s)", r.sessions.len()),
-        ),
-        Record::SessionEvent(r) => (
-            r.machine.clone(),
-            format!("{:?} {} ({})", r.event, r.session, r.user),
-        ),
-        Record::LaunchRequest(r) => (
-            r.connector.clone(),
-            format!("{} launches {} [{}]", r.user, r.resource, r.request),
-        ),
-        Record::AdminCommand(r) => (r.connector.clone(), format!("{:?}", r.command)),
-        Record::ClockTick(_) => (String::new(), "tick".into()),
-    }
 }

@@ -163,7 +163,14 @@ fn read_chain(path: &PathBuf) -> anyhow::Result<BTreeMap<u64, String>> {
 
 /// One fixed-column line: time, connector, source/event, summary.
 pub fn table_line(output: &Output) -> String {
-    let (ts, connector, what, summary) = match output {
+    let (ts, connector, what, summary) = table_fields(output);
+    format!("{ts:<24} {connector:<26} {what:<13} {summary}")
+}
+
+/// The columns of a table line: time, connector, source/event ("RBP 3003", "registration"...),
+/// summary.
+pub fn table_fields(output: &Output) -> (String, String, String, String) {
+    match output {
         Output::Event(e) => {
             let source = match e.source {
                 EventSource::ConfigSyncService => "CSS",
@@ -220,6 +227,5 @@ pub fn table_line(output: &Output) -> String {
             "quarantine".to_string(),
             format!("offset {}: {}", q.offset, q.error),
         ),
-    };
-    format!("{ts:<24} {connector:<26} {what:<13} {summary}")
+    }
 }

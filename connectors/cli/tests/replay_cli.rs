@@ -1,0 +1,157 @@
+//! `lhc replay`: identical outputs from a file, a log directory and Kafka; digests; chains
+//! that name the first divergence.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+const EXAMPLE: &str = include_str!("../../../docs/examples/site-outage.jsonl");
+
+fn lhc(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_lhc"))
+        .args(args)
+        .output()
+        .expect("lhc runs")
+}
+
+fn ok(out: Output) -> (String, String) {
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(out.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    (stdout, stderr)
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path.display().to_string()
+}
+
+#[test]
+fn replays_of_a_file_and_of_its_imported_log_are_byte_identical() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = write(tmp.path(), "in.jsonl", EXAMPLE);
+    let log = tmp.path().join("log").display().to_string();
+    ok(lhc(&["log", "import", &file, "--log", &log, "-q"]));
+    let (from_file, _) = ok(lhc(&["replay", &file, "-q"]));
+    let (from_log, _) = ok(lhc(&["replay", &log, "-q"]));
+    let (again, _) = ok(lhc(&["replay", &file, "-q"]));
+    assert_eq!(from_file, from_log);
+    assert_eq!(from_file, again);
+    assert_eq!(from_file.lines().count(), 107);
+    for line in from_file.lines() {
+        let value: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert!(value["type"].is_string(), "{line}");
+    }
+}
+
+#[test]
+fn the_digest_is_stable_and_a_chain_names_the_first_divergence() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = write(tmp.path(), "in.jsonl", EXAMPLE);
+    let chain = tmp.path().join("chain.jsonl").display().to_string();
+    let (_, first) = ok(lhc(&["replay", &file, "--no-outputs", "--digest", "-q"]));
+    let (_, second) = ok(lhc(&["replay", &file, "--no-outputs", "--digest", "-q"]));
+    assert!(
+        first.starts_with("digest ") && first.contains("after offset 470"),
+        "{first}"
+    );
+    assert_eq!(first, second);
+    ok(lhc(&[
+        "replay",
+        &file,
+        "--no-outputs",
+        "--digest-every",
+        "1",
+        "--chain",
+        &chain,
+        "-q",
+    ]));
+    assert_eq!(
+        std::fs::read_to_string(&chain).unwrap().lines().count(),
+        471
+    );
+    ok(lhc(&[
+        "replay",
+        &file,
+        "--no-outputs",
+        "--verify",
+        &chain,
+        "-q",
+    ]));
+
+    // Turn one ok health check (after the outage) into a failure: verification names its offset.
+    let mut lines: Vec<String> = EXAMPLE.lines().map(str::to_string).collect();
+    let at = (400..lines.len())
+        .find(|&i| {
+            lines[i].contains(r#""type":"health.check""#) && lines[i].contains(r#""ok":true"#)
+        })
+        .unwrap();
+    lines[at] = lines[at].replace(r#""ok":true"#, r#""ok":false"#);
+    let tampered = write(tmp.path(), "tampered.jsonl", &(lines.join("\n") + "\n"));
+    let out = lhc(&[
+        "replay",
+        &tampered,
+        "--no-outputs",
+        "--verify",
+        &chain,
+        "-q",
+    ]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    let expected = format!("diverged at offset {at}");
+    let agreed = format!("last agreement at offset {}", at - 1);
+    assert!(
+        stderr.contains(&expected) && stderr.contains(&agreed),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn the_table_has_one_aligned_line_per_output() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = write(tmp.path(), "in.jsonl", EXAMPLE);
+    let (table, _) = ok(lhc(&["replay", &file, "--format", "table", "-q"]));
+    assert_eq!(table.lines().count(), 107);
+    let transition = table.lines().find(|l| l.contains("RBP 3003")).unwrap();
+    assert_eq!(&transition[..24], "2026-01-05T09:10:01.000Z");
+    assert_eq!(transition[25..51].trim_end(), "ddc1.corp.example");
+    assert!(
+        transition[52..]
+            .starts_with("RBP 3003      State changed from working_normally to pending_ha"),
+        "{transition}"
+    );
+}
+
+#[test]
+fn bad_records_in_a_replayed_file_are_quarantined_at_their_offset() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut lines: Vec<&str> = EXAMPLE.lines().take(20).collect();
+    lines.insert(5, r#"{"ts":"2026-01-05T09:00:02.500Z","type":"health.check","connector":"ddc1.corp.example","ok":"maybe"}"#);
+    let file = write(tmp.path(), "bad.jsonl", &(lines.join("\n") + "\n"));
+    let (out, _) = ok(lhc(&["replay", &file, "-q"]));
+    let quarantine = out
+        .lines()
+        .find(|l| l.contains(r#""type":"quarantine""#))
+        .unwrap();
+    assert!(
+        quarantine.contains(r#""offset":5"#) && quarantine.contains("field `ok`"),
+        "{quarantine}"
+    );
+}
+
+#[test]
+fn replay_reads_a_site_from_kafka() {
+    let cluster = rdkafka::mocking::MockCluster::new(1).unwrap();
+    cluster.create_topic("lhc.events", 1, 1).unwrap();
+    let brokers = cluster.bootstrap_servers();
+    let tmp = tempfile::tempdir().unwrap();
+    let file = write(tmp.path(), "in.jsonl", EXAMPLE);
+    ok(lhc(&[
+        "log", "import", &file, "--kafka", &brokers, "--site", "site-a", "-q",
+    ]));
+    let (from_kafka, _) = ok(lhc(&[
+        "replay", "--kafka", &brokers, "--site", "site-a", "-q",
+    ]));
+    let (from_file, _) = ok(lhc(&["replay", &file, "-q"]));
+    assert_eq!(from_kafka, from_file);
+}
