@@ -155,3 +155,12 @@ fn replay_reads_a_site_from_kafka() {
     let (from_file, _) = ok(lhc(&["replay", &file, "-q"]));
     assert_eq!(from_kafka, from_file);
 }
+
+/// The benchmarks keep working (no thresholds here: figures vary by machine).
+#[test]
+fn quick_benchmarks_run_and_report_their_ratios() {
+    let (log, _) = ok(lhc(&["bench", "log", "--quick"]));
+    assert!(log.contains("read+CRC / decode") && log.contains("group commit"), "{log}");
+    let (fold, _) = ok(lhc(&["bench", "fold", "--quick"]));
+    assert!(fold.contains("ratio fold / decode"), "{fold}");
+}
