@@ -21,6 +21,46 @@ pub struct MachineEntry {
     pub zone: String,
     /// Delivery group id, lowercased.
     pub delivery_group: String,
+    /// Session capacity, default resolved (1 single-session, 20 multi-session).
+    pub max_sessions: u32,
+    /// Tags.
+    pub tags: Vec<String>,
+    /// A Remote PC Access machine.
+    pub remote_pc: bool,
+    /// In maintenance mode per the configuration.
+    pub maintenance: bool,
+}
+
+/// What brokering needs of a delivery group, defaults resolved.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupEntry {
+    /// Exact id.
+    pub id: String,
+    /// Group kind.
+    pub kind: DeliveryGroupKind,
+    /// The broker controls power.
+    pub power_managed: bool,
+    /// Pooled machines shut down after each session.
+    pub shutdown_after_use: bool,
+    /// The group's reuse-without-shutdown-in-outage flag (site default applied).
+    pub reuse_in_outage: bool,
+    /// Most sessions per user in the group.
+    pub session_limit_per_user: Option<u32>,
+    /// Required machine tag.
+    pub restrict_to_tag: Option<String>,
+}
+
+/// What brokering needs of a published resource.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResourceEntry {
+    /// Exact id.
+    pub id: String,
+    /// Delivery groups, lowercased, in the configured order.
+    pub delivery_groups: Vec<String>,
+    /// Preferred zone, lowercased.
+    pub zone_preference: Option<String>,
+    /// Principals (users and groups), lowercased.
+    pub principals: BTreeSet<String>,
 }
 
 /// A validated configuration at one version.
@@ -38,6 +78,18 @@ pub struct Snapshot {
     pub connector_zone: BTreeMap<String, String>,
     /// Machines by lowercased id.
     pub machines: crate::detmap::DetMap<String, MachineEntry>,
+    /// Delivery groups by lowercased id.
+    pub groups: BTreeMap<String, GroupEntry>,
+    /// Resources by lowercased id.
+    pub resources: BTreeMap<String, ResourceEntry>,
+    /// Groups of each user (lowercased ids).
+    pub user_groups: BTreeMap<String, Vec<String>>,
+    /// Static assignments: group → user → machine, all lowercased.
+    pub assignments: BTreeMap<String, BTreeMap<String, String>>,
+    /// Machines (lowercased) with an assignment.
+    pub assigned: BTreeSet<String>,
+    /// Machines per group, then zone, lowercased, in FQDN order: where a group can run.
+    pub group_zone_machines: BTreeMap<String, BTreeMap<String, BTreeSet<String>>>,
 }
 
 impl Snapshot {
@@ -248,35 +300,100 @@ fn failure(stored: &Stored, rule: Rule, introduced_by: IntroducedBy) -> ImportFa
     }
 }
 
-fn index(config: &SiteConfig) -> Snapshot {
+/// Indexes a configuration for election and brokering, without validating it (the cloud
+/// broker works from whatever the site holds; a connector only from a validated copy).
+pub fn index(config: &SiteConfig) -> Snapshot {
+    let site = config.site();
     let mut snapshot = Snapshot {
         version: config.version,
         objects: config.len(),
-        site: config.site(),
+        site: site.clone(),
         zone_connectors: BTreeMap::new(),
         connector_zone: BTreeMap::new(),
         machines: Default::default(),
+        groups: BTreeMap::new(),
+        resources: BTreeMap::new(),
+        user_groups: BTreeMap::new(),
+        assignments: BTreeMap::new(),
+        assigned: BTreeSet::new(),
+        group_zone_machines: BTreeMap::new(),
     };
     for stored in config.all() {
         match &stored.object {
             ConfigObject::Connector { id, data } => {
                 let zone = data.zone.to_lowercase();
-                snapshot
-                    .zone_connectors
-                    .entry(zone.clone())
-                    .or_default()
-                    .insert(id.clone());
+                snapshot.zone_connectors.entry(zone.clone()).or_default().insert(id.clone());
                 snapshot.connector_zone.insert(id.to_lowercase(), zone);
             }
+            ConfigObject::DeliveryGroup { id, data } => {
+                let pooled = data.kind == DeliveryGroupKind::SingleSessionPooled;
+                let reuse = data
+                    .reuse_machines_without_shutdown_in_outage
+                    .unwrap_or(site.default_reuse_machines_without_shutdown_in_outage);
+                let entry = GroupEntry {
+                    id: id.clone(),
+                    kind: data.kind,
+                    power_managed: data.power_managed,
+                    shutdown_after_use: data.shutdown_desktops_after_use.unwrap_or(pooled),
+                    reuse_in_outage: reuse,
+                    session_limit_per_user: data.session_limit_per_user,
+                    restrict_to_tag: data.restrict_to_tag.clone(),
+                };
+                snapshot.groups.insert(id.to_lowercase(), entry);
+            }
+            ConfigObject::User { id, data } => {
+                let groups = data.groups.iter().map(|g| g.to_lowercase()).collect();
+                snapshot.user_groups.insert(id.to_lowercase(), groups);
+            }
+            _ => {}
+        }
+    }
+    // Machines and resources need the groups; entitlements and assignments need both.
+    for stored in config.all() {
+        match &stored.object {
             ConfigObject::Machine { id, data } => {
-                snapshot.machines.insert(
-                    id.to_lowercase(),
-                    MachineEntry {
-                        id: id.clone(),
-                        zone: data.zone.to_lowercase(),
-                        delivery_group: data.delivery_group.to_lowercase(),
-                    },
-                );
+                let group = data.delivery_group.to_lowercase();
+                let multi = snapshot.groups.get(&group).is_some_and(|g| g.kind == DeliveryGroupKind::MultiSession);
+                let zone = data.zone.to_lowercase();
+                let zones = snapshot.group_zone_machines.entry(group.clone()).or_default();
+                zones.entry(zone.clone()).or_default().insert(id.to_lowercase());
+                let entry = MachineEntry {
+                    id: id.clone(),
+                    zone,
+                    delivery_group: group,
+                    max_sessions: data.max_sessions.unwrap_or(if multi { 20 } else { 1 }),
+                    tags: data.tags.clone(),
+                    remote_pc: data.remote_pc,
+                    maintenance: data.maintenance,
+                };
+                snapshot.machines.insert(id.to_lowercase(), entry);
+            }
+            ConfigObject::Resource { id, data } => {
+                let entry = ResourceEntry {
+                    id: id.clone(),
+                    delivery_groups: data.delivery_groups.iter().map(|g| g.to_lowercase()).collect(),
+                    zone_preference: data.zone_preference.as_ref().map(|z| z.to_lowercase()),
+                    principals: BTreeSet::new(),
+                };
+                snapshot.resources.insert(id.to_lowercase(), entry);
+            }
+            _ => {}
+        }
+    }
+    for stored in config.all() {
+        match &stored.object {
+            ConfigObject::Entitlement { data, .. } => {
+                if let Some(r) = snapshot.resources.get_mut(&data.resource.to_lowercase()) {
+                    r.principals.extend(data.principals.iter().map(|p| p.to_lowercase()));
+                }
+            }
+            ConfigObject::Assignment { data, .. } => {
+                let machine = data.machine.to_lowercase();
+                if let Some(m) = snapshot.machines.get(&machine) {
+                    let users = snapshot.assignments.entry(m.delivery_group.clone()).or_default();
+                    users.insert(data.user.to_lowercase(), machine.clone());
+                    snapshot.assigned.insert(machine);
+                }
             }
             _ => {}
         }
