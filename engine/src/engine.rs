@@ -56,6 +56,10 @@ pub struct MachineRuntime {
     /// costs one lookup. Derived from the configuration, so not saved.
     #[serde(skip)]
     pub resolved: Option<(u64, Option<Arc<str>>)>,
+    /// Launches brokered to it that it has not reported yet (they count as load).
+    pub pending: Vec<crate::broker::PendingLaunch>,
+    /// Its contribution to the brokering pools.
+    pub placement: Option<crate::broker::Placement>,
 }
 
 /// One outage episode of a connector: from entry into initial_ha to its end.
@@ -147,6 +151,8 @@ pub struct Connector {
     pub episode: Option<Episode>,
     /// Machines this connector put in maintenance.
     pub maintenance: BTreeSet<String>,
+    /// The LHC database content besides the configuration (R-DATA).
+    pub data: crate::broker::LhcData,
 }
 
 impl Connector {
@@ -183,6 +189,7 @@ impl Connector {
             session_count: 0,
             episode: None,
             maintenance: BTreeSet::new(),
+            data: Default::default(),
         }
     }
 
@@ -196,7 +203,7 @@ impl Connector {
         )
     }
 
-    fn started(&self) -> bool {
+    pub(crate) fn started(&self) -> bool {
         self.state != ConnectorState::Stopped
     }
 }
@@ -214,19 +221,31 @@ enum Timer {
 /// The whole engine state.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Engine {
-    params: Params,
-    now: Option<Ts>,
-    site: SiteConfig,
-    validations: BTreeMap<u64, Validation>,
-    connectors: BTreeMap<String, Connector>,
+    pub(crate) params: Params,
+    pub(crate) now: Option<Ts>,
+    pub(crate) site: SiteConfig,
+    pub(crate) validations: BTreeMap<u64, Validation>,
+    pub(crate) connectors: BTreeMap<String, Connector>,
     /// Connector ids in FQDN order (lowercase, byte order): the order of equal deadlines.
-    connector_order: Vec<String>,
-    machines: crate::detmap::DetMap<String, MachineRuntime>,
+    pub(crate) connector_order: Vec<String>,
+    pub(crate) machines: crate::detmap::DetMap<String, MachineRuntime>,
+    /// Brokering pools by registrar, group and zone (see `broker`).
+    pub(crate) pools: BTreeMap<String, crate::broker::Pool>,
+    /// Sessions per user (lowercased) per machine: reconnects and session limits.
+    pub(crate) user_sessions: BTreeMap<String, BTreeMap<String, crate::broker::Tally>>,
+    /// Static assignments the cloud broker made that no config.change records yet:
+    /// group → user → machine (lowercased).
+    pub(crate) cloud_assignments: BTreeMap<String, BTreeMap<String, String>>,
+    /// Machines (lowercased) the cloud broker assigned.
+    pub(crate) cloud_assigned: BTreeSet<String>,
+    /// The cloud broker's catalog of the current configuration. Derived, so not saved.
+    #[serde(skip)]
+    pub(crate) cloud: Option<Arc<Snapshot>>,
     /// No timer fires before this instant: set when timers are computed, cleared by any
     /// record that can create or move a timer. VDA heartbeats, session events, ticks and
     /// launch requests cannot, which spares the hot path a scan. Derived, so not saved.
     #[serde(skip)]
-    quiet_until: Option<Ts>,
+    pub(crate) quiet_until: Option<Ts>,
 }
 
 /// Sort key of connector FQDNs: lowercase, byte order (R-ELECT-2).
@@ -309,6 +328,31 @@ impl Engine {
                     c.session_count
                 ));
             }
+        }
+        // The pools, kept in step incrementally, equal pools rebuilt from scratch.
+        let mut rebuilt = self.clone();
+        rebuilt.pools.clear();
+        for runtime in rebuilt.machines.values_mut() {
+            runtime.placement = None;
+        }
+        rebuilt.place_all();
+        if rebuilt.pools != self.pools {
+            let differ: Vec<_> = self
+                .pools
+                .iter()
+                .filter(|(k, v)| rebuilt.pools.get(*k) != Some(*v))
+                .map(|(k, v)| format!("{k:?}: kept {v:?}, rebuilt {:?}", rebuilt.pools.get(k)))
+                .chain(
+                    rebuilt
+                        .pools
+                        .keys()
+                        .filter(|k| !self.pools.contains_key(*k))
+                        .map(|k| format!("{k:?} missing")),
+                )
+                .collect();
+            return Err(format!(
+                "brokering pools differ from pools rebuilt from scratch: {differ:?}"
+            ));
         }
         for (machine, runtime) in self.machines.iter() {
             if let Registrar::Connector(name) = &runtime.registrar {
@@ -447,15 +491,19 @@ impl Engine {
                 self.connector_order = order;
                 self.collect_validations();
                 self.quiet_until = None;
+                self.place_all();
             }
-            Record::ClockTick(_) | Record::LaunchRequest(_) => {}
+            Record::ClockTick(_) => {}
+            Record::LaunchRequest(request) => self.launch(request, ts, out),
             Record::VdaHeartbeat(_) => {
                 let Record::VdaHeartbeat(hb) = record else {
                     unreachable!("matched above")
                 };
-                self.vda_heartbeat(hb, ts, out);
+                if let Some((machine, old)) = self.vda_heartbeat(hb, ts, out) {
+                    self.sessions_changed(&machine, &old, ts);
+                }
             }
-            Record::SessionEvent(ev) => self.session_event(ev),
+            Record::SessionEvent(ev) => self.session_event(ev, ts, out),
             _ => {
                 self.quiet_until = None;
                 let name = self.connector_name(&record);
@@ -683,7 +731,7 @@ impl Engine {
     }
 
     /// R-STATE-4: the first reason the connector cannot enter LHC mode, if any.
-    fn ineligible(&self, name: &str, ts: Ts) -> Option<IneligibleReason> {
+    pub(crate) fn ineligible(&self, name: &str, ts: Ts) -> Option<IneligibleReason> {
         let c = &self.connectors[name];
         if !self.site_settings(name).lhc_enabled {
             return Some(IneligibleReason::LhcDisabled);
@@ -829,6 +877,7 @@ impl Engine {
             MaintenanceReason::OutageEnded
         };
         for machine in lifted {
+            self.place(&machine);
             out.push(Output::MachineMaintenance(MachineMaintenance {
                 ts,
                 machine,
@@ -940,6 +989,7 @@ impl Engine {
             if let Some(m) = self.machines.get_mut(&machine) {
                 m.registrar = Registrar::None;
             }
+            self.place(&machine);
             out.push(Output::Registration(Registration {
                 ts,
                 machine,
@@ -950,7 +1000,14 @@ impl Engine {
         }
     }
 
-    fn vda_heartbeat(&mut self, hb: VdaHeartbeat, ts: Ts, out: &mut Vec<Output>) {
+    /// Registration at a heartbeat (R-REG). Returns the machine and its previous sessions
+    /// when anything brokering depends on changed, for `sessions_changed`.
+    fn vda_heartbeat(
+        &mut self,
+        hb: VdaHeartbeat,
+        ts: Ts,
+        out: &mut Vec<Output>,
+    ) -> Option<(String, Vec<SessionReport>)> {
         // Split borrows: the configuration is read while runtime state changes, and the
         // hot path (one call per VDA heartbeat) allocates nothing when nothing changes.
         let Engine {
@@ -982,7 +1039,7 @@ impl Engine {
                         c.session_count + hb.sessions.len() as u64 - runtime.sessions.len() as u64;
                 }
             }
-            runtime.sessions = hb.sessions;
+            let old = std::mem::replace(&mut runtime.sessions, hb.sessions);
             runtime.resolved = Some((site.version, None));
             refuse(
                 runtime,
@@ -993,7 +1050,8 @@ impl Engine {
                 0,
                 out,
             );
-            return;
+            let changed = old != runtime.sessions;
+            return changed.then_some((hb.machine, old));
         };
         let zone: &str = &zone;
         let in_zone = || {
@@ -1038,7 +1096,8 @@ impl Engine {
         };
         let (old_sessions, new_sessions) =
             (runtime.sessions.len() as u64, hb.sessions.len() as u64);
-        runtime.sessions = hb.sessions;
+        let old = std::mem::replace(&mut runtime.sessions, hb.sessions);
+        let dirty = old != runtime.sessions || !runtime.pending.is_empty();
         if runtime
             .resolved
             .as_ref()
@@ -1060,7 +1119,7 @@ impl Engine {
                 let c = connectors.get_mut(name).expect("exists");
                 c.session_count = c.session_count + new_sessions - old_sessions;
             }
-            return;
+            return dirty.then(|| (machine.to_string(), old));
         }
         let new = match (cloud, target) {
             (true, _) => Registrar::Cloud,
@@ -1085,7 +1144,7 @@ impl Engine {
                 }
                 name
             }
-            (false, None) => return,
+            (false, None) => return Some((machine.to_string(), old)),
         };
         runtime.refusals.remove(connector);
         out.push(Output::Registration(Registration {
@@ -1095,16 +1154,17 @@ impl Engine {
             accepted: true,
             reason: None,
         }));
+        Some((machine.to_string(), old))
     }
 
-    fn session_event(&mut self, ev: &SessionEvent) {
+    fn session_event(&mut self, ev: &SessionEvent, ts: Ts, out: &mut Vec<Output>) {
         let machine = self
             .site
             .machine_id(&ev.machine)
             .unwrap_or(&ev.machine)
             .to_string();
-        let runtime = self.machines.entry(machine).or_default();
-        let before = runtime.sessions.len() as u64;
+        let runtime = self.machines.entry(machine.clone()).or_default();
+        let old = runtime.sessions.clone();
         let existing = runtime.sessions.iter().position(|s| s.id == ev.session);
         match (ev.event, existing) {
             (SessionEventKind::Logoff, Some(i)) => {
@@ -1127,11 +1187,15 @@ impl Engine {
                 }
             }
         }
-        let after = runtime.sessions.len() as u64;
+        let (before, after) = (old.len() as u64, runtime.sessions.len() as u64);
         if let Registrar::Connector(name) = &runtime.registrar {
             if let Some(c) = self.connectors.get_mut(name) {
                 c.session_count = c.session_count + after - before;
             }
+        }
+        self.sessions_changed(&machine, &old, ts);
+        if ev.event == SessionEventKind::Logoff {
+            self.pooled_logoff(&machine, ts, out);
         }
     }
 
@@ -1250,6 +1314,15 @@ impl Engine {
             });
             out.push(self.event(ts, name, EventSource::ConfigSyncService, 504, data));
             self.collect_validations();
+            // Machines it holds are now brokered from the new snapshot.
+            let held: Vec<String> = self.connectors[name]
+                .registrations
+                .iter()
+                .cloned()
+                .collect();
+            for machine in held {
+                self.place(&machine);
+            }
             self.update_view(name, ts, out);
         } else {
             if !trace {
@@ -1448,7 +1521,7 @@ fn quarantine(offset: u64, error: String) -> Output {
     Output::Quarantine(Quarantine { offset, error })
 }
 
-fn snake<T: Serialize>(value: &T) -> String {
+pub(crate) fn snake<T: Serialize>(value: &T) -> String {
     serde_json::to_value(value)
         .ok()
         .and_then(|v| v.as_str().map(str::to_string))

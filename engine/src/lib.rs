@@ -5,6 +5,7 @@
 //! randomness, no thread timing, no hash-map iteration in anything that produces output.
 //! Time comes only from record `ts`.
 
+pub mod broker;
 pub mod config;
 pub mod decode;
 pub mod detmap;

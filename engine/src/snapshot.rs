@@ -322,7 +322,11 @@ pub fn index(config: &SiteConfig) -> Snapshot {
         match &stored.object {
             ConfigObject::Connector { id, data } => {
                 let zone = data.zone.to_lowercase();
-                snapshot.zone_connectors.entry(zone.clone()).or_default().insert(id.clone());
+                snapshot
+                    .zone_connectors
+                    .entry(zone.clone())
+                    .or_default()
+                    .insert(id.clone());
                 snapshot.connector_zone.insert(id.to_lowercase(), zone);
             }
             ConfigObject::DeliveryGroup { id, data } => {
@@ -353,10 +357,19 @@ pub fn index(config: &SiteConfig) -> Snapshot {
         match &stored.object {
             ConfigObject::Machine { id, data } => {
                 let group = data.delivery_group.to_lowercase();
-                let multi = snapshot.groups.get(&group).is_some_and(|g| g.kind == DeliveryGroupKind::MultiSession);
+                let multi = snapshot
+                    .groups
+                    .get(&group)
+                    .is_some_and(|g| g.kind == DeliveryGroupKind::MultiSession);
                 let zone = data.zone.to_lowercase();
-                let zones = snapshot.group_zone_machines.entry(group.clone()).or_default();
-                zones.entry(zone.clone()).or_default().insert(id.to_lowercase());
+                let zones = snapshot
+                    .group_zone_machines
+                    .entry(group.clone())
+                    .or_default();
+                zones
+                    .entry(zone.clone())
+                    .or_default()
+                    .insert(id.to_lowercase());
                 let entry = MachineEntry {
                     id: id.clone(),
                     zone,
@@ -371,7 +384,11 @@ pub fn index(config: &SiteConfig) -> Snapshot {
             ConfigObject::Resource { id, data } => {
                 let entry = ResourceEntry {
                     id: id.clone(),
-                    delivery_groups: data.delivery_groups.iter().map(|g| g.to_lowercase()).collect(),
+                    delivery_groups: data
+                        .delivery_groups
+                        .iter()
+                        .map(|g| g.to_lowercase())
+                        .collect(),
                     zone_preference: data.zone_preference.as_ref().map(|z| z.to_lowercase()),
                     principals: BTreeSet::new(),
                 };
@@ -384,13 +401,17 @@ pub fn index(config: &SiteConfig) -> Snapshot {
         match &stored.object {
             ConfigObject::Entitlement { data, .. } => {
                 if let Some(r) = snapshot.resources.get_mut(&data.resource.to_lowercase()) {
-                    r.principals.extend(data.principals.iter().map(|p| p.to_lowercase()));
+                    r.principals
+                        .extend(data.principals.iter().map(|p| p.to_lowercase()));
                 }
             }
             ConfigObject::Assignment { data, .. } => {
                 let machine = data.machine.to_lowercase();
                 if let Some(m) = snapshot.machines.get(&machine) {
-                    let users = snapshot.assignments.entry(m.delivery_group.clone()).or_default();
+                    let users = snapshot
+                        .assignments
+                        .entry(m.delivery_group.clone())
+                        .or_default();
                     users.insert(data.user.to_lowercase(), machine.clone());
                     snapshot.assigned.insert(machine);
                 }

@@ -186,22 +186,36 @@ pub fn table_fields(output: &Output) -> (String, String, String, String) {
         }
         Output::LaunchDecision(d) => {
             let what = match (&d.machine, d.reason) {
-                (Some(m), _) => format!("{:?} on {m}", d.outcome),
-                (None, Some(r)) => format!("{:?}: {r:?}", d.outcome),
-                (None, None) => format!("{:?}", d.outcome),
+                (Some(m), _) => {
+                    let session = d
+                        .session
+                        .map_or(String::new(), |s| format!(" ({})", snake(&s)));
+                    let assigned = if d.new_assignment == Some(true) {
+                        ", newly assigned"
+                    } else {
+                        ""
+                    };
+                    format!("brokered on {m}{session}{assigned}")
+                }
+                (None, Some(r)) => format!("rejected: {}", snake(&r)),
+                (None, None) => "rejected".to_string(),
+            };
+            let via = match d.via {
+                lhc_engine::output::Via::Cloud => "cloud",
+                lhc_engine::output::Via::Lhc => "lhc",
             };
             (
                 d.ts.to_string(),
                 d.connector.clone(),
-                "launch".to_string(),
+                format!("launch/{via}"),
                 format!("{} {what}", d.request),
             )
         }
         Output::Registration(r) => {
-            let verb = if r.accepted {
-                "registered".to_string()
-            } else {
-                format!("refused/dropped ({:?})", r.reason)
+            let verb = match (r.accepted, r.reason) {
+                (true, _) => "registered".to_string(),
+                (false, Some(reason)) => format!("refused or dropped: {}", snake(&reason)),
+                (false, None) => "dropped: LHC mode ended".to_string(),
             };
             (
                 r.ts.to_string(),
@@ -228,4 +242,12 @@ pub fn table_fields(output: &Output) -> (String, String, String, String) {
             format!("offset {}: {}", q.offset, q.error),
         ),
     }
+}
+
+/// The snake_case name serde gives an enum value.
+fn snake<T: serde::Serialize>(value: &T) -> String {
+    serde_json::to_value(value)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
 }

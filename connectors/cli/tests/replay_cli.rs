@@ -37,7 +37,7 @@ fn replays_of_a_file_and_of_its_imported_log_are_byte_identical() {
     let (again, _) = ok(lhc(&["replay", &file, "-q"]));
     assert_eq!(from_file, from_log);
     assert_eq!(from_file, again);
-    assert_eq!(from_file.lines().count(), 107);
+    assert_eq!(from_file.lines().count(), 113);
     for line in from_file.lines() {
         let value: serde_json::Value = serde_json::from_str(line).unwrap();
         assert!(value["type"].is_string(), "{line}");
@@ -111,7 +111,7 @@ fn the_table_has_one_aligned_line_per_output() {
     let tmp = tempfile::tempdir().unwrap();
     let file = write(tmp.path(), "in.jsonl", EXAMPLE);
     let (table, _) = ok(lhc(&["replay", &file, "--format", "table", "-q"]));
-    assert_eq!(table.lines().count(), 107);
+    assert_eq!(table.lines().count(), 113);
     let transition = table.lines().find(|l| l.contains("RBP 3003")).unwrap();
     assert_eq!(&transition[..24], "2026-01-05T09:10:01.000Z");
     assert_eq!(transition[25..51].trim_end(), "ddc1.corp.example");
@@ -160,7 +160,10 @@ fn replay_reads_a_site_from_kafka() {
 #[test]
 fn quick_benchmarks_run_and_report_their_ratios() {
     let (log, _) = ok(lhc(&["bench", "log", "--quick"]));
-    assert!(log.contains("read+CRC / decode") && log.contains("group commit"), "{log}");
+    assert!(
+        log.contains("read+CRC / decode") && log.contains("group commit"),
+        "{log}"
+    );
     let (fold, _) = ok(lhc(&["bench", "fold", "--quick"]));
     assert!(fold.contains("ratio fold / decode"), "{fold}");
 }

@@ -1,0 +1,800 @@
+//! Brokering (SPEC §6.2, R-LAUNCH) and the LHC data content (R-DATA).
+//!
+//! Every `launch.request` yields exactly one `launch.decision`. Machines are chosen from
+//! pools kept in step with registrations, sessions and maintenance, so a decision costs
+//! O(log n) whatever the size of the zone: a pool per (registrar, delivery group, zone)
+//! orders its available machines by (load, FQDN), and its first entry is the answer.
+//!
+//! Invariant: a machine contributes to at most one pool, the one of its registrar ("cloud",
+//! a connector, or "" for an unregistered machine the cloud may power on), and its
+//! contribution (`Placement`) is recomputed whenever anything it depends on changes.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::DeliveryGroupKind;
+use crate::engine::{Engine, Registrar};
+use crate::output::{
+    IneligibleReason, LaunchDecision, MachineMaintenance, MaintenanceReason, Outcome, Output,
+    Reason, SessionKind, Via,
+};
+use crate::record::{LaunchRequest, SessionReport, SessionState};
+use crate::snapshot::{self, Snapshot};
+use crate::ts::Ts;
+
+/// Registrar name of machines registered with the cloud broker.
+pub const CLOUD: &str = "cloud";
+/// Registrar name of unregistered machines (powered off: the cloud may power them on).
+pub const OFF: &str = "";
+/// A launch the VDA has not reported yet is forgotten after this long.
+pub const PENDING_LAUNCH_S: u64 = 120;
+/// Entries of recent LHC-mode activity kept per connector.
+pub const ACTIVITY_KEPT: usize = 1000;
+
+/// Machines one registrar offers for one delivery group in one zone.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pool {
+    /// Machines with room for a session: (load, lowercased id), so the first is the answer.
+    pub available: BTreeSet<(u32, String)>,
+    /// Machines registered and not in maintenance, with room or not.
+    pub registered: u32,
+    /// Of those, machines carrying the group's required tag (all, without a restriction).
+    pub tagged: u32,
+}
+
+/// What one machine contributes to the pools.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Placement {
+    /// Pool key: registrar, group and zone.
+    pub key: String,
+    /// Its load, when it is available.
+    pub available: Option<u32>,
+    /// Counted as registered (not in maintenance).
+    pub registered: bool,
+    /// Counted as carrying the required tag.
+    pub tagged: bool,
+}
+
+/// A launch brokered to a machine that has not reported the session yet.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingLaunch {
+    /// The request.
+    pub request: String,
+    /// The user, lowercased.
+    pub user: String,
+    /// When it was brokered.
+    pub ts: Ts,
+}
+
+/// One line of recent activity during LHC mode (R-DATA).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Activity {
+    /// When.
+    pub ts: Ts,
+    /// What: "launch", "registration", "logoff".
+    pub kind: String,
+    /// Details: user, resource, machine, outcome.
+    pub detail: String,
+}
+
+/// The LHC database content besides the configuration (R-DATA), per connector.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LhcData {
+    /// Users who launched through this connector, with their last launch.
+    pub recent_users: BTreeMap<String, Ts>,
+    /// Client machines: name → (IP, last seen).
+    pub clients: BTreeMap<String, (String, Ts)>,
+    /// Recent activity during LHC mode, oldest first, at most `ACTIVITY_KEPT`.
+    pub activity: VecDeque<Activity>,
+    /// Launches rejected `cloud_unreachable` (the detection gap before LHC mode).
+    pub cloud_unreachable: u64,
+}
+
+/// A resource a user may launch, and where it runs (what StoreFront needs to route a
+/// launch to the right zone during an outage).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Enumerated {
+    /// Resource id.
+    pub resource: String,
+    /// Zones (lowercased) holding machines of its delivery groups.
+    pub zones: Vec<String>,
+}
+
+/// Sessions of one user on one machine.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tally {
+    /// Active sessions.
+    pub active: u32,
+    /// Disconnected sessions (reconnect candidates).
+    pub disconnected: u32,
+}
+
+fn pool_key(registrar: &str, group: &str, zone: &str) -> String {
+    format!("{registrar}\u{1f}{group}\u{1f}{zone}")
+}
+
+fn registrar_name(registrar: &Registrar) -> &str {
+    match registrar {
+        Registrar::None => OFF,
+        Registrar::Cloud => CLOUD,
+        Registrar::Connector(name) => name,
+    }
+}
+
+/// What a brokering attempt found.
+struct Choice {
+    machine: String,
+    session: SessionKind,
+    new_assignment: bool,
+}
+
+impl Engine {
+    /// The cloud broker's view of the configuration: the site's current objects, indexed
+    /// but not validated. Derived; rebuilt after a change or a restore.
+    pub(crate) fn cloud_catalog(&mut self) -> Arc<Snapshot> {
+        if self
+            .cloud
+            .as_ref()
+            .is_none_or(|c| c.version != self.site.version)
+        {
+            self.cloud = Some(Arc::new(snapshot::index(&self.site)));
+        }
+        self.cloud.clone().expect("just built")
+    }
+
+    /// The catalog a registrar brokers from: the cloud's, or a connector's snapshot.
+    fn catalog_of(&mut self, registrar: &str) -> Option<Arc<Snapshot>> {
+        if registrar == CLOUD || registrar == OFF {
+            Some(self.cloud_catalog())
+        } else {
+            self.snapshot_of(registrar).cloned()
+        }
+    }
+
+    /// Recomputes one machine's contribution to the pools.
+    pub(crate) fn place(&mut self, machine: &str) {
+        let Some(runtime) = self.machines.get(machine) else {
+            return;
+        };
+        let registrar = registrar_name(&runtime.registrar).to_string();
+        let load = (runtime.sessions.len() + runtime.pending.len()) as u32;
+        let catalog = self.catalog_of(&registrar);
+        let lower = machine.to_lowercase();
+        let desired = catalog.as_ref().and_then(|catalog| {
+            let entry = catalog.machines.get(&lower)?;
+            let group = catalog.groups.get(&entry.delivery_group);
+            let marked = self
+                .connectors
+                .get(&registrar)
+                .is_some_and(|c| c.maintenance.contains(machine));
+            let maintenance = entry.maintenance || marked;
+            let tagged = group
+                .and_then(|g| g.restrict_to_tag.as_ref())
+                .is_none_or(|tag| entry.tags.iter().any(|t| t.eq_ignore_ascii_case(tag)));
+            let room = load < entry.max_sessions;
+            let available = if registrar == OFF {
+                // Powered off: a candidate for power-on only when idle.
+                (!maintenance && tagged && load == 0).then_some(0)
+            } else {
+                (!maintenance && tagged && room).then_some(load)
+            };
+            Some(Placement {
+                key: pool_key(&registrar, &entry.delivery_group, &entry.zone),
+                available,
+                registered: !maintenance && registrar != OFF,
+                tagged: !maintenance && registrar != OFF && tagged,
+            })
+        });
+        let runtime = self.machines.get_mut(machine).expect("checked");
+        if runtime.placement == desired {
+            return;
+        }
+        let old = std::mem::replace(&mut runtime.placement, desired.clone());
+        // A pool exists only while something contributes to it, so kept and rebuilt pools agree.
+        let contributes = |p: &Placement| p.available.is_some() || p.registered;
+        if let Some(old) = old.filter(contributes) {
+            let pool = self
+                .pools
+                .get_mut(&old.key)
+                .expect("contributing machines have a pool");
+            if let Some(load) = old.available {
+                pool.available.remove(&(load, lower.clone()));
+            }
+            pool.registered -= u32::from(old.registered);
+            pool.tagged -= u32::from(old.tagged);
+            if pool.available.is_empty() && pool.registered == 0 {
+                self.pools.remove(&old.key);
+            }
+        }
+        if let Some(new) = desired.filter(contributes) {
+            let pool = self.pools.entry(new.key).or_default();
+            if let Some(load) = new.available {
+                pool.available.insert((load, lower));
+            }
+            pool.registered += u32::from(new.registered);
+            pool.tagged += u32::from(new.tagged);
+        }
+    }
+
+    /// Re-places every machine (after a configuration change or an import), creating the
+    /// runtime of configured machines never heard of, which the cloud may power on.
+    pub(crate) fn place_all(&mut self) {
+        let catalog = self.cloud_catalog();
+        for entry in catalog.machines.sorted().into_iter().map(|(_, m)| m) {
+            if !self.machines.contains_key(&entry.id) {
+                self.machines.insert(entry.id.clone(), Default::default());
+            }
+        }
+        let mut names: Vec<String> = self.machines.keys().cloned().collect();
+        names.sort_unstable();
+        for name in names {
+            self.place(&name);
+        }
+    }
+
+    /// After a machine's sessions changed: the user index, pending launches matched or
+    /// expired, and the machine's placement.
+    pub(crate) fn sessions_changed(&mut self, machine: &str, old: &[SessionReport], ts: Ts) {
+        let Some(runtime) = self.machines.get_mut(machine) else {
+            return;
+        };
+        for s in old {
+            let user = s.user.to_lowercase();
+            if let Some(machines) = self.user_sessions.get_mut(&user) {
+                if let Some(t) = machines.get_mut(machine) {
+                    match s.state {
+                        SessionState::Active => t.active = t.active.saturating_sub(1),
+                        SessionState::Disconnected => {
+                            t.disconnected = t.disconnected.saturating_sub(1)
+                        }
+                    }
+                    if *t == Tally::default() {
+                        machines.remove(machine);
+                    }
+                }
+                if machines.is_empty() {
+                    self.user_sessions.remove(&user);
+                }
+            }
+        }
+        for s in &runtime.sessions {
+            let t = self
+                .user_sessions
+                .entry(s.user.to_lowercase())
+                .or_default()
+                .entry(machine.to_string())
+                .or_default();
+            match s.state {
+                SessionState::Active => t.active += 1,
+                SessionState::Disconnected => t.disconnected += 1,
+            }
+        }
+        let sessions = &runtime.sessions;
+        runtime.pending.retain(|p| {
+            let reported = sessions
+                .iter()
+                .any(|s| s.user.eq_ignore_ascii_case(&p.user));
+            !reported && ts.millis() - p.ts.millis() < PENDING_LAUNCH_S as i64 * 1000
+        });
+        self.place(machine);
+    }
+
+    /// The LHC data content of a connector (R-DATA).
+    pub fn lhc_data(&self, connector: &str) -> Option<&LhcData> {
+        self.connectors.get(connector).map(|c| &c.data)
+    }
+
+    /// The pools, for inspection and invariant checks.
+    pub fn pools(&self) -> &BTreeMap<String, Pool> {
+        &self.pools
+    }
+
+    /// Resources `user` may launch, with the zones where each runs; from a connector's
+    /// snapshot, or from the site configuration when `connector` is None.
+    pub fn enumerate(&self, user: &str, connector: Option<&str>) -> Vec<Enumerated> {
+        let fresh;
+        let catalog: &Snapshot = match connector {
+            Some(c) => match self.snapshot_of(c) {
+                Some(s) => s,
+                None => return Vec::new(),
+            },
+            None => match &self.cloud {
+                Some(c) if c.version == self.site.version => c,
+                _ => {
+                    fresh = snapshot::index(&self.site);
+                    &fresh
+                }
+            },
+        };
+        catalog
+            .resources
+            .values()
+            .filter(|r| entitled(catalog, r, &user.to_lowercase()))
+            .map(|r| {
+                let zones: BTreeSet<String> = r
+                    .delivery_groups
+                    .iter()
+                    .filter_map(|g| catalog.group_zone_machines.get(g))
+                    .flat_map(|zones| zones.keys().cloned())
+                    .collect();
+                Enumerated {
+                    resource: r.id.clone(),
+                    zones: zones.into_iter().collect(),
+                }
+            })
+            .collect()
+    }
+
+    /// Decides one launch request (exactly one `launch.decision`).
+    pub(crate) fn launch(&mut self, request: &LaunchRequest, ts: Ts, out: &mut Vec<Output>) {
+        let name = self
+            .site
+            .connector_id(&request.connector)
+            .expect("checked by admissible")
+            .to_string();
+        let user = request.user.to_lowercase();
+        let c = &self.connectors[&name];
+        let (started, in_lhc, brokering) = (c.started(), c.in_lhc(), c.brokering);
+        let check_failed = matches!(c.last_check, Some((_, false)));
+        let decision = |outcome: Result<Choice, Reason>, via: Via| {
+            let (outcome, machine, session, new_assignment, reason) = match outcome {
+                Ok(choice) => (
+                    Outcome::Brokered,
+                    Some(choice.machine),
+                    Some(choice.session),
+                    (via == Via::Cloud && choice.session == SessionKind::New)
+                        .then_some(choice.new_assignment),
+                    None,
+                ),
+                Err(reason) => (Outcome::Rejected, None, None, None, Some(reason)),
+            };
+            LaunchDecision {
+                ts,
+                request: request.request.clone(),
+                connector: name.clone(),
+                outcome,
+                via,
+                machine,
+                session,
+                new_assignment,
+                reason,
+            }
+        };
+        let result = if !started {
+            decision(Err(Reason::ConnectorStopped), Via::Cloud)
+        } else if in_lhc {
+            let outcome = if brokering {
+                self.choose(&name, &user, &request.resource, ts)
+            } else {
+                Err(Reason::NotElected)
+            };
+            decision(outcome, Via::Lhc)
+        } else if check_failed {
+            let reason = match self.ineligible(&name, ts) {
+                Some(IneligibleReason::LhcDisabled) => Reason::LhcDisabled,
+                Some(IneligibleReason::NoLhcDatabase) => Reason::NoLhcDatabase,
+                Some(IneligibleReason::HaServiceNotRunning) => Reason::HaServiceNotRunning,
+                Some(IneligibleReason::NoStorefrontTraffic) => Reason::NoStorefrontTraffic,
+                None => Reason::CloudUnreachable,
+            };
+            decision(Err(reason), Via::Cloud)
+        } else {
+            decision(self.choose(CLOUD, &user, &request.resource, ts), Via::Cloud)
+        };
+        // Bookkeeping: R-DATA, episode counters, the detection gap.
+        let c = self.connectors.get_mut(&name).expect("exists");
+        if c.started() {
+            c.data.recent_users.insert(user.clone(), ts);
+            c.data
+                .clients
+                .insert(request.client.name.clone(), (request.client.ip.clone(), ts));
+            if result.reason == Some(Reason::CloudUnreachable) {
+                c.data.cloud_unreachable += 1;
+            }
+            if result.via == Via::Lhc {
+                if let Some(e) = &mut c.episode {
+                    match result.outcome {
+                        Outcome::Brokered => e.successful_launches += 1,
+                        Outcome::Rejected => e.failed_launches += 1,
+                    }
+                }
+                let detail = format!(
+                    "{} launched {}: {}",
+                    request.user,
+                    request.resource,
+                    match (&result.machine, result.reason) {
+                        (Some(m), _) => format!("brokered on {m}"),
+                        (None, Some(r)) => format!("rejected ({})", crate::engine::snake(&r)),
+                        (None, None) => "rejected".to_string(),
+                    }
+                );
+                c.record_activity(ts, "launch", detail);
+            }
+        }
+        out.push(Output::LaunchDecision(result));
+    }
+
+    /// Chooses a machine for `user` and `resource` among what `registrar` offers.
+    fn choose(
+        &mut self,
+        registrar: &str,
+        user: &str,
+        resource: &str,
+        ts: Ts,
+    ) -> Result<Choice, Reason> {
+        let catalog = self.catalog_of(registrar).ok_or(Reason::NoLhcDatabase)?;
+        let lhc = registrar != CLOUD;
+        let resource = catalog
+            .resources
+            .get(resource)
+            .or_else(|| catalog.resources.get(&resource.to_lowercase()))
+            .ok_or(Reason::UnknownResource)?;
+        if !entitled(&catalog, resource, user) {
+            return Err(Reason::NotEntitled);
+        }
+        // R-LAUNCH-2: in LHC mode only the connector's own zone.
+        let zone = lhc.then(|| self.connectors[registrar].zone.clone());
+        if let Some(zone) = &zone {
+            let here = resource.delivery_groups.iter().any(|g| {
+                catalog
+                    .group_zone_machines
+                    .get(g)
+                    .is_some_and(|zones| zones.contains_key(zone))
+            });
+            if !here {
+                return Err(Reason::CrossZone);
+            }
+        }
+        // R-LAUNCH-3: reconnect first, to a disconnected session on a machine this
+        // registrar holds, of one of the resource's groups.
+        let reconnect_to = self.user_sessions.get(user).and_then(|machines| {
+            machines.iter().find_map(|(machine, tally)| {
+                let runtime = self.machines.get(machine)?;
+                let entry = catalog.machines.get(&machine.to_lowercase())?;
+                let held = registrar_name(&runtime.registrar) == registrar;
+                let fits =
+                    !entry.maintenance && resource.delivery_groups.contains(&entry.delivery_group);
+                (tally.disconnected > 0 && held && fits).then(|| machine.clone())
+            })
+        });
+        if let Some(machine) = reconnect_to {
+            self.reconnect(&machine, user);
+            return Ok(Choice {
+                machine,
+                session: SessionKind::Reconnect,
+                new_assignment: false,
+            });
+        }
+        let mut first_reason = None;
+        for group in &resource.delivery_groups {
+            match self.try_group(
+                &catalog,
+                registrar,
+                group,
+                user,
+                resource.zone_preference.as_deref(),
+                zone.as_deref(),
+                ts,
+            ) {
+                Ok(choice) => return Ok(choice),
+                Err(reason) => {
+                    first_reason.get_or_insert(reason);
+                }
+            }
+        }
+        Err(first_reason.unwrap_or(Reason::NoRegisteredMachine))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn try_group(
+        &mut self,
+        catalog: &Arc<Snapshot>,
+        registrar: &str,
+        group_id: &str,
+        user: &str,
+        preference: Option<&str>,
+        zone: Option<&str>,
+        ts: Ts,
+    ) -> Result<Choice, Reason> {
+        let lhc = zone.is_some();
+        let group = catalog
+            .groups
+            .get(group_id)
+            .ok_or(Reason::NoRegisteredMachine)?;
+        // R-LAUNCH-7: limits count the sessions this broker knows (the cloud: the site's).
+        if let Some(limit) = group.session_limit_per_user {
+            let known: u32 = self
+                .user_sessions
+                .get(user)
+                .into_iter()
+                .flatten()
+                .filter(|(machine, _)| {
+                    let in_group = catalog
+                        .machines
+                        .get(&machine.to_lowercase())
+                        .is_some_and(|m| m.delivery_group == group_id);
+                    let held = !lhc
+                        || self
+                            .machines
+                            .get(*machine)
+                            .is_some_and(|r| registrar_name(&r.registrar) == registrar);
+                    in_group && held
+                })
+                .map(|(_, t)| t.active + t.disconnected)
+                .sum();
+            if known >= limit {
+                return Err(Reason::SessionLimit);
+            }
+        }
+        // Zones to look in: the connector's own; for the cloud the preferred zone first.
+        let mut zones: Vec<&str> = Vec::new();
+        match zone {
+            Some(z) => zones.push(z),
+            None => {
+                if let Some(p) = preference {
+                    zones.push(p);
+                }
+                for z in catalog
+                    .group_zone_machines
+                    .get(group_id)
+                    .into_iter()
+                    .flat_map(|m| m.keys())
+                {
+                    if Some(z.as_str()) != preference {
+                        zones.push(z);
+                    }
+                }
+            }
+        }
+        let statically_assigned = group.kind == DeliveryGroupKind::SingleSessionStatic;
+        if statically_assigned {
+            return self.static_machine(catalog, registrar, group_id, user, &zones, ts);
+        }
+        if group.kind == DeliveryGroupKind::SingleSessionPooled && group.power_managed && lhc {
+            // R-LAUNCH-6: reuse in an outage needs both the site's and the group's consent.
+            if !(catalog
+                .site
+                .reuse_machines_without_shutdown_in_outage_allowed
+                && group.reuse_in_outage)
+            {
+                return Err(Reason::PooledUnavailableInOutage);
+            }
+        }
+        let mut reason = None;
+        for z in &zones {
+            match self.take_from_pool(
+                &pool_key(registrar, group_id, z),
+                group.restrict_to_tag.is_some(),
+            ) {
+                Ok(machine) => return Ok(self.broker_new(catalog, machine, user, ts, false)),
+                Err(r) => {
+                    reason.get_or_insert(r);
+                }
+            }
+        }
+        // The cloud may power on an idle pooled machine that is not registered.
+        if !lhc && group.kind == DeliveryGroupKind::SingleSessionPooled && group.power_managed {
+            for z in &zones {
+                if let Ok(machine) = self
+                    .take_from_pool(&pool_key(OFF, group_id, z), group.restrict_to_tag.is_some())
+                {
+                    return Ok(self.broker_new(catalog, machine, user, ts, false));
+                }
+            }
+        }
+        Err(reason.unwrap_or(Reason::NoRegisteredMachine))
+    }
+
+    /// The first available machine of a pool, or why there is none.
+    fn take_from_pool(&self, key: &str, restricted: bool) -> Result<String, Reason> {
+        let Some(pool) = self.pools.get(key) else {
+            return Err(Reason::NoRegisteredMachine);
+        };
+        if let Some((_, machine)) = pool.available.first() {
+            return Ok(machine.clone());
+        }
+        if pool.registered == 0 {
+            Err(Reason::NoRegisteredMachine)
+        } else if restricted && pool.tagged == 0 {
+            Err(Reason::TagRestriction)
+        } else {
+            Err(Reason::MachineCapacity)
+        }
+    }
+
+    /// R-LAUNCH-5: a static (or Remote PC) machine: the assigned one, or for the cloud a
+    /// first free machine assigned now.
+    fn static_machine(
+        &mut self,
+        catalog: &Arc<Snapshot>,
+        registrar: &str,
+        group_id: &str,
+        user: &str,
+        zones: &[&str],
+        ts: Ts,
+    ) -> Result<Choice, Reason> {
+        let lhc = registrar != CLOUD;
+        let configured = catalog
+            .assignments
+            .get(group_id)
+            .and_then(|u| u.get(user))
+            .cloned();
+        let cloud_made = (!lhc)
+            .then(|| {
+                self.cloud_assignments
+                    .get(group_id)
+                    .and_then(|u| u.get(user))
+                    .cloned()
+            })
+            .flatten();
+        let (machine, new_assignment) = match configured.or(cloud_made) {
+            Some(m) => (m, false),
+            None if lhc => return Err(Reason::AssignmentRequired),
+            None => {
+                // The first free machine of the group, FQDN order, preferred zone first.
+                let taken = |m: &String| {
+                    catalog.assigned.contains(m)
+                        || self.cloud_assigned.contains(m)
+                        || catalog.machines.get(m).is_none_or(|e| e.maintenance)
+                };
+                let free = zones.iter().find_map(|z| {
+                    catalog
+                        .group_zone_machines
+                        .get(group_id)?
+                        .get(*z)?
+                        .iter()
+                        .find(|m| !taken(m))
+                        .cloned()
+                });
+                let Some(m) = free else {
+                    return Err(Reason::MachineCapacity);
+                };
+                self.cloud_assignments
+                    .entry(group_id.to_string())
+                    .or_default()
+                    .insert(user.to_string(), m.clone());
+                self.cloud_assigned.insert(m.clone());
+                (m, true)
+            }
+        };
+        let entry = catalog
+            .machines
+            .get(&machine)
+            .ok_or(Reason::NoRegisteredMachine)?;
+        let exact = entry.id.clone();
+        let runtime = self.machines.get(&exact);
+        let held = runtime.is_some_and(|r| registrar_name(&r.registrar) == registrar);
+        let powered_on = !lhc
+            && catalog
+                .groups
+                .get(group_id)
+                .is_some_and(|g| g.power_managed);
+        let marked = self
+            .connectors
+            .get(registrar)
+            .is_some_and(|c| c.maintenance.contains(&exact));
+        if entry.maintenance || marked || !(held || powered_on) {
+            return Err(Reason::NoRegisteredMachine);
+        }
+        let load = runtime.map_or(0, |r| r.sessions.len() + r.pending.len()) as u32;
+        if load >= entry.max_sessions {
+            return Err(Reason::MachineCapacity);
+        }
+        Ok(self.broker_new(catalog, machine, user, ts, new_assignment))
+    }
+
+    /// Records a new session brokered to `machine` (lowercased id) until its VDA reports it.
+    fn broker_new(
+        &mut self,
+        catalog: &Arc<Snapshot>,
+        machine: String,
+        user: &str,
+        ts: Ts,
+        new_assignment: bool,
+    ) -> Choice {
+        let exact = catalog
+            .machines
+            .get(&machine)
+            .map_or(machine.clone(), |m| m.id.clone());
+        let runtime = self.machines.entry(exact.clone()).or_default();
+        runtime.pending.push(PendingLaunch {
+            request: String::new(),
+            user: user.to_string(),
+            ts,
+        });
+        self.place(&exact);
+        Choice {
+            machine: exact,
+            session: SessionKind::New,
+            new_assignment,
+        }
+    }
+
+    /// Marks the user's disconnected session on `machine` active again.
+    fn reconnect(&mut self, machine: &str, user: &str) {
+        let Some(runtime) = self.machines.get_mut(machine) else {
+            return;
+        };
+        let old = runtime.sessions.clone();
+        if let Some(s) = runtime
+            .sessions
+            .iter_mut()
+            .find(|s| s.state == SessionState::Disconnected && s.user.eq_ignore_ascii_case(user))
+        {
+            s.state = SessionState::Active;
+        }
+        let now = self.now.unwrap_or_default();
+        self.sessions_changed(machine, &old, now);
+    }
+
+    /// R-LAUNCH-6: a logoff from a pooled machine that shuts down after use, during LHC
+    /// mode, without both reuse flags, puts it in maintenance on its broker.
+    pub(crate) fn pooled_logoff(&mut self, machine: &str, ts: Ts, out: &mut Vec<Output>) {
+        let Some(Registrar::Connector(name)) =
+            self.machines.get(machine).map(|r| r.registrar.clone())
+        else {
+            return;
+        };
+        let Some(catalog) = self.snapshot_of(&name).cloned() else {
+            return;
+        };
+        let Some(entry) = catalog.machines.get(&machine.to_lowercase()) else {
+            return;
+        };
+        let Some(group) = catalog.groups.get(&entry.delivery_group) else {
+            return;
+        };
+        let reuse = catalog
+            .site
+            .reuse_machines_without_shutdown_in_outage_allowed
+            && group.reuse_in_outage;
+        let pooled = group.kind == DeliveryGroupKind::SingleSessionPooled;
+        let c = self.connectors.get_mut(&name).expect("registrars exist");
+        if !(c.in_lhc() && pooled && group.shutdown_after_use && !reuse) {
+            return;
+        }
+        if c.maintenance.insert(machine.to_string()) {
+            c.record_activity(
+                ts,
+                "maintenance",
+                format!("{machine} in maintenance after a pooled logoff"),
+            );
+            out.push(Output::MachineMaintenance(MachineMaintenance {
+                ts,
+                machine: machine.to_string(),
+                connector: name.clone(),
+                on: true,
+                reason: MaintenanceReason::PooledLogoffInOutage,
+            }));
+            self.place(machine);
+        }
+    }
+}
+
+/// Whether `user` (lowercased) or one of its groups is entitled to `resource`.
+fn entitled(catalog: &Snapshot, resource: &snapshot::ResourceEntry, user: &str) -> bool {
+    resource.principals.contains(user)
+        || catalog
+            .user_groups
+            .get(user)
+            .is_some_and(|groups| groups.iter().any(|g| resource.principals.contains(g)))
+}
+
+impl crate::engine::Connector {
+    /// Appends to the recent LHC-mode activity, keeping the last `ACTIVITY_KEPT` entries.
+    pub(crate) fn record_activity(&mut self, ts: Ts, kind: &str, detail: String) {
+        if !self.in_lhc() {
+            return;
+        }
+        if self.data.activity.len() == ACTIVITY_KEPT {
+            self.data.activity.pop_front();
+        }
+        self.data.activity.push_back(Activity {
+            ts,
+            kind: kind.to_string(),
+            detail,
+        });
+    }
+}
