@@ -109,6 +109,8 @@ pub struct Tally {
     pub active: u32,
     /// Disconnected sessions (reconnect candidates).
     pub disconnected: u32,
+    /// Launches brokered to the machine that it has not reported yet.
+    pub pending: u32,
 }
 
 fn pool_key(registrar: &str, group: &str, zone: &str) -> String {
@@ -161,7 +163,11 @@ impl Engine {
         let registrar = registrar_name(&runtime.registrar).to_string();
         let load = (runtime.sessions.len() + runtime.pending.len()) as u32;
         let catalog = self.catalog_of(&registrar);
-        let lower = machine.to_lowercase();
+        let lower = if machine.bytes().any(|b| b.is_ascii_uppercase()) {
+            machine.to_lowercase()
+        } else {
+            machine.to_string()
+        };
         let desired = catalog.as_ref().and_then(|catalog| {
             let entry = catalog.machines.get(&lower)?;
             let group = catalog.groups.get(&entry.delivery_group);
@@ -188,10 +194,11 @@ impl Engine {
             })
         });
         let runtime = self.machines.get_mut(machine).expect("checked");
-        if runtime.placement == desired {
+        if runtime.placement.as_deref() == desired.as_ref() {
             return;
         }
-        let old = std::mem::replace(&mut runtime.placement, desired.clone());
+        let old =
+            std::mem::replace(&mut runtime.placement, desired.clone().map(Box::new)).map(|b| *b);
         // A pool exists only while something contributes to it, so kept and rebuilt pools agree.
         let contributes = |p: &Placement| p.available.is_some() || p.registered;
         if let Some(old) = old.filter(contributes) {
@@ -240,7 +247,9 @@ impl Engine {
         let Some(runtime) = self.machines.get_mut(machine) else {
             return;
         };
-        for s in old {
+        // A registration change alone leaves the user index as it is.
+        let same = runtime.sessions.as_slice() == old;
+        for s in old.iter().filter(|_| !same) {
             let user = s.user.to_lowercase();
             if let Some(machines) = self.user_sessions.get_mut(&user) {
                 if let Some(t) = machines.get_mut(machine) {
@@ -259,7 +268,7 @@ impl Engine {
                 }
             }
         }
-        for s in &runtime.sessions {
+        for s in runtime.sessions.iter().filter(|_| !same) {
             let t = self
                 .user_sessions
                 .entry(s.user.to_lowercase())
@@ -272,11 +281,16 @@ impl Engine {
             }
         }
         let sessions = &runtime.sessions;
+        let user_sessions = &mut self.user_sessions;
         runtime.pending.retain(|p| {
             let reported = sessions
                 .iter()
                 .any(|s| s.user.eq_ignore_ascii_case(&p.user));
-            !reported && ts.millis() - p.ts.millis() < PENDING_LAUNCH_S as i64 * 1000
+            let keep = !reported && ts.millis() - p.ts.millis() < PENDING_LAUNCH_S as i64 * 1000;
+            if !keep {
+                forget_pending(user_sessions, &p.user, machine);
+            }
+            keep
         });
         self.place(machine);
     }
@@ -522,7 +536,7 @@ impl Engine {
                             .is_some_and(|r| registrar_name(&r.registrar) == registrar);
                     in_group && held
                 })
-                .map(|(_, t)| t.active + t.disconnected)
+                .map(|(_, t)| t.active + t.disconnected + t.pending)
                 .sum();
             if known >= limit {
                 return Err(Reason::SessionLimit);
@@ -698,7 +712,10 @@ impl Engine {
             .machines
             .get(&machine)
             .map_or(machine.clone(), |m| m.id.clone());
-        let runtime = self.machines.entry(exact.clone()).or_default();
+        self.machines.entry(exact.clone()).or_default();
+        let tally = self.user_sessions.entry(user.to_string()).or_default();
+        tally.entry(exact.clone()).or_default().pending += 1;
+        let runtime = self.machines.get_mut(&exact).expect("just inserted");
         runtime.pending.push(PendingLaunch {
             request: String::new(),
             user: user.to_string(),
@@ -769,6 +786,25 @@ impl Engine {
                 reason: MaintenanceReason::PooledLogoffInOutage,
             }));
             self.place(machine);
+        }
+    }
+}
+
+/// Removes one pending launch of `user` on `machine` from the user index.
+fn forget_pending(
+    index: &mut BTreeMap<String, BTreeMap<String, Tally>>,
+    user: &str,
+    machine: &str,
+) {
+    if let Some(machines) = index.get_mut(user) {
+        if let Some(t) = machines.get_mut(machine) {
+            t.pending = t.pending.saturating_sub(1);
+            if *t == Tally::default() {
+                machines.remove(machine);
+            }
+        }
+        if machines.is_empty() {
+            index.remove(user);
         }
     }
 }

@@ -55,11 +55,11 @@ pub struct MachineRuntime {
     /// The machine's zone as of a site version (None: not configured), so a heartbeat
     /// costs one lookup. Derived from the configuration, so not saved.
     #[serde(skip)]
-    pub resolved: Option<(u64, Option<Arc<str>>)>,
+    pub resolved: Option<(u64, Option<u32>)>,
     /// Launches brokered to it that it has not reported yet (they count as load).
     pub pending: Vec<crate::broker::PendingLaunch>,
     /// Its contribution to the brokering pools.
-    pub placement: Option<crate::broker::Placement>,
+    pub placement: Option<Box<crate::broker::Placement>>,
 }
 
 /// One outage episode of a connector: from entry into initial_ha to its end.
@@ -1020,13 +1020,11 @@ impl Engine {
         } = self;
         let cached = machines
             .get(hb.machine.as_str())
-            .and_then(|rt| rt.resolved.clone())
+            .and_then(|rt| rt.resolved)
             .filter(|(version, _)| *version == site.version);
-        let resolved: Option<(&str, Arc<str>)> = match cached {
+        let resolved: Option<(&str, u32)> = match cached {
             Some((_, zone)) => zone.map(|z| (hb.machine.as_str(), z)),
-            None => site
-                .machine(&hb.machine)
-                .map(|e| (e.id.as_str(), e.zone.clone())),
+            None => site.machine(&hb.machine).map(|e| (e.id.as_str(), e.zone)),
         };
         let Some((machine, zone)) = resolved else {
             // Not in the site configuration: the cloud broker refuses it.
@@ -1053,7 +1051,8 @@ impl Engine {
             let changed = old != runtime.sessions;
             return changed.then_some((hb.machine, old));
         };
-        let zone: &str = &zone;
+        let zone_index = zone;
+        let zone: &str = site.zone_name(zone_index);
         let in_zone = || {
             connector_order
                 .iter()
@@ -1103,7 +1102,7 @@ impl Engine {
             .as_ref()
             .is_none_or(|(version, _)| *version != site.version)
         {
-            runtime.resolved = Some((site.version, Some(zone.into())));
+            runtime.resolved = Some((site.version, Some(zone_index)));
         }
         for (name, reason, epoch) in refusals {
             refuse(runtime, ts, machine, name, reason, epoch, out);

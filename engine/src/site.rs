@@ -35,6 +35,8 @@ pub struct SiteConfig {
     pub connector_ids: BTreeMap<String, String>,
     /// Lowercased id → exact id and zone of machines.
     pub machine_ids: crate::detmap::DetMap<String, MachineRef>,
+    /// Lowercased zone ids named by machines, in order of first use (never shrinks).
+    pub zone_names: Vec<String>,
 }
 
 /// A machine as records name it: its exact id and its zone (lowercased).
@@ -42,8 +44,9 @@ pub struct SiteConfig {
 pub struct MachineRef {
     /// Exact id.
     pub id: String,
-    /// Zone id, lowercased; shared so a runtime cache can hold it without allocating.
-    pub zone: std::sync::Arc<str>,
+    /// Zone id, lowercased, as an index into `SiteConfig::zone_names` (a runtime cache can
+    /// copy it without touching another allocation).
+    pub zone: u32,
 }
 
 impl SiteConfig {
@@ -139,9 +142,17 @@ impl SiteConfig {
                 self.connector_ids.remove(&key);
             }
             (ObjectKind::Machine, Some(ConfigObject::Machine { data, .. })) => {
+                let zone = data.zone.to_lowercase();
+                let zone = match self.zone_names.iter().position(|z| *z == zone) {
+                    Some(i) => i as u32,
+                    None => {
+                        self.zone_names.push(zone);
+                        (self.zone_names.len() - 1) as u32
+                    }
+                };
                 let entry = MachineRef {
                     id: id.to_string(),
-                    zone: data.zone.to_lowercase().into(),
+                    zone,
                 };
                 self.machine_ids.insert(key, entry);
             }
@@ -185,6 +196,11 @@ impl SiteConfig {
     /// The exact id of a machine named by a record (case-insensitive).
     pub fn machine_id(&self, name: &str) -> Option<&str> {
         self.machine(name).map(|m| m.id.as_str())
+    }
+
+    /// The lowercased zone id of an index in `zone_names`.
+    pub fn zone_name(&self, index: u32) -> &str {
+        &self.zone_names[index as usize]
     }
 
     /// A machine named by a record (case-insensitive): exact id and zone.

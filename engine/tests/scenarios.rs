@@ -766,3 +766,315 @@ fn outage_with_three_connectors_failover_blackout_failback_and_recovery() {
     assert_eq!(events(&out, C, 3510).len(), 2);
     assert!(registrations(&out, M1).last().unwrap().connector == "cloud");
 }
+
+// ----- brokering (R-LAUNCH) -------------------------------------------------------------
+
+const MM1: &str = "m-multi-1.z1.example";
+const MM2: &str = "m-multi-2.z1.example";
+
+fn decision<'a>(outputs: &'a [Output], request: &str) -> &'a LaunchDecision {
+    let found: Vec<&LaunchDecision> = outputs
+        .iter()
+        .filter_map(|o| match o {
+            Output::LaunchDecision(d) if d.request == request => Some(d),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(found.len(), 1, "exactly one decision for {request}");
+    found[0]
+}
+
+/// (outcome, via, machine, session, reason) of a decision, for compact assertions.
+fn summary(
+    d: &LaunchDecision,
+) -> (
+    Outcome,
+    Via,
+    Option<&str>,
+    Option<SessionKind>,
+    Option<Reason>,
+) {
+    (d.outcome, d.via, d.machine.as_deref(), d.session, d.reason)
+}
+
+fn brokered(
+    via: Via,
+    machine: &str,
+    session: SessionKind,
+) -> (
+    Outcome,
+    Via,
+    Option<&str>,
+    Option<SessionKind>,
+    Option<Reason>,
+) {
+    (Outcome::Brokered, via, Some(machine), Some(session), None)
+}
+
+fn rejected(
+    via: Via,
+    reason: Reason,
+) -> (
+    Outcome,
+    Via,
+    Option<&'static str>,
+    Option<SessionKind>,
+    Option<Reason>,
+) {
+    (Outcome::Rejected, via, None, None, Some(reason))
+}
+
+#[test]
+fn r_launch_1_unknown_resources_and_unentitled_users_are_rejected_in_both_modes() {
+    let out = run("r-launch-1");
+    for (mode, via) in [("cloud", Via::Cloud), ("lhc", Via::Lhc)] {
+        assert_eq!(
+            summary(decision(&out, &format!("{mode}-ok"))),
+            brokered(via, MM1, SessionKind::New)
+        );
+        assert_eq!(
+            summary(decision(&out, &format!("{mode}-unknown"))),
+            rejected(via, Reason::UnknownResource)
+        );
+        assert_eq!(
+            summary(decision(&out, &format!("{mode}-not-entitled"))),
+            rejected(via, Reason::NotEntitled)
+        );
+        // Resource ids resolve case-insensitively; dave is entitled directly, not by group.
+        assert_eq!(
+            decision(&out, &format!("{mode}-dave")).outcome,
+            Outcome::Brokered
+        );
+    }
+}
+
+#[test]
+fn r_launch_2_lhc_uses_only_registered_machines_of_its_zone_not_in_maintenance() {
+    let out = run("r-launch-2");
+    // m-multi-1 is in maintenance: never chosen.
+    assert_eq!(
+        summary(decision(&out, "cloud-multi")),
+        brokered(Via::Cloud, MM2, SessionKind::New)
+    );
+    assert_eq!(
+        summary(decision(&out, "cloud-z2")),
+        brokered(Via::Cloud, "m-z2-1.z2.example", SessionKind::New)
+    );
+    assert_eq!(
+        summary(decision(&out, "lhc-before-registration")),
+        rejected(Via::Lhc, Reason::NoRegisteredMachine)
+    );
+    assert_eq!(
+        summary(decision(&out, "lhc-multi")),
+        brokered(Via::Lhc, MM2, SessionKind::New)
+    );
+    assert_eq!(
+        summary(decision(&out, "lhc-z2")),
+        rejected(Via::Lhc, Reason::CrossZone)
+    );
+}
+
+#[test]
+fn r_launch_3_reconnect_first_except_in_the_re_registration_gap() {
+    let out = run("r-launch-3");
+    assert_eq!(
+        summary(decision(&out, "cloud-reconnect")),
+        brokered(Via::Cloud, MM1, SessionKind::Reconnect)
+    );
+    // m-multi-1 (with alice's disconnected session) has not re-registered yet: a new session.
+    assert_eq!(
+        summary(decision(&out, "lhc-gap-new-session")),
+        brokered(Via::Lhc, MM2, SessionKind::New)
+    );
+    assert_eq!(
+        summary(decision(&out, "lhc-reconnect")),
+        brokered(Via::Lhc, MM1, SessionKind::Reconnect)
+    );
+}
+
+#[test]
+fn r_launch_4_multi_session_picks_the_fewest_sessions_then_fqdn_and_knows_capacity() {
+    let out = run("r-launch-4");
+    assert_eq!(
+        summary(decision(&out, "cloud-fewest")),
+        brokered(Via::Cloud, MM2, SessionKind::New)
+    );
+    assert_eq!(
+        summary(decision(&out, "cloud-tie")),
+        brokered(Via::Cloud, MM1, SessionKind::New)
+    );
+    assert_eq!(
+        summary(decision(&out, "lhc-fewest")),
+        brokered(Via::Lhc, MM2, SessionKind::New)
+    );
+    assert_eq!(
+        summary(decision(&out, "lhc-tie")),
+        brokered(Via::Lhc, MM1, SessionKind::New)
+    );
+    assert_eq!(
+        summary(decision(&out, "lhc-last-room")),
+        brokered(Via::Lhc, MM2, SessionKind::New)
+    );
+    assert_eq!(
+        summary(decision(&out, "lhc-full")),
+        rejected(Via::Lhc, Reason::MachineCapacity)
+    );
+}
+
+#[test]
+fn r_launch_5_static_machines_need_an_assignment_made_in_normal_operations() {
+    let out = run("r-launch-5");
+    let assigned = decision(&out, "cloud-assigned");
+    assert_eq!(
+        summary(assigned),
+        brokered(Via::Cloud, "m-static-1.z1.example", SessionKind::New)
+    );
+    assert_eq!(assigned.new_assignment, Some(false));
+    let fresh = decision(&out, "cloud-new-assignment");
+    assert_eq!(
+        summary(fresh),
+        brokered(Via::Cloud, "m-static-2.z1.example", SessionKind::New)
+    );
+    assert_eq!(
+        fresh.new_assignment,
+        Some(true),
+        "the cloud assigns the first free machine"
+    );
+    assert_eq!(
+        summary(decision(&out, "cloud-none-free")),
+        rejected(Via::Cloud, Reason::MachineCapacity)
+    );
+    let lhc = decision(&out, "lhc-assigned");
+    assert_eq!(
+        summary(lhc),
+        brokered(Via::Lhc, "m-static-1.z1.example", SessionKind::New)
+    );
+    assert_eq!(
+        lhc.new_assignment, None,
+        "new_assignment is a cloud-only field"
+    );
+    // bob's assignment was made by the cloud and never recorded in a config.change.
+    assert_eq!(
+        summary(decision(&out, "lhc-assignment-required")),
+        rejected(Via::Lhc, Reason::AssignmentRequired)
+    );
+}
+
+#[test]
+fn r_launch_6_pooled_machines_in_an_outage_and_maintenance_after_a_pooled_logoff() {
+    let out = run("r-launch-6");
+    assert_eq!(
+        summary(decision(&out, "cloud-pooled")),
+        brokered(Via::Cloud, "m-pool-1.z1.example", SessionKind::New)
+    );
+    assert_eq!(
+        summary(decision(&out, "lhc-pooled")),
+        rejected(Via::Lhc, Reason::PooledUnavailableInOutage)
+    );
+    assert_eq!(
+        summary(decision(&out, "lhc-reuse-group-only")),
+        rejected(Via::Lhc, Reason::PooledUnavailableInOutage),
+        "the group allows reuse but the site does not"
+    );
+    let marks: Vec<(Ts, bool, MaintenanceReason)> = out
+        .iter()
+        .filter_map(|o| match o {
+            Output::MachineMaintenance(m) if m.machine == "m-pool-1.z1.example" => {
+                Some((m.ts, m.on, m.reason))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        marks,
+        vec![
+            (at(900.0), true, MaintenanceReason::PooledLogoffInOutage),
+            (at(2101.0), false, MaintenanceReason::OutageEnded)
+        ]
+    );
+    let out = run("r-launch-6-reuse");
+    assert_eq!(
+        summary(decision(&out, "lhc-reuse-allowed")),
+        brokered(Via::Lhc, "m-reuse-1.z1.example", SessionKind::New)
+    );
+    assert_eq!(
+        summary(decision(&out, "lhc-pooled-group-flag-off")),
+        rejected(Via::Lhc, Reason::PooledUnavailableInOutage)
+    );
+}
+
+#[test]
+fn r_launch_7_session_limits_count_only_sessions_the_broker_knows() {
+    let out = run("r-launch-7");
+    // alice's session on m-limit-2 (zone 2) counts for the cloud, not for cc-a in LHC mode.
+    assert_eq!(
+        summary(decision(&out, "cloud-limit-site-wide")),
+        rejected(Via::Cloud, Reason::SessionLimit)
+    );
+    assert_eq!(
+        summary(decision(&out, "cloud-bob")),
+        brokered(Via::Cloud, "m-limit-1.z1.example", SessionKind::New)
+    );
+    assert_eq!(
+        summary(decision(&out, "lhc-limit-own-sessions-only")),
+        brokered(Via::Lhc, "m-limit-1.z1.example", SessionKind::New)
+    );
+    // The session it just brokered counts before the VDA reports it.
+    assert_eq!(
+        summary(decision(&out, "lhc-limit-reached")),
+        rejected(Via::Lhc, Reason::SessionLimit)
+    );
+}
+
+#[test]
+fn r_launch_8_tag_restrictions_apply_and_zone_preference_is_ignored_in_lhc_mode() {
+    let out = run("r-launch-8");
+    assert_eq!(
+        summary(decision(&out, "cloud-tag")),
+        brokered(Via::Cloud, "m-tag-2.z1.example", SessionKind::New)
+    );
+    assert_eq!(
+        summary(decision(&out, "cloud-preference")),
+        brokered(Via::Cloud, "m-span-2.z2.example", SessionKind::New),
+        "the cloud prefers the resource's zone"
+    );
+    assert_eq!(
+        summary(decision(&out, "lhc-tag-restriction")),
+        rejected(Via::Lhc, Reason::TagRestriction)
+    );
+    assert_eq!(
+        summary(decision(&out, "lhc-preference-ignored")),
+        brokered(Via::Lhc, "m-span-1.z1.example", SessionKind::New)
+    );
+}
+
+#[test]
+fn r_launch_9_a_stopped_connector_rejects_every_launch() {
+    let out = run("r-launch-9");
+    assert_eq!(
+        summary(decision(&out, "cloud-stopped")),
+        rejected(Via::Cloud, Reason::ConnectorStopped)
+    );
+    assert_eq!(
+        summary(decision(&out, "lhc-stopped")),
+        rejected(Via::Cloud, Reason::ConnectorStopped)
+    );
+    assert_eq!(decision(&out, "lhc-elected").outcome, Outcome::Brokered);
+}
+
+#[test]
+fn launches_in_the_detection_gap_say_why_they_fail() {
+    let out = run("launch-detection-gap");
+    assert_eq!(
+        summary(decision(&out, "gap-a")),
+        rejected(Via::Cloud, Reason::CloudUnreachable)
+    );
+    assert_eq!(
+        summary(decision(&out, "gap-b-no-ha")),
+        rejected(Via::Cloud, Reason::HaServiceNotRunning)
+    );
+    assert_eq!(
+        summary(decision(&out, "lhc-a")),
+        rejected(Via::Lhc, Reason::NoRegisteredMachine)
+    );
+}

@@ -229,10 +229,10 @@ pub fn table_fields(output: &Output) -> (String, String, String, String) {
             m.connector.clone(),
             "maintenance".to_string(),
             format!(
-                "{} {} ({:?})",
+                "{} {}: {}",
                 m.machine,
                 if m.on { "on" } else { "off" },
-                m.reason
+                snake(&m.reason)
             ),
         ),
         Output::Quarantine(q) => (
