@@ -406,6 +406,7 @@ impl Engine {
         {
             if !self.connectors[&name].named {
                 self.connectors.get_mut(&name).expect("exists").named = true;
+                self.quiet_until = None; // the first check schedules the next one
                 self.sync_check(&name, ts, out);
             }
         }

@@ -13,12 +13,18 @@ const CONNECTORS: [&str; 4] = [
     "CC-C.z1.example",
     "cc-d.z2.example",
 ];
-const MACHINES: [&str; 4] = [
+const MACHINES: [&str; 7] = [
     "vda-1.z1.example",
     "vda-2.z1.example",
     "vda-3.z2.example",
     "vda-x.example",
+    "vda-s1.z1.example",
+    "vda-p1.z1.example",
+    "vda-p2.z1.example",
 ];
+const RESOURCES: [&str; 4] = ["app", "desk-static", "desk-pool", "nothing"];
+/// Brokering objects appended to every generated configuration.
+const BROKERING: &str = r#",{"op":"upsert","kind":"delivery_group","id":"gs","data":{"kind":"single_session_static"}},{"op":"upsert","kind":"delivery_group","id":"gp","data":{"kind":"single_session_pooled","reuse_machines_without_shutdown_in_outage":true}},{"op":"upsert","kind":"machine","id":"vda-s1.z1.example","data":{"zone":"z1","delivery_group":"gs"}},{"op":"upsert","kind":"machine","id":"vda-p1.z1.example","data":{"zone":"z1","delivery_group":"gp"}},{"op":"upsert","kind":"machine","id":"vda-p2.z1.example","data":{"zone":"z1","delivery_group":"gp","maintenance":true}},{"op":"upsert","kind":"resource","id":"app","data":{"kind":"application","delivery_groups":["g"]}},{"op":"upsert","kind":"resource","id":"desk-static","data":{"kind":"desktop","delivery_groups":["gs"]}},{"op":"upsert","kind":"resource","id":"desk-pool","data":{"kind":"desktop","delivery_groups":["gp","g"]}},{"op":"upsert","kind":"group","id":"staff"},{"op":"upsert","kind":"user","id":"u0","data":{"groups":["staff"]}},{"op":"upsert","kind":"user","id":"u1","data":{"groups":["staff"]}},{"op":"upsert","kind":"user","id":"u2"},{"op":"upsert","kind":"entitlement","id":"e1","data":{"resource":"app","principals":["staff","u2"]}},{"op":"upsert","kind":"entitlement","id":"e2","data":{"resource":"desk-static","principals":["staff"]}},{"op":"upsert","kind":"entitlement","id":"e3","data":{"resource":"desk-pool","principals":["staff"]}},{"op":"upsert","kind":"assignment","id":"a1","data":{"machine":"vda-s1.z1.example","user":"u0"}}"#;
 
 /// One generated step; rendered to a JSON line with a running clock.
 #[derive(Clone, Debug)]
@@ -68,6 +74,8 @@ enum Step {
     },
     Launch {
         c: usize,
+        user: u8,
+        resource: u8,
     },
     Tick,
 }
@@ -86,7 +94,7 @@ fn step() -> impl Strategy<Value = Step> {
         1 => (c.clone(), any::<bool>()).prop_map(|(c, start)| Step::Lifecycle { c, start }),
         1 => c.clone().prop_map(|c| Step::Fault { c }),
         1 => any::<bool>().prop_map(|short| Step::Params { short }),
-        2 => c.prop_map(|c| Step::Launch { c }),
+        4 => (c, 0u8..3, 0u8..4).prop_map(|(c, user, resource)| Step::Launch { c, user, resource }),
         1 => Just(Step::Tick),
     ]
 }
@@ -108,7 +116,7 @@ fn render(steps: &[(Step, i64)]) -> Vec<String> {
                     let max = if bad % 11 == 0 { 0 } else { 5 };
                     let extra = if bad % 3 == 0 { r#",{"op":"delete","kind":"machine","id":"vda-2.z1.example"}"# } else { "" };
                     format!(
-                        r#"{{"ts":"{ts}","type":"config.change","version":{version},"ops":[{{"op":"upsert","kind":"site","id":"site"}},{{"op":"upsert","kind":"zone","id":"z1","data":{{"name":"one"}}}},{{"op":"upsert","kind":"zone","id":"z2","data":{{"name":"two"}}}},{{"op":"upsert","kind":"connector","id":"cc-a.z1.example","data":{{"zone":"z1"}}}},{{"op":"upsert","kind":"connector","id":"cc-b.z1.example","data":{{"zone":"z1"}}}},{{"op":"upsert","kind":"connector","id":"CC-C.z1.example","data":{{"zone":"Z1"}}}},{{"op":"upsert","kind":"connector","id":"cc-d.z2.example","data":{{"zone":"z2"}}}},{{"op":"upsert","kind":"delivery_group","id":"g","data":{{"kind":"multi_session"}}}},{{"op":"upsert","kind":"machine","id":"vda-1.z1.example","data":{{"zone":"z1","delivery_group":"g","max_sessions":{max}}}}},{{"op":"upsert","kind":"machine","id":"vda-2.z1.example","data":{{"zone":"{zone_ref}","delivery_group":"g"}}}},{{"op":"upsert","kind":"machine","id":"vda-3.z2.example","data":{{"zone":"z2","delivery_group":"g"}}}}{extra}]}}"#
+                        r#"{{"ts":"{ts}","type":"config.change","version":{version},"ops":[{{"op":"upsert","kind":"site","id":"site"}},{{"op":"upsert","kind":"zone","id":"z1","data":{{"name":"one"}}}},{{"op":"upsert","kind":"zone","id":"z2","data":{{"name":"two"}}}},{{"op":"upsert","kind":"connector","id":"cc-a.z1.example","data":{{"zone":"z1"}}}},{{"op":"upsert","kind":"connector","id":"cc-b.z1.example","data":{{"zone":"z1"}}}},{{"op":"upsert","kind":"connector","id":"CC-C.z1.example","data":{{"zone":"Z1"}}}},{{"op":"upsert","kind":"connector","id":"cc-d.z2.example","data":{{"zone":"z2"}}}},{{"op":"upsert","kind":"delivery_group","id":"g","data":{{"kind":"multi_session"}}}},{{"op":"upsert","kind":"machine","id":"vda-1.z1.example","data":{{"zone":"z1","delivery_group":"g","max_sessions":{max}}}}},{{"op":"upsert","kind":"machine","id":"vda-2.z1.example","data":{{"zone":"{zone_ref}","delivery_group":"g"}}}},{{"op":"upsert","kind":"machine","id":"vda-3.z2.example","data":{{"zone":"z2","delivery_group":"g"}}}}{extra}{BROKERING}]}}"#
                     )
                 }
                 Step::Health { c: i, ok } => format!(r#"{{"ts":"{ts}","type":"health.check","connector":"{}","ok":{ok}}}"#, c(*i)),
@@ -161,9 +169,10 @@ fn render(steps: &[(Step, i64)]) -> Vec<String> {
                         format!(r#"{{"ts":"{ts}","type":"engine.params","initial_ha_s":300,"pending_recovery_s":600,"report_interval_s":120,"sync_interval_s":300,"peer_timeout_s":120,"import_duration_s":0}}"#)
                     }
                 }
-                Step::Launch { c: i } => format!(
-                    r#"{{"ts":"{ts}","type":"launch.request","request":"r","connector":"{}","user":"u","resource":"x","client":{{"name":"n","ip":"1.1.1.1"}}}}"#,
-                    c(*i)
+                Step::Launch { c: i, user, resource } => format!(
+                    r#"{{"ts":"{ts}","type":"launch.request","request":"req-{version}-{ms}","connector":"{}","user":"u{user}","resource":"{}","client":{{"name":"n","ip":"1.1.1.1"}}}}"#,
+                    c(*i),
+                    RESOURCES[*resource as usize]
                 ),
                 Step::Tick => format!(r#"{{"ts":"{ts}","type":"clock.tick"}}"#),
             }
@@ -187,7 +196,14 @@ fn fold(engine: &mut Engine, lines: &[String], from: usize) -> (Vec<String>, Vec
     let mut buffer = Vec::new();
     for (i, line) in lines.iter().enumerate().skip(from) {
         let decoded = decode_record_at(line.as_bytes(), i as u64);
+        let launch = match &decoded {
+            Ok(lhc_engine::Record::LaunchRequest(r)) => Some(r.request.clone()),
+            _ => None,
+        };
         engine.apply(i as u64, decoded, &mut buffer);
+        if let Some(request) = launch {
+            check_launch(&engine, &buffer, &request, i);
+        }
         if let Err(broken) = engine.check_invariants() {
             panic!(
                 "invariant broken after offset {i}: {broken}\nlog:\n{}",
@@ -220,9 +236,26 @@ proptest! {
         let saved = serde_json::to_string(&engine).unwrap();
         let mut restored: Engine = serde_json::from_str(&saved).unwrap();
         prop_assert_eq!(restored.digest(), engine.digest());
+        // Step the restored engine beside one that never stopped; name the first difference.
+        let mut reference = Engine::new();
+        fold(&mut reference, &lines[..split], 0);
+        let mut probe: Engine = serde_json::from_str(&saved).unwrap();
+        for i in split..lines.len() {
+            let mut sink = Vec::new();
+            reference.apply(i as u64, decode_record_at(lines[i].as_bytes(), i as u64), &mut sink);
+            probe.apply(i as u64, decode_record_at(lines[i].as_bytes(), i as u64), &mut sink);
+            if reference.digest() != probe.digest() {
+                let a = serde_json::to_value(&reference).unwrap();
+                let b = serde_json::to_value(&probe).unwrap();
+                prop_assert!(false, "states differ at offset {i} after a restore at {split}: {}\nrecord: {}", first_difference(&a, &b, String::new()), lines[i]);
+            }
+        }
         let (rest_outputs, rest_digests) = fold(&mut restored, &lines, split);
         outputs.extend(rest_outputs);
         digests.extend(rest_digests);
+        if let Some(i) = (0..whole.0.len().max(outputs.len())).find(|&i| whole.0.get(i) != outputs.get(i)) {
+            prop_assert!(false, "output {i} differs after a restore at {split}:\n  whole:    {:?}\n  restored: {:?}", whole.0.get(i), outputs.get(i));
+        }
         prop_assert_eq!(whole, (outputs, digests));
     }
 
@@ -281,4 +314,93 @@ fn inapplicable_records_are_quarantined_without_state_change() {
         e.apply(1, decode_record_at(lines[1].as_bytes(), 1), &mut Vec::new());
         e.digest()
     });
+}
+
+/// The JSON path and values of the first difference between two values.
+fn first_difference(a: &serde_json::Value, b: &serde_json::Value, path: String) -> String {
+    use serde_json::Value;
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            for key in x.keys().chain(y.keys()) {
+                if x.get(key) != y.get(key) {
+                    return match (x.get(key), y.get(key)) {
+                        (Some(p), Some(q)) => first_difference(p, q, format!("{path}.{key}")),
+                        (p, q) => format!("{path}.{key}: {p:?} vs {q:?}"),
+                    };
+                }
+            }
+            String::new()
+        }
+        (Value::Array(x), Value::Array(y)) if x.len() == y.len() => {
+            let i = (0..x.len()).find(|&i| x[i] != y[i]).unwrap_or(0);
+            first_difference(&x[i], &y[i], format!("{path}[{i}]"))
+        }
+        _ => format!("{path}: {a} vs {b}"),
+    }
+}
+
+/// Every launch request ends in exactly one decision (or a quarantine), and a decision
+/// brokered in LHC mode names a machine registered with that connector, in its zone, not
+/// in maintenance and within capacity (R-LAUNCH-2, -4).
+fn check_launch(engine: &Engine, outputs: &[Output], request: &str, offset: usize) {
+    use lhc_engine::engine::Registrar;
+    use lhc_engine::output::{Outcome, Via};
+    let decisions: Vec<_> = outputs
+        .iter()
+        .filter_map(|o| match o {
+            Output::LaunchDecision(d) => Some(d),
+            _ => None,
+        })
+        .collect();
+    let quarantined = outputs
+        .iter()
+        .any(|o| matches!(o, Output::Quarantine(q) if q.offset == offset as u64));
+    if quarantined {
+        assert!(
+            decisions.is_empty(),
+            "offset {offset}: a quarantined launch decides nothing"
+        );
+        return;
+    }
+    assert_eq!(decisions.len(), 1, "offset {offset}: exactly one decision");
+    let d = decisions[0];
+    assert_eq!(d.request, request);
+    assert_eq!(
+        d.outcome == Outcome::Rejected,
+        d.reason.is_some(),
+        "a rejection always says why: {d:?}"
+    );
+    if d.outcome != Outcome::Brokered || d.via != Via::Lhc {
+        return;
+    }
+    let machine = d
+        .machine
+        .as_deref()
+        .expect("brokered decisions name a machine");
+    let runtime = &engine.machines()[machine];
+    assert_eq!(
+        runtime.registrar,
+        Registrar::Connector(d.connector.clone()),
+        "{d:?}: registered with the broker"
+    );
+    let c = &engine.connectors()[&d.connector];
+    let entry = engine
+        .snapshot_of(&d.connector)
+        .unwrap()
+        .machine(machine)
+        .expect("in the snapshot")
+        .clone();
+    assert!(
+        !entry.maintenance && !c.maintenance.contains(machine),
+        "{d:?}: not in maintenance"
+    );
+    assert_eq!(entry.zone, c.zone, "{d:?}: in the broker's zone");
+    // A reconnect resumes a session; capacity concerns new ones.
+    let load = (runtime.sessions.len() + runtime.pending.len()) as u32;
+    let new = d.session == Some(lhc_engine::output::SessionKind::New);
+    assert!(
+        !new || load <= entry.max_sessions,
+        "{d:?}: within capacity ({load} > {})",
+        entry.max_sessions
+    );
 }

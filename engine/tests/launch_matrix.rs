@@ -1,0 +1,170 @@
+//! The full matrix of delivery group kind × {normal, LHC} × reuse flags (pooled groups),
+//! and static groups with and without an assignment (R-LAUNCH-5, R-LAUNCH-6).
+
+use lhc_engine::output::{LaunchDecision, Outcome, Reason, Via};
+use lhc_engine::{decode_record_at, Engine, Output};
+
+#[derive(Clone, Copy, Debug)]
+struct Cell {
+    kind: &'static str,
+    power_managed: bool,
+    site_reuse: bool,
+    group_reuse: bool,
+    assigned: bool,
+}
+
+/// One connector, one machine of the group, alice entitled; a launch at 300 s (normal
+/// operations) and at 800 s (LHC mode since 661 s, the VDA re-registered at 760 s).
+fn run(cell: Cell) -> (LaunchDecision, LaunchDecision) {
+    let ts = |s: u64| lhc_engine::Ts(1_767_603_600_000 + s as i64 * 1000).to_string();
+    let assignment = if cell.assigned {
+        r#",{"op":"upsert","kind":"assignment","id":"as","data":{"machine":"m1.z1","user":"alice"}}"#
+    } else {
+        ""
+    };
+    let mut lines = vec![format!(
+        r#"{{"ts":"{}","type":"config.change","version":1,"ops":[{{"op":"upsert","kind":"site","id":"site","data":{{"reuse_machines_without_shutdown_in_outage_allowed":{}}}}},{{"op":"upsert","kind":"zone","id":"z1","data":{{"name":"z"}}}},{{"op":"upsert","kind":"connector","id":"cc.z1","data":{{"zone":"z1"}}}},{{"op":"upsert","kind":"delivery_group","id":"g","data":{{"kind":"{}","power_managed":{},"reuse_machines_without_shutdown_in_outage":{}}}}},{{"op":"upsert","kind":"machine","id":"m1.z1","data":{{"zone":"z1","delivery_group":"g"}}}},{{"op":"upsert","kind":"resource","id":"r","data":{{"kind":"desktop","delivery_groups":["g"]}}}},{{"op":"upsert","kind":"user","id":"alice"}},{{"op":"upsert","kind":"entitlement","id":"e","data":{{"resource":"r","principals":["alice"]}}}}{assignment}]}}"#,
+        ts(0),
+        cell.site_reuse,
+        cell.kind,
+        cell.power_managed,
+        cell.group_reuse
+    )];
+    let mut events: Vec<(u64, String)> = Vec::new();
+    for t in (1..1000).step_by(60) {
+        events.push((
+            t,
+            format!(
+                r#"{{"ts":"{}","type":"health.check","connector":"cc.z1","ok":{}}}"#,
+                ts(t),
+                t < 600
+            ),
+        ));
+        events.push((t, format!(r#"{{"ts":"{}","type":"storefront.heartbeat","connector":"cc.z1","storefront":"sf"}}"#, ts(t))));
+    }
+    for t in [10, 160, 760] {
+        events.push((
+            t,
+            format!(
+                r#"{{"ts":"{}","type":"vda.heartbeat","machine":"m1.z1","sessions":[]}}"#,
+                ts(t)
+            ),
+        ));
+    }
+    for (t, request) in [(300, "normal"), (800, "lhc")] {
+        events.push((
+            t,
+            format!(
+                r#"{{"ts":"{}","type":"launch.request","request":"{request}","connector":"cc.z1","user":"alice","resource":"r","client":{{"name":"pc","ip":"10.0.0.1"}}}}"#,
+                ts(t)
+            ),
+        ));
+    }
+    events.sort_by_key(|e| e.0);
+    lines.extend(events.into_iter().map(|e| e.1));
+    let mut engine = Engine::new();
+    let mut out = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        engine.apply(
+            i as u64,
+            decode_record_at(line.as_bytes(), i as u64),
+            &mut out,
+        );
+    }
+    let decisions: Vec<LaunchDecision> = out
+        .into_iter()
+        .filter_map(|o| match o {
+            Output::LaunchDecision(d) => Some(d),
+            Output::Quarantine(q) => panic!("{cell:?}: {q:?}"),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(decisions.len(), 2, "{cell:?}");
+    (decisions[0].clone(), decisions[1].clone())
+}
+
+fn outcome(d: &LaunchDecision) -> Result<&str, Reason> {
+    match d.outcome {
+        Outcome::Brokered => Ok(d.machine.as_deref().unwrap()),
+        Outcome::Rejected => Err(d.reason.unwrap()),
+    }
+}
+
+#[test]
+fn pooled_groups_across_modes_and_reuse_flags() {
+    for power_managed in [true, false] {
+        for site_reuse in [false, true] {
+            for group_reuse in [false, true] {
+                let cell = Cell {
+                    kind: "single_session_pooled",
+                    power_managed,
+                    site_reuse,
+                    group_reuse,
+                    assigned: false,
+                };
+                let (normal, lhc) = run(cell);
+                assert_eq!(
+                    (normal.via, outcome(&normal)),
+                    (Via::Cloud, Ok("m1.z1")),
+                    "{cell:?}"
+                );
+                let expected = if power_managed && !(site_reuse && group_reuse) {
+                    Err(Reason::PooledUnavailableInOutage)
+                } else {
+                    Ok("m1.z1")
+                };
+                assert_eq!((lhc.via, outcome(&lhc)), (Via::Lhc, expected), "{cell:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn static_groups_with_and_without_assignment() {
+    for assigned in [true, false] {
+        let cell = Cell {
+            kind: "single_session_static",
+            power_managed: true,
+            site_reuse: false,
+            group_reuse: false,
+            assigned,
+        };
+        let (normal, lhc) = run(cell);
+        assert_eq!(outcome(&normal), Ok("m1.z1"), "{cell:?}");
+        assert_eq!(
+            normal.new_assignment,
+            Some(!assigned),
+            "the cloud assigns when none exists"
+        );
+        let expected = if assigned {
+            Ok("m1.z1")
+        } else {
+            Err(Reason::AssignmentRequired)
+        };
+        assert_eq!(outcome(&lhc), expected, "{cell:?}");
+    }
+}
+
+#[test]
+fn multi_session_groups_whatever_the_flags() {
+    for (site_reuse, group_reuse) in [(false, false), (true, true)] {
+        let cell = Cell {
+            kind: "multi_session",
+            power_managed: true,
+            site_reuse,
+            group_reuse,
+            assigned: false,
+        };
+        let (normal, lhc) = run(cell);
+        assert_eq!(
+            (normal.via, outcome(&normal)),
+            (Via::Cloud, Ok("m1.z1")),
+            "{cell:?}"
+        );
+        assert_eq!(
+            (lhc.via, outcome(&lhc)),
+            (Via::Lhc, Ok("m1.z1")),
+            "{cell:?}"
+        );
+    }
+}
