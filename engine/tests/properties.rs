@@ -202,7 +202,7 @@ fn fold(engine: &mut Engine, lines: &[String], from: usize) -> (Vec<String>, Vec
         };
         engine.apply(i as u64, decoded, &mut buffer);
         if let Some(request) = launch {
-            check_launch(&engine, &buffer, &request, i);
+            check_launch(engine, &buffer, &request, i);
         }
         if let Err(broken) = engine.check_invariants() {
             panic!(
@@ -240,14 +240,14 @@ proptest! {
         let mut reference = Engine::new();
         fold(&mut reference, &lines[..split], 0);
         let mut probe: Engine = serde_json::from_str(&saved).unwrap();
-        for i in split..lines.len() {
+        for (i, line) in lines.iter().enumerate().skip(split) {
             let mut sink = Vec::new();
-            reference.apply(i as u64, decode_record_at(lines[i].as_bytes(), i as u64), &mut sink);
-            probe.apply(i as u64, decode_record_at(lines[i].as_bytes(), i as u64), &mut sink);
+            reference.apply(i as u64, decode_record_at(line.as_bytes(), i as u64), &mut sink);
+            probe.apply(i as u64, decode_record_at(line.as_bytes(), i as u64), &mut sink);
             if reference.digest() != probe.digest() {
                 let a = serde_json::to_value(&reference).unwrap();
                 let b = serde_json::to_value(&probe).unwrap();
-                prop_assert!(false, "states differ at offset {i} after a restore at {split}: {}\nrecord: {}", first_difference(&a, &b, String::new()), lines[i]);
+                prop_assert!(false, "states differ at offset {i} after a restore at {split}: {}\nrecord: {}", first_difference(&a, &b, String::new()), line);
             }
         }
         let (rest_outputs, rest_digests) = fold(&mut restored, &lines, split);
