@@ -36,8 +36,8 @@ pub const ACTIVITY_KEPT: usize = 1000;
 /// Machines one registrar offers for one delivery group in one zone.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Pool {
-    /// Machines with room for a session: (load, lowercased id), so the first is the answer.
-    pub available: BTreeSet<(u32, String)>,
+    /// Machines with room for a session by load, then FQDN rank: the first is the answer.
+    pub available: BTreeMap<u32, BTreeSet<u32>>,
     /// Machines registered and not in maintenance, with room or not.
     pub registered: u32,
     /// Of those, machines carrying the group's required tag (all, without a restriction).
@@ -49,6 +49,8 @@ pub struct Pool {
 pub struct Placement {
     /// Pool key: registrar, group and zone.
     pub key: String,
+    /// The machine's FQDN rank in the catalog it was placed from.
+    pub rank: u32,
     /// Its load, when it is available.
     pub available: Option<u32>,
     /// Counted as registered (not in maintenance).
@@ -181,13 +183,21 @@ impl Engine {
                 .is_none_or(|tag| entry.tags.iter().any(|t| t.eq_ignore_ascii_case(tag)));
             let room = load < entry.max_sessions;
             let available = if registrar == OFF {
-                // Powered off: a candidate for power-on only when idle.
+                // Powered off: the cloud powers on only idle pooled, power-managed machines;
+                // other kinds need no pool entry (a static machine is found by assignment).
+                let power_on = group.is_some_and(|g| {
+                    g.kind == DeliveryGroupKind::SingleSessionPooled && g.power_managed
+                });
+                if !power_on {
+                    return None;
+                }
                 (!maintenance && tagged && load == 0).then_some(0)
             } else {
                 (!maintenance && tagged && room).then_some(load)
             };
             Some(Placement {
                 key: pool_key(&registrar, &entry.delivery_group, &entry.zone),
+                rank: entry.rank,
                 available,
                 registered: !maintenance && registrar != OFF,
                 tagged: !maintenance && registrar != OFF && tagged,
@@ -207,7 +217,12 @@ impl Engine {
                 .get_mut(&old.key)
                 .expect("contributing machines have a pool");
             if let Some(load) = old.available {
-                pool.available.remove(&(load, lower.clone()));
+                if let Some(at_load) = pool.available.get_mut(&load) {
+                    at_load.remove(&old.rank);
+                    if at_load.is_empty() {
+                        pool.available.remove(&load);
+                    }
+                }
             }
             pool.registered -= u32::from(old.registered);
             pool.tagged -= u32::from(old.tagged);
@@ -218,7 +233,7 @@ impl Engine {
         if let Some(new) = desired.filter(contributes) {
             let pool = self.pools.entry(new.key).or_default();
             if let Some(load) = new.available {
-                pool.available.insert((load, lower));
+                pool.available.entry(load).or_default().insert(new.rank);
             }
             pool.registered += u32::from(new.registered);
             pool.tagged += u32::from(new.tagged);
@@ -581,6 +596,7 @@ impl Engine {
             match self.take_from_pool(
                 &pool_key(registrar, group_id, z),
                 group.restrict_to_tag.is_some(),
+                catalog,
             ) {
                 Ok(machine) => return Ok(self.broker_new(catalog, machine, user, ts, false)),
                 Err(r) => {
@@ -591,9 +607,11 @@ impl Engine {
         // The cloud may power on an idle pooled machine that is not registered.
         if !lhc && group.kind == DeliveryGroupKind::SingleSessionPooled && group.power_managed {
             for z in &zones {
-                if let Ok(machine) = self
-                    .take_from_pool(&pool_key(OFF, group_id, z), group.restrict_to_tag.is_some())
-                {
+                if let Ok(machine) = self.take_from_pool(
+                    &pool_key(OFF, group_id, z),
+                    group.restrict_to_tag.is_some(),
+                    catalog,
+                ) {
                     return Ok(self.broker_new(catalog, machine, user, ts, false));
                 }
             }
@@ -602,12 +620,17 @@ impl Engine {
     }
 
     /// The first available machine of a pool, or why there is none.
-    fn take_from_pool(&self, key: &str, restricted: bool) -> Result<String, Reason> {
+    fn take_from_pool(
+        &self,
+        key: &str,
+        restricted: bool,
+        catalog: &Snapshot,
+    ) -> Result<String, Reason> {
         let Some(pool) = self.pools.get(key) else {
             return Err(Reason::NoRegisteredMachine);
         };
-        if let Some((_, machine)) = pool.available.first() {
-            return Ok(machine.clone());
+        if let Some(rank) = pool.available.values().next().and_then(|m| m.first()) {
+            return Ok(catalog.by_rank[*rank as usize].clone());
         }
         if pool.registered == 0 {
             Err(Reason::NoRegisteredMachine)

@@ -1068,16 +1068,21 @@ impl Engine {
                 ConnectorState::WorkingNormally | ConnectorState::PendingHa
             ) && !matches!(c.last_check, Some((_, false)))
         });
+        let current = machines.get(machine).map(|r| &r.registrar);
+        let held_by = |name: &str| matches!(current, Some(Registrar::Connector(n)) if n == name);
         let mut refusals = Vec::new();
         let mut target: Option<&str> = None; // None: the cloud (when `cloud`) or nobody
         if !cloud {
             for (name, c) in in_zone().filter(|(_, c)| c.in_lhc()) {
                 let reason = if !c.brokering {
                     Some(Reason::NotElected)
-                } else if snapshot_in(validations, c)
-                    .and_then(|s| s.machine(machine))
-                    .is_none()
+                } else if !held_by(name)
+                    && snapshot_in(validations, c)
+                        .and_then(|s| s.machine(machine))
+                        .is_none()
                 {
+                    // (A machine it already holds was in its snapshot when it registered,
+                    // and a snapshot does not change during LHC mode.)
                     Some(Reason::UnknownMachine)
                 } else {
                     None

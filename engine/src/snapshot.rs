@@ -29,6 +29,9 @@ pub struct MachineEntry {
     pub remote_pc: bool,
     /// In maintenance mode per the configuration.
     pub maintenance: bool,
+    /// Position in FQDN order among the snapshot's machines: pools order by it, comparing
+    /// integers rather than names.
+    pub rank: u32,
 }
 
 /// What brokering needs of a delivery group, defaults resolved.
@@ -78,6 +81,8 @@ pub struct Snapshot {
     pub connector_zone: BTreeMap<String, String>,
     /// Machines by lowercased id.
     pub machines: crate::detmap::DetMap<String, MachineEntry>,
+    /// Lowercased machine ids in FQDN order (index = rank).
+    pub by_rank: Vec<String>,
     /// Delivery groups by lowercased id.
     pub groups: BTreeMap<String, GroupEntry>,
     /// Resources by lowercased id.
@@ -311,6 +316,7 @@ pub fn index(config: &SiteConfig) -> Snapshot {
         zone_connectors: BTreeMap::new(),
         connector_zone: BTreeMap::new(),
         machines: Default::default(),
+        by_rank: Vec::new(),
         groups: BTreeMap::new(),
         resources: BTreeMap::new(),
         user_groups: BTreeMap::new(),
@@ -378,6 +384,7 @@ pub fn index(config: &SiteConfig) -> Snapshot {
                     tags: data.tags.clone(),
                     remote_pc: data.remote_pc,
                     maintenance: data.maintenance,
+                    rank: 0,
                 };
                 snapshot.machines.insert(id.to_lowercase(), entry);
             }
@@ -397,6 +404,12 @@ pub fn index(config: &SiteConfig) -> Snapshot {
             _ => {}
         }
     }
+    let mut ids: Vec<String> = snapshot.machines.keys().cloned().collect();
+    ids.sort_unstable();
+    for (rank, id) in ids.iter().enumerate() {
+        snapshot.machines.get_mut(id).expect("listed").rank = rank as u32;
+    }
+    snapshot.by_rank = ids;
     for stored in config.all() {
         match &stored.object {
             ConfigObject::Entitlement { data, .. } => {
