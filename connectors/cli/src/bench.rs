@@ -27,6 +27,18 @@ pub enum BenchCommand {
         #[arg(long)]
         dir: Option<std::path::PathBuf>,
     },
+    /// Launch decisions in LHC mode against a large zone, next to the heartbeat fold rate.
+    Launch {
+        /// VDAs in the zone (multi-session, 20 sessions each).
+        #[arg(long, default_value_t = 10_000)]
+        vdas: usize,
+        /// Launch requests to decide.
+        #[arg(long, default_value_t = 100_000)]
+        launches: usize,
+        /// A reduced run (1,000 VDAs, 10,000 launches) that keeps the benchmark working in CI.
+        #[arg(long)]
+        quick: bool,
+    },
     /// Engine fold (decode + apply) of a site with VDAs heartbeating, next to decoding alone.
     Fold {
         /// VDAs in the zone.
@@ -52,6 +64,18 @@ pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
             let n = if quick { 20_000 } else { records };
             let scratch = tempfile_dir(dir)?;
             log_bench(n, scratch.path())
+        }
+        BenchCommand::Launch {
+            vdas,
+            launches,
+            quick,
+        } => {
+            let (vdas, launches) = if quick {
+                (1_000, 10_000)
+            } else {
+                (vdas, launches)
+            };
+            launch_bench(vdas, launches)
         }
         BenchCommand::Fold { vdas, hours, quick } => {
             let (vdas, hours) = if quick { (1_000, 1) } else { (vdas, hours) };
@@ -449,6 +473,148 @@ fn log_bench(n: usize, dir: &Path) -> anyhow::Result<ExitCode> {
     println!(
         "  group commit / 1-by-1 single thread   {:>6.1}x  (concurrent appends sharing fsyncs)",
         group.records_per_s() / one_by_one.records_per_s()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Brings a zone of `vdas` multi-session VDAs into LHC mode with every VDA registered with
+/// the elected broker, then decides `launches` requests there. Heartbeats of the same VDAs
+/// in the same state are the baseline: launch decisions should cost about as much.
+fn launch_bench(vdas: usize, launches: usize) -> anyhow::Result<ExitCode> {
+    let t0 = lhc_engine::Ts(1_767_603_600_000);
+    let connectors = [
+        "cc1.zone1.corp.example",
+        "cc2.zone1.corp.example",
+        "cc3.zone1.corp.example",
+    ];
+    let mut ops = vec![
+        r#"{"op":"upsert","kind":"site","id":"site"}"#.to_string(),
+        r#"{"op":"upsert","kind":"zone","id":"zone1","data":{"name":"Zone 1"}}"#.to_string(),
+        r#"{"op":"upsert","kind":"delivery_group","id":"dg1","data":{"kind":"multi_session"}}"#.to_string(),
+        r#"{"op":"upsert","kind":"resource","id":"app","data":{"kind":"application","delivery_groups":["dg1"]}}"#.to_string(),
+        r#"{"op":"upsert","kind":"group","id":"staff"}"#.to_string(),
+        r#"{"op":"upsert","kind":"entitlement","id":"e","data":{"resource":"app","principals":["staff"]}}"#.to_string(),
+    ];
+    for c in connectors {
+        ops.push(format!(
+            r#"{{"op":"upsert","kind":"connector","id":"{c}","data":{{"zone":"zone1"}}}}"#
+        ));
+    }
+    for v in 0..vdas {
+        ops.push(format!(
+            r#"{{"op":"upsert","kind":"machine","id":"vda{v:05}.zone1.corp.example","data":{{"zone":"zone1","delivery_group":"dg1","max_sessions":20}}}}"#
+        ));
+    }
+    let users = launches.max(1);
+    for u in 0..users {
+        ops.push(format!(
+            r#"{{"op":"upsert","kind":"user","id":"user{u:06}","data":{{"groups":["staff"]}}}}"#
+        ));
+    }
+    let mut setup = vec![format!(
+        r#"{{"ts":"{t0}","type":"config.change","version":1,"ops":[{}]}}"#,
+        ops.join(",")
+    )];
+    // Healthy, then the cloud fails at 60 s: LHC mode at 120 s (cc1 elected).
+    for second in [1u64, 61, 121] {
+        let ts = t0.plus_s(second);
+        for c in connectors {
+            setup.push(format!(
+                r#"{{"ts":"{ts}","type":"health.check","connector":"{c}","ok":{}}}"#,
+                second < 60
+            ));
+            setup.push(format!(r#"{{"ts":"{ts}","type":"storefront.heartbeat","connector":"{c}","storefront":"sf1"}}"#));
+            for p in connectors.iter().filter(|p| **p != c) {
+                setup.push(format!(r#"{{"ts":"{ts}","type":"peer.probe","connector":"{c}","peer":"{p}","ok":true}}"#));
+            }
+        }
+    }
+    let heartbeats: Vec<String> = (0..vdas)
+        .map(|v| {
+            format!(
+                r#"{{"ts":"{}","type":"vda.heartbeat","machine":"vda{v:05}.zone1.corp.example","sessions":[]}}"#,
+                t0.plus_s(130)
+            )
+        })
+        .collect();
+    let requests: Vec<String> = (0..launches)
+        .map(|i| {
+            format!(
+                r#"{{"ts":"{}","type":"launch.request","request":"r{i}","connector":"cc1.zone1.corp.example","user":"user{:06}","resource":"app","client":{{"name":"pc{i}","ip":"10.0.0.1"}}}}"#,
+                t0.plus_s(140),
+                i % users
+            )
+        })
+        .collect();
+    let mut engine = lhc_engine::Engine::new();
+    let mut out = Vec::new();
+    let mut offset = 0u64;
+    let mut feed =
+        |engine: &mut lhc_engine::Engine, lines: &[String], out: &mut Vec<lhc_engine::Output>| {
+            for line in lines {
+                engine.apply(
+                    offset,
+                    lhc_engine::decode_record_at(line.as_bytes(), offset),
+                    out,
+                );
+                offset += 1;
+            }
+        };
+    feed(&mut engine, &setup, &mut out);
+    // The first round registers every VDA with the elected broker (not timed).
+    feed(&mut engine, &heartbeats, &mut out);
+    out.clear();
+    let hb_bytes: u64 = heartbeats.iter().map(|h| h.len() as u64).sum();
+    let heartbeat = time(
+        "heartbeats (decode + apply), registered",
+        vdas,
+        hb_bytes,
+        || {
+            feed(&mut engine, &heartbeats, &mut out);
+            Ok(())
+        },
+    )?;
+    out.clear();
+    let bytes: u64 = requests.iter().map(|r| r.len() as u64).sum();
+    let launch = time(
+        "launch decisions (decode + apply), LHC mode",
+        launches,
+        bytes,
+        || {
+            feed(&mut engine, &requests, &mut out);
+            Ok(())
+        },
+    )?;
+    let brokered = out
+        .iter()
+        .filter(|o| matches!(o, lhc_engine::Output::LaunchDecision(d) if d.outcome == lhc_engine::output::Outcome::Brokered))
+        .count();
+    let decided = out
+        .iter()
+        .filter(|o| matches!(o, lhc_engine::Output::LaunchDecision(_)))
+        .count();
+    anyhow::ensure!(
+        decided == launches,
+        "{decided} decisions for {launches} launches"
+    );
+    println!("lhc bench launch: {vdas} VDAs in one zone, {launches} launches at the elected broker in LHC mode");
+    println!("\n{:<46} {:>12} {:>10}", "measure", "records/s", "MB/s");
+    for row in [&heartbeat, &launch] {
+        println!(
+            "{:<46} {:>12.0} {:>10.1}",
+            row.name,
+            row.records_per_s(),
+            row.mb_per_s()
+        );
+    }
+    println!(
+        "\n{brokered} brokered, {} rejected (capacity: {} sessions)",
+        launches - brokered,
+        vdas * 20
+    );
+    println!(
+        "ratio launch decisions / heartbeats: {:.2}  (O(log n) per decision: no scan of the zone)",
+        launch.records_per_s() / heartbeat.records_per_s()
     );
     Ok(ExitCode::SUCCESS)
 }

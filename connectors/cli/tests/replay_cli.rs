@@ -166,4 +166,6 @@ fn quick_benchmarks_run_and_report_their_ratios() {
     );
     let (fold, _) = ok(lhc(&["bench", "fold", "--quick"]));
     assert!(fold.contains("ratio fold / decode"), "{fold}");
+    let (launch, _) = ok(lhc(&["bench", "launch", "--quick"]));
+    assert!(launch.contains("10000 brokered, 0 rejected"), "{launch}");
 }
