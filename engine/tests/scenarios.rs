@@ -1078,3 +1078,118 @@ fn launches_in_the_detection_gap_say_why_they_fail() {
         rejected(Via::Lhc, Reason::NoRegisteredMachine)
     );
 }
+
+/// Replays a scenario and returns the engine as it stands after the record at `until`
+/// (an offset), for tests that query state rather than outputs.
+fn engine_after(name: &str, until_ts: Ts) -> Engine {
+    let log = std::fs::read_to_string(dir().join(format!("{name}.jsonl"))).unwrap();
+    let mut engine = Engine::new();
+    let mut sink = Vec::new();
+    for (offset, line) in log.lines().enumerate() {
+        let record = lhc_engine::decode_record(line.as_bytes()).unwrap();
+        if record.ts() > until_ts {
+            break;
+        }
+        engine.apply(offset as u64, Ok(record), &mut sink);
+    }
+    engine
+}
+
+#[test]
+fn r_data_connectors_keep_users_clients_storefronts_and_lhc_activity() {
+    let engine = engine_after("r-launch-1", at(900.0));
+    let data = engine.lhc_data(A).unwrap();
+    assert_eq!(
+        data.recent_users.keys().collect::<Vec<_>>(),
+        vec!["alice", "dave"]
+    );
+    assert_eq!(data.recent_users["alice"], at(802.0));
+    assert_eq!(
+        data.clients["alice-pc"].1,
+        at(802.0),
+        "client machines with their last contact"
+    );
+    assert!(data.clients["alice-pc"].0.starts_with("192.0.2."));
+    assert_eq!(
+        engine.connectors()[A].storefronts["sf1.example"],
+        at(841.01)
+    );
+    // Activity is recorded during LHC mode only: the four launches at 800-803 s.
+    let kinds: Vec<(&str, Ts)> = data
+        .activity
+        .iter()
+        .map(|a| (a.kind.as_str(), a.ts))
+        .collect();
+    assert_eq!(kinds.iter().filter(|(k, _)| *k == "launch").count(), 4);
+    assert!(kinds.iter().all(|(_, ts)| *ts >= at(661.0)));
+    assert!(data.activity[0]
+        .detail
+        .contains("alice launched app-multi: brokered on m-multi-1.z1.example"));
+}
+
+#[test]
+fn the_cloud_unreachable_gap_is_counted_per_connector() {
+    let engine = engine_after("launch-detection-gap", at(1000.0));
+    assert_eq!(engine.lhc_data(A).unwrap().cloud_unreachable, 1);
+    assert_eq!(
+        engine.lhc_data(B).unwrap().cloud_unreachable,
+        0,
+        "cc-b's gap launch had another reason"
+    );
+}
+
+#[test]
+fn enumeration_lists_what_a_user_may_launch_and_where_it_runs() {
+    let engine = engine_after("r-launch-8", at(900.0));
+    let alice = engine.enumerate("Alice", None);
+    let names: Vec<&str> = alice.iter().map(|e| e.resource.as_str()).collect();
+    assert!(
+        names.contains(&"app-multi") && !names.contains(&"app-secret"),
+        "{names:?}"
+    );
+    let span = alice.iter().find(|e| e.resource == "app-span").unwrap();
+    assert_eq!(
+        span.zones,
+        vec!["z1".to_string(), "z2".to_string()],
+        "StoreFront can route to either zone"
+    );
+    // During the outage, from cc-a's snapshot: the same resources.
+    assert_eq!(engine.enumerate("alice", Some(A)), alice);
+    assert!(engine
+        .enumerate("dave", None)
+        .iter()
+        .map(|e| e.resource.as_str())
+        .eq(["app-secret"]));
+}
+
+#[test]
+fn a_brokered_session_counts_until_the_vda_reports_it() {
+    // r-launch-4: alice brokered to m-multi-2 at 800 s in LHC mode.
+    let mut engine = engine_after("r-launch-4", at(800.5));
+    let pending = &engine.machines()[MM2].pending;
+    assert_eq!(pending.len(), 1, "carol's launch at 802 s comes later");
+    assert_eq!(
+        (pending[0].user.as_str(), pending[0].ts),
+        ("alice", at(800.0))
+    );
+    // A heartbeat without alice's session, younger than 120 s: still pending.
+    let later = engine_after("r-launch-4", at(911.0));
+    assert!(later.machines()[MM2]
+        .pending
+        .iter()
+        .any(|p| p.user == "alice"));
+    // The VDA reports alice's session: matched, and the session itself now counts.
+    let report = format!(
+        r#"{{"ts":"{}","type":"vda.heartbeat","machine":"{MM2}","sessions":[{{"id":"n1","user":"alice","state":"active"}}]}}"#,
+        at(805.0)
+    );
+    let mut out = Vec::new();
+    engine.apply(
+        99_999,
+        decode_record_at(report.as_bytes(), 99_999),
+        &mut out,
+    );
+    assert!(engine.machines()[MM2].pending.is_empty());
+    assert_eq!(engine.machines()[MM2].sessions.len(), 1);
+    engine.check_invariants().unwrap();
+}
