@@ -142,6 +142,7 @@ fn import_failures(outputs: &[Output], connector: &str) -> Vec<(Ts, ImportFailed
         .collect()
 }
 
+/// R-STATE-1
 #[test]
 fn r_state_1_failed_check_in_working_normally_goes_pending_ha_with_3001() {
     let out = run("r-state-1");
@@ -154,6 +155,7 @@ fn r_state_1_failed_check_in_working_normally_goes_pending_ha_with_3001() {
     );
 }
 
+/// R-STATE-2
 #[test]
 fn r_state_2_ok_check_in_pending_ha_returns_to_working_normally() {
     let out = run("r-state-2");
@@ -166,6 +168,7 @@ fn r_state_2_ok_check_in_pending_ha_returns_to_working_normally() {
     );
 }
 
+/// R-STATE-3
 #[test]
 fn r_state_3_second_failure_after_60s_enters_lhc_unless_a_healthy_peer_keeps_the_zone_out() {
     let out = run("r-state-3");
@@ -185,6 +188,7 @@ fn r_state_3_second_failure_after_60s_enters_lhc_unless_a_healthy_peer_keeps_the
     assert_eq!(b[1], (at(241.1), PendingHa, InitialHa, OutageConfirmed));
 }
 
+/// R-STATE-4
 #[test]
 fn r_state_4_ineligible_connectors_report_3002_once_per_reason_in_priority_order() {
     let out = run("r-state-4");
@@ -212,6 +216,7 @@ fn r_state_4_ineligible_connectors_report_3002_once_per_reason_in_priority_order
     );
 }
 
+/// R-STATE-5
 #[test]
 fn r_state_5_initial_ha_lasts_300s_and_the_first_check_after_it_decides() {
     let out = run("r-state-5");
@@ -228,6 +233,7 @@ fn r_state_5_initial_ha_lasts_300s_and_the_first_check_after_it_decides() {
     );
 }
 
+/// R-STATE-6
 #[test]
 fn r_state_6_extended_ha_with_an_ok_check_goes_pending_recovery() {
     let out = run("r-state-6");
@@ -237,6 +243,7 @@ fn r_state_6_extended_ha_with_an_ok_check_goes_pending_recovery() {
     );
 }
 
+/// R-STATE-7
 #[test]
 fn r_state_7_pending_recovery_falls_back_on_failure_and_ends_after_600s() {
     let out = run("r-state-7");
@@ -264,6 +271,7 @@ fn r_state_7_pending_recovery_falls_back_on_failure_and_ends_after_600s() {
     );
 }
 
+/// R-STATE-8
 #[test]
 fn r_state_8_forced_outage_holds_lhc_and_flags_a_subset() {
     let out = run("r-state-8");
@@ -298,6 +306,7 @@ fn r_state_8_forced_outage_holds_lhc_and_flags_a_subset() {
     );
 }
 
+/// R-STATE-9
 #[test]
 fn r_state_9_timers_fire_at_their_deadline_in_deadline_then_fqdn_order() {
     let out = run("r-state-9");
@@ -328,6 +337,7 @@ fn r_state_9_timers_fire_at_their_deadline_in_deadline_then_fqdn_order() {
     );
 }
 
+/// R-STATE-10
 #[test]
 fn r_state_10_stop_ends_the_episode_and_a_start_during_the_outage_has_no_usable_database() {
     let out = run("r-state-10");
@@ -377,6 +387,7 @@ fn r_state_10_stop_ends_the_episode_and_a_start_during_the_outage_has_no_usable_
     assert_eq!(reimport.0, at(1300.0));
 }
 
+/// R-ELECT-1
 #[test]
 fn r_elect_1_candidates_are_self_and_peers_with_fresh_ok_probes() {
     let out = run("r-elect-1");
@@ -402,6 +413,7 @@ fn r_elect_1_candidates_are_self_and_peers_with_fresh_ok_probes() {
     );
 }
 
+/// R-ELECT-2
 #[test]
 fn r_elect_2_the_first_fqdn_wins_and_views_change_with_3504() {
     let out = run("r-elect-2");
@@ -416,6 +428,7 @@ fn r_elect_2_the_first_fqdn_wins_and_views_change_with_3504() {
     );
 }
 
+/// R-ELECT-3
 #[test]
 fn r_elect_3_non_elected_connectors_refuse_registrations() {
     let out = run("r-elect-3");
@@ -432,6 +445,7 @@ fn r_elect_3_non_elected_connectors_refuse_registrations() {
     );
 }
 
+/// R-ELECT-4
 #[test]
 fn r_elect_4_split_brain_both_broker_and_the_vda_picks_the_first() {
     let out = run("r-elect-4");
@@ -453,6 +467,7 @@ fn r_elect_4_split_brain_both_broker_and_the_vda_picks_the_first() {
     );
 }
 
+/// R-ELECT-5
 #[test]
 fn r_elect_5_failover_then_failback_with_registration_churn() {
     let out = run("r-elect-5");
@@ -474,6 +489,7 @@ fn r_elect_5_failover_then_failback_with_registration_churn() {
         .any(|r| r.connector == B && !r.accepted && r.reason == Some(Reason::NotElected)));
 }
 
+/// R-REG-1
 #[test]
 fn r_reg_1_normal_operations_register_with_the_cloud() {
     let out = run("r-reg-1");
@@ -484,6 +500,7 @@ fn r_reg_1_normal_operations_register_with_the_cloud() {
     assert_eq!(unknown[0].reason, Some(Reason::UnknownMachine));
 }
 
+/// R-REG-2
 #[test]
 fn r_reg_2_vdas_register_with_the_elected_broker_at_their_next_heartbeat() {
     let out = run("r-reg-2");
@@ -505,6 +522,7 @@ fn r_reg_2_vdas_register_with_the_elected_broker_at_their_next_heartbeat() {
     }
 }
 
+/// R-REG-3
 #[test]
 fn r_reg_3_lhc_end_drops_registrations_and_vdas_register_anew() {
     let out = run("r-reg-3");
@@ -515,6 +533,7 @@ fn r_reg_3_lhc_end_drops_registrations_and_vdas_register_anew() {
     assert_eq!(m1.last().unwrap().ts, at(1300.0));
 }
 
+/// R-REG-4
 #[test]
 fn r_reg_4_machines_missing_from_the_snapshot_are_refused_as_unknown() {
     let out = run("r-reg-4");
@@ -528,6 +547,7 @@ fn r_reg_4_machines_missing_from_the_snapshot_are_refused_as_unknown() {
         .any(|r| r.connector == A && r.accepted));
 }
 
+/// R-CSS-1
 #[test]
 fn r_css_1_first_check_at_first_naming_then_every_interval_with_overrides() {
     let out = run("r-css-1");
@@ -546,6 +566,7 @@ fn r_css_1_first_check_at_first_naming_then_every_interval_with_overrides() {
     assert_eq!(q.len(), 1, "the 30 s override is out of range");
 }
 
+/// R-CSS-2
 #[test]
 fn r_css_2_checks_report_518_517_510_507_or_import_in_that_order() {
     let out = run("r-css-2");
@@ -560,6 +581,7 @@ fn r_css_2_checks_report_518_517_510_507_or_import_in_that_order() {
         .all(|e| e.level == Level::Warning));
 }
 
+/// R-CSS-3
 #[test]
 fn r_css_3_an_import_interrupted_by_lhc_mode_is_abandoned_with_507() {
     let out = run("r-css-3");
@@ -575,6 +597,7 @@ fn r_css_3_an_import_interrupted_by_lhc_mode_is_abandoned_with_507() {
     );
 }
 
+/// R-CSS-4
 #[test]
 fn r_css_4_validation_failures_name_object_rule_and_introducing_change() {
     let out = run("r-css-4");
@@ -628,6 +651,7 @@ fn r_css_4_validation_failures_name_object_rule_and_introducing_change() {
     assert_eq!(css_ids(&out, A).last().unwrap().1, 504);
 }
 
+/// R-CSS-5
 #[test]
 fn r_css_5_admin_commands_change_what_they_name() {
     let out = run("r-css-5");
@@ -658,6 +682,7 @@ fn r_css_5_admin_commands_change_what_they_name() {
     assert_eq!(transitions(&out, A)[2].3, ForcedOutageDisabled);
 }
 
+/// R-LOG-4
 #[test]
 fn r_log_4_records_that_cannot_apply_are_quarantined_and_change_nothing() {
     let out = run("r-log-4");
@@ -824,6 +849,7 @@ fn rejected(
     (Outcome::Rejected, via, None, None, Some(reason))
 }
 
+/// R-LAUNCH-1
 #[test]
 fn r_launch_1_unknown_resources_and_unentitled_users_are_rejected_in_both_modes() {
     let out = run("r-launch-1");
@@ -848,6 +874,7 @@ fn r_launch_1_unknown_resources_and_unentitled_users_are_rejected_in_both_modes(
     }
 }
 
+/// R-LAUNCH-2
 #[test]
 fn r_launch_2_lhc_uses_only_registered_machines_of_its_zone_not_in_maintenance() {
     let out = run("r-launch-2");
@@ -874,6 +901,7 @@ fn r_launch_2_lhc_uses_only_registered_machines_of_its_zone_not_in_maintenance()
     );
 }
 
+/// R-LAUNCH-3
 #[test]
 fn r_launch_3_reconnect_first_except_in_the_re_registration_gap() {
     let out = run("r-launch-3");
@@ -892,6 +920,7 @@ fn r_launch_3_reconnect_first_except_in_the_re_registration_gap() {
     );
 }
 
+/// R-LAUNCH-4
 #[test]
 fn r_launch_4_multi_session_picks_the_fewest_sessions_then_fqdn_and_knows_capacity() {
     let out = run("r-launch-4");
@@ -921,6 +950,7 @@ fn r_launch_4_multi_session_picks_the_fewest_sessions_then_fqdn_and_knows_capaci
     );
 }
 
+/// R-LAUNCH-5
 #[test]
 fn r_launch_5_static_machines_need_an_assignment_made_in_normal_operations() {
     let out = run("r-launch-5");
@@ -960,6 +990,7 @@ fn r_launch_5_static_machines_need_an_assignment_made_in_normal_operations() {
     );
 }
 
+/// R-LAUNCH-6
 #[test]
 fn r_launch_6_pooled_machines_in_an_outage_and_maintenance_after_a_pooled_logoff() {
     let out = run("r-launch-6");
@@ -1003,6 +1034,7 @@ fn r_launch_6_pooled_machines_in_an_outage_and_maintenance_after_a_pooled_logoff
     );
 }
 
+/// R-LAUNCH-7
 #[test]
 fn r_launch_7_session_limits_count_only_sessions_the_broker_knows() {
     let out = run("r-launch-7");
@@ -1026,6 +1058,7 @@ fn r_launch_7_session_limits_count_only_sessions_the_broker_knows() {
     );
 }
 
+/// R-LAUNCH-8
 #[test]
 fn r_launch_8_tag_restrictions_apply_and_zone_preference_is_ignored_in_lhc_mode() {
     let out = run("r-launch-8");
@@ -1048,6 +1081,7 @@ fn r_launch_8_tag_restrictions_apply_and_zone_preference_is_ignored_in_lhc_mode(
     );
 }
 
+/// R-LAUNCH-9
 #[test]
 fn r_launch_9_a_stopped_connector_rejects_every_launch() {
     let out = run("r-launch-9");
@@ -1095,6 +1129,7 @@ fn engine_after(name: &str, until_ts: Ts) -> Engine {
     engine
 }
 
+/// R-DATA
 #[test]
 fn r_data_connectors_keep_users_clients_storefronts_and_lhc_activity() {
     let engine = engine_after("r-launch-1", at(900.0));
@@ -1192,4 +1227,18 @@ fn a_brokered_session_counts_until_the_vda_reports_it() {
     assert!(engine.machines()[MM2].pending.is_empty());
     assert_eq!(engine.machines()[MM2].sessions.len(), 1);
     engine.check_invariants().unwrap();
+}
+
+/// R-LOG-5
+#[test]
+fn r_log_5_a_connector_is_started_with_every_service_running_until_a_record_says_otherwise() {
+    let engine = engine_after("r-state-1", at(60.0));
+    let a = &engine.connectors()[A];
+    assert_eq!(a.state, WorkingNormally);
+    assert!(a.ha_running && a.rbp_running && a.css_running);
+    let engine = engine_after("r-state-4", at(100.0));
+    assert!(
+        !engine.connectors()[A].ha_running,
+        "service.status stopped it at 62 s"
+    );
 }

@@ -206,15 +206,7 @@ fn fold_bench(vdas: usize, hours: u64, outage: bool) -> anyhow::Result<ExitCode>
         }
     }
     let (decode, fold) = (decode.expect("ran"), fold.expect("ran"));
-    println!("\n{:<46} {:>12} {:>10}", "measure", "records/s", "MB/s");
-    for row in [&decode, &fold] {
-        println!(
-            "{:<46} {:>12.0} {:>10.1}",
-            row.name,
-            row.records_per_s(),
-            row.mb_per_s()
-        );
-    }
+    print_rows(&[&decode, &fold]);
     println!(
         "\noutputs: {outputs_total}; final digest {}",
         engine.digest()
@@ -308,6 +300,19 @@ impl Row {
     }
     fn mb_per_s(&self) -> f64 {
         self.bytes as f64 / 1e6 / self.elapsed.as_secs_f64()
+    }
+}
+
+/// Prints measurements as an aligned table.
+fn print_rows(rows: &[&Row]) {
+    println!("\n{:<46} {:>12} {:>10}", "measure", "records/s", "MB/s");
+    for row in rows {
+        println!(
+            "{:<46} {:>12.0} {:>10.1}",
+            row.name,
+            row.records_per_s(),
+            row.mb_per_s()
+        );
     }
 }
 
@@ -450,15 +455,7 @@ fn log_bench(n: usize, dir: &Path) -> anyhow::Result<ExitCode> {
         &raw_read,
         &read,
     ];
-    println!("\n{:<46} {:>12} {:>10}", "measure", "records/s", "MB/s");
-    for row in rows {
-        println!(
-            "{:<46} {:>12.0} {:>10.1}",
-            row.name,
-            row.records_per_s(),
-            row.mb_per_s()
-        );
-    }
+    print_rows(&rows);
     let read_vs_decode = read.records_per_s() / decode.records_per_s();
     println!("\nratios (same run):");
     println!("  read+CRC / decode                     {read_vs_decode:>6.1}x  (target >= 3x: the log never bottlenecks replay)");
@@ -598,15 +595,7 @@ fn launch_bench(vdas: usize, launches: usize) -> anyhow::Result<ExitCode> {
         "{decided} decisions for {launches} launches"
     );
     println!("lhc bench launch: {vdas} VDAs in one zone, {launches} launches at the elected broker in LHC mode");
-    println!("\n{:<46} {:>12} {:>10}", "measure", "records/s", "MB/s");
-    for row in [&heartbeat, &launch] {
-        println!(
-            "{:<46} {:>12.0} {:>10.1}",
-            row.name,
-            row.records_per_s(),
-            row.mb_per_s()
-        );
-    }
+    print_rows(&[&heartbeat, &launch]);
     println!(
         "\n{brokered} brokered, {} rejected (capacity: {} sessions)",
         launches - brokered,
