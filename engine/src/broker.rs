@@ -442,6 +442,16 @@ impl Engine {
                 c.record_activity(ts, "launch", detail);
             }
         }
+        // The pending session broker_new recorded: name its request, for forensics.
+        if let (Some(machine), Some(SessionKind::New)) = (&result.machine, result.session) {
+            if let Some(p) = self
+                .machines
+                .get_mut(machine)
+                .and_then(|r| r.pending.last_mut())
+            {
+                p.request.clone_from(&result.request);
+            }
+        }
         out.push(Output::LaunchDecision(result));
     }
 

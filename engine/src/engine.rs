@@ -289,8 +289,8 @@ impl Engine {
         snapshot_in(&self.validations, self.connectors.get(connector)?)
     }
 
-    /// Checks the invariants the reducer keeps; the error says which one broke. Cheap enough
-    /// for tests to call after every record.
+    /// Checks the invariants the reducer keeps; the error says which one broke. It rebuilds
+    /// the brokering pools from scratch, so it costs O(state): for tests, after every record.
     pub fn check_invariants(&self) -> Result<(), String> {
         let mut order: Vec<&String> = self.connectors.keys().collect();
         order.sort_by_key(|a| fqdn_key(a));
