@@ -12,6 +12,7 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod demo;
 mod logcmd;
+mod nodecmd;
 mod progress;
 mod replaycmd;
 mod target;
@@ -39,6 +40,9 @@ struct Cli {
 enum Command {
     /// Import the example outage log into ./lhc-demo/log and print it.
     Demo(demo::DemoArgs),
+    /// The connector node: fold the log into its RocksDB cache snapshot, exactly once.
+    #[command(subcommand)]
+    Connector(nodecmd::ConnectorCommand),
     /// Work with a site log: import, export, cat, append, stats, check.
     #[command(subcommand)]
     Log(logcmd::LogCommand),
@@ -68,6 +72,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Demo(args) => demo::run(args, quiet),
         Command::Log(command) => logcmd::run(command, quiet),
+        Command::Connector(command) => nodecmd::run(command, quiet),
         Command::Schema { out, check } => schema(out, check, quiet),
         Command::Bench(command) => bench::run(command),
         Command::Replay(args) => replaycmd::run(args, quiet),
