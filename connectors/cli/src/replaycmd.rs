@@ -72,11 +72,15 @@ pub fn run(args: ReplayArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     };
     let mut sink = BufWriter::with_capacity(1 << 20, sink);
     let format = args.format;
+    let print = !args.no_outputs;
     let summary = replay(
         &mut source,
         &mut engine,
         &options,
         |_, output| -> anyhow::Result<()> {
+            if !print {
+                return Ok(()); // nothing to format: --no-outputs
+            }
             match format {
                 Format::Jsonl => {
                     serde_json::to_writer(&mut sink, output)?;
