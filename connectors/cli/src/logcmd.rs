@@ -64,6 +64,10 @@ pub enum LogCommand {
         /// Prefix each record with its offset and a tab.
         #[arg(long)]
         offsets: bool,
+        /// With --kafka --follow: read as a member of this consumer group, resuming after
+        /// what the group already read (at least once); --from is then ignored.
+        #[arg(long, value_name = "GROUP", requires = "follow")]
+        group: Option<String>,
         #[command(flatten)]
         target: LogArgs,
     },
@@ -107,8 +111,9 @@ pub fn run(command: LogCommand, quiet: bool) -> anyhow::Result<ExitCode> {
             from,
             follow,
             offsets,
+            group,
             target,
-        } => cat(from, follow, offsets, &target),
+        } => cat(from, follow, offsets, group.as_deref(), &target),
         LogCommand::Append { target } => append_stdin(&target, quiet),
         LogCommand::Stats { json, target } => stats(json, &target, quiet),
         LogCommand::Check { target } => check(&target, quiet),
@@ -379,9 +384,23 @@ fn export(
     Ok(ExitCode::SUCCESS)
 }
 
-fn cat(from: u64, follow: bool, offsets: bool, target: &LogArgs) -> anyhow::Result<ExitCode> {
+fn cat(
+    from: u64,
+    follow: bool,
+    offsets: bool,
+    group: Option<&str>,
+    target: &LogArgs,
+) -> anyhow::Result<ExitCode> {
     let log = target.open_for_read()?;
-    let mut reader = log.reader(from)?;
+    let mut reader: Box<dyn lhc_log::LogReader> = match (group, target.kafka.options()?) {
+        (Some(group), Some(options)) => {
+            Box::new(lhc_log::KafkaLog::open(options)?.group_reader(group)?)
+        }
+        (Some(_), None) => {
+            anyhow::bail!("--group needs --kafka: consumer groups are a Kafka feature")
+        }
+        (None, _) => log.reader(from)?,
+    };
     let mut sink = Out::new(None)?;
     loop {
         let wait = if follow {

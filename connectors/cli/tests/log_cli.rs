@@ -357,3 +357,33 @@ fn demo_imports_and_prints_the_example() {
         );
     }
 }
+
+#[test]
+fn cat_follows_as_a_kafka_consumer_group() {
+    let cluster = rdkafka::mocking::MockCluster::new(1).unwrap();
+    cluster.create_topic("lhc.events", 1, 1).unwrap();
+    let brokers = cluster.bootstrap_servers();
+    let tmp = tempfile::tempdir().unwrap();
+    let head: String = EXAMPLE.lines().take(10).map(|l| format!("{l}\n")).collect();
+    let file = write(tmp.path(), "in.jsonl", &head);
+    let kafka = ["--kafka", brokers.as_str(), "--site", "site-a"];
+    assert!(lhc()
+        .args(["log", "import", file.to_str().unwrap()])
+        .args(kafka)
+        .output()
+        .unwrap()
+        .status
+        .success());
+    let mut cat = lhc()
+        .args(["log", "cat", "--follow", "--group", "tail", "--offsets"])
+        .args(kafka)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(cat.stdout.take().unwrap()).lines();
+    for (i, expected) in head.lines().enumerate() {
+        assert_eq!(lines.next().unwrap().unwrap(), format!("{i}\t{expected}"));
+    }
+    cat.kill().unwrap();
+    cat.wait().unwrap();
+}

@@ -336,6 +336,94 @@ impl Log for KafkaLog {
     }
 }
 
+impl KafkaLog {
+    /// A reader in consumer group `group`, for live use: it resumes after the offsets the
+    /// group committed (at least once: a crash re-reads what was read since the last
+    /// automatic commit, every 1 s), and the broker balances partitions across the group.
+    /// Exactly-once consumers (the connector node) store their own offsets and use
+    /// [`Log::reader`] instead.
+    pub fn group_reader(&self, group: &str) -> Result<KafkaGroupReader, LogError> {
+        let consumer: BaseConsumer<Context> = self
+            .options
+            .client_config()
+            .set("group.id", group)
+            .set("enable.auto.commit", "true")
+            .set("auto.commit.interval.ms", "1000")
+            .set("enable.auto.offset.store", "false")
+            .set("auto.offset.reset", "earliest")
+            // A member that vanished without leaving blocks the group this long.
+            .set("session.timeout.ms", "6000")
+            .set("heartbeat.interval.ms", "1000")
+            .create_with_context(Context {
+                brokers: self.options.brokers.clone(),
+            })
+            .map_err(|e| self.options.error(format!("cannot create consumer: {e}")))?;
+        consumer.subscribe(&[&self.options.topic]).map_err(|e| {
+            self.options
+                .error(format!("cannot join group {group}: {e}"))
+        })?;
+        Ok(KafkaGroupReader {
+            options: self.options.clone(),
+            consumer,
+            next: None,
+        })
+    }
+}
+
+/// Reads a site's records as a member of a consumer group.
+pub struct KafkaGroupReader {
+    options: KafkaOptions,
+    consumer: BaseConsumer<Context>,
+    next: Option<u64>,
+}
+
+impl LogReader for KafkaGroupReader {
+    fn next(&mut self, wait: Duration) -> Result<Option<LogEntry>, LogError> {
+        let deadline = Instant::now() + wait;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.consumer.poll(left.min(Duration::from_millis(200))) {
+                Some(Ok(message)) => {
+                    // Stored now, committed by the next automatic commit.
+                    self.consumer
+                        .store_offset_from_message(&message)
+                        .map_err(|e| self.options.error(format!("cannot store offset: {e}")))?;
+                    if message.key() != Some(self.options.site.as_bytes()) {
+                        continue; // another site sharing the partition
+                    }
+                    let offset = message.offset() as u64;
+                    self.next = Some(offset + 1);
+                    let bytes = message.payload().unwrap_or_default().to_vec();
+                    return Ok(Some(LogEntry { offset, bytes }));
+                }
+                Some(Err(e)) => {
+                    tracing::warn!("kafka {}: fetch: {e} (retrying)", self.options.brokers)
+                }
+                None => {}
+            }
+            if Instant::now() >= deadline {
+                return Ok(None);
+            }
+        }
+    }
+
+    fn position(&self) -> u64 {
+        self.next.unwrap_or(0)
+    }
+}
+
+impl Drop for KafkaGroupReader {
+    fn drop(&mut self) {
+        // Commit what was stored, so the group resumes after it.
+        if let Err(e) = self
+            .consumer
+            .commit_consumer_state(rdkafka::consumer::CommitMode::Sync)
+        {
+            tracing::debug!("kafka {}: final commit: {e}", self.options.brokers);
+        }
+    }
+}
+
 /// Reads one site's records from its partition.
 pub struct KafkaReader {
     options: KafkaOptions,

@@ -147,3 +147,34 @@ fn site_partition_matches_librdkafka_murmur2_partitioner() {
         );
     }
 }
+
+#[test]
+fn a_consumer_group_resumes_after_what_it_read() {
+    use lhc_log::LogReader;
+    let harness = mock(1);
+    let log = KafkaLog::open(harness.options.clone()).unwrap();
+    let first: Vec<Vec<u8>> = (0..5).map(suite::record).collect();
+    log.append(&first.iter().map(Vec::as_slice).collect::<Vec<_>>())
+        .unwrap();
+    let read = |count: usize| -> Vec<u64> {
+        let mut reader = log.group_reader("live").unwrap();
+        let mut offsets = Vec::new();
+        while offsets.len() < count {
+            // Joining a group takes a few seconds on the mock cluster.
+            match reader.next(Duration::from_secs(30)).unwrap() {
+                Some(entry) => offsets.push(entry.offset),
+                None => panic!("no record within 30 s; read {offsets:?} of {count}"),
+            }
+        }
+        offsets
+    };
+    assert_eq!(read(5), vec![0, 1, 2, 3, 4]);
+    let more: Vec<Vec<u8>> = (5..8).map(suite::record).collect();
+    log.append(&more.iter().map(Vec::as_slice).collect::<Vec<_>>())
+        .unwrap();
+    assert_eq!(
+        read(3),
+        vec![5, 6, 7],
+        "the group resumes after the committed offsets"
+    );
+}
