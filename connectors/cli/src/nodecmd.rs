@@ -35,6 +35,12 @@ pub enum ConnectorCommand {
         /// fsync each commit (survives power loss; kill -9 is survived either way).
         #[arg(long)]
         sync: bool,
+        /// RocksDB block cache, MiB (bounds read memory).
+        #[arg(long, value_name = "MIB", default_value_t = 32)]
+        block_cache_mb: usize,
+        /// RocksDB write buffer, MiB (bounds memtable memory; two are kept).
+        #[arg(long, value_name = "MIB", default_value_t = 16)]
+        write_buffer_mb: usize,
     },
     /// Print the outputs stored in the node's cache snapshot, in order (JSONL).
     Outputs {
@@ -59,14 +65,15 @@ pub fn run(command: ConnectorCommand, quiet: bool) -> anyhow::Result<ExitCode> {
             batch,
             follow,
             sync,
+            block_cache_mb,
+            write_buffer_mb,
         } => {
-            let store = Store::open(
-                &data,
-                &StoreOptions {
-                    sync,
-                    ..StoreOptions::default()
-                },
-            )?;
+            let options = StoreOptions {
+                block_cache_bytes: block_cache_mb.max(1) << 20,
+                write_buffer_bytes: write_buffer_mb.max(1) << 20,
+                sync,
+            };
+            let store = Store::open(&data, &options)?;
             let log = target.open_for_read()?;
             let stop = Arc::new(AtomicBool::new(false));
             let stopped = Arc::clone(&stop);
