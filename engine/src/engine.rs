@@ -1032,12 +1032,8 @@ impl Engine {
             let runtime = machines.entry(hb.machine.clone()).or_default();
             // Deleted from the configuration while registered with a broker: the broker
             // still holds it, so its session count follows.
-            if let Registrar::Connector(name) = &runtime.registrar {
-                if let Some(c) = connectors.get_mut(name) {
-                    c.session_count =
-                        c.session_count + hb.sessions.len() as u64 - runtime.sessions.len() as u64;
-                }
-            }
+            let (before, after) = (runtime.sessions.len(), hb.sessions.len());
+            follow_sessions(connectors, &runtime.registrar, before, after);
             let old = std::mem::replace(&mut runtime.sessions, hb.sessions);
             runtime.resolved = Some((site.version, None));
             refuse(
@@ -1120,10 +1116,12 @@ impl Engine {
             _ => false,
         };
         if unchanged {
-            if let Some(name) = target {
-                let c = connectors.get_mut(name).expect("exists");
-                c.session_count = c.session_count + new_sessions - old_sessions;
-            }
+            follow_sessions(
+                connectors,
+                &runtime.registrar,
+                old_sessions as usize,
+                new_sessions as usize,
+            );
             return dirty.then(|| (machine.to_string(), old));
         }
         let new = match (cloud, target) {
@@ -1192,12 +1190,12 @@ impl Engine {
                 }
             }
         }
-        let (before, after) = (old.len() as u64, runtime.sessions.len() as u64);
-        if let Registrar::Connector(name) = &runtime.registrar {
-            if let Some(c) = self.connectors.get_mut(name) {
-                c.session_count = c.session_count + after - before;
-            }
-        }
+        follow_sessions(
+            &mut self.connectors,
+            &runtime.registrar,
+            old.len(),
+            runtime.sessions.len(),
+        );
         self.sessions_changed(&machine, &old, ts);
         if ev.event == SessionEventKind::Logoff {
             self.pooled_logoff(&machine, ts, out);
@@ -1487,6 +1485,21 @@ impl Engine {
     }
 }
 
+/// Keeps a broker's session count in step when a machine it holds reports `after`
+/// sessions instead of `before` (3507 reads the count; summing at each report would scan).
+fn follow_sessions(
+    connectors: &mut BTreeMap<String, Connector>,
+    registrar: &Registrar,
+    before: usize,
+    after: usize,
+) {
+    if let Registrar::Connector(name) = registrar {
+        if let Some(c) = connectors.get_mut(name) {
+            c.session_count = c.session_count + after as u64 - before as u64;
+        }
+    }
+}
+
 /// The snapshot a connector uses, looked up in the validations store.
 fn snapshot_in<'a>(
     validations: &'a BTreeMap<u64, Validation>,
@@ -1526,7 +1539,8 @@ fn quarantine(offset: u64, error: String) -> Output {
     Output::Quarantine(Quarantine { offset, error })
 }
 
-pub(crate) fn snake<T: Serialize>(value: &T) -> String {
+/// The snake_case name serde gives an enum value (`not_elected`), for messages.
+pub fn snake<T: Serialize>(value: &T) -> String {
     serde_json::to_value(value)
         .ok()
         .and_then(|v| v.as_str().map(str::to_string))

@@ -129,17 +129,7 @@ pub fn site_log(vdas: usize, hours: u64, outage: bool) -> Vec<Vec<u8>> {
         let ts = t0.plus_s(second);
         if second % 60 == 1 {
             let ok = !(outage_from..outage_to).contains(&second);
-            for (i, c) in connectors.iter().enumerate() {
-                records.push(format!(
-                    r#"{{"ts":"{ts}","type":"health.check","connector":"{c}","ok":{ok}}}"#
-                ));
-                records.push(format!(r#"{{"ts":"{ts}","type":"storefront.heartbeat","connector":"{c}","storefront":"sf1"}}"#));
-                for (j, p) in connectors.iter().enumerate() {
-                    if i != j {
-                        records.push(format!(r#"{{"ts":"{ts}","type":"peer.probe","connector":"{c}","peer":"{p}","ok":true}}"#));
-                    }
-                }
-            }
+            records.extend(connector_minute(ts, &connectors, ok));
         }
         for v in (0..vdas).filter(|v| (*v as u64 * 300 / vdas.max(1) as u64) == second % 300) {
             let sessions = match v % 3 {
@@ -153,6 +143,26 @@ pub fn site_log(vdas: usize, hours: u64, outage: bool) -> Vec<Vec<u8>> {
         }
     }
     records.into_iter().map(String::into_bytes).collect()
+}
+
+/// What each connector reports once a minute: its health check, a StoreFront heartbeat,
+/// and a successful probe of each peer.
+fn connector_minute(ts: lhc_engine::Ts, connectors: &[&str], ok: bool) -> Vec<String> {
+    let mut records = Vec::new();
+    for c in connectors {
+        records.push(format!(
+            r#"{{"ts":"{ts}","type":"health.check","connector":"{c}","ok":{ok}}}"#
+        ));
+        records.push(format!(
+            r#"{{"ts":"{ts}","type":"storefront.heartbeat","connector":"{c}","storefront":"sf1"}}"#
+        ));
+        for p in connectors.iter().filter(|p| *p != c) {
+            records.push(format!(
+                r#"{{"ts":"{ts}","type":"peer.probe","connector":"{c}","peer":"{p}","ok":true}}"#
+            ));
+        }
+    }
+    records
 }
 
 fn fold_bench(vdas: usize, hours: u64, outage: bool) -> anyhow::Result<ExitCode> {
@@ -514,17 +524,11 @@ fn launch_bench(vdas: usize, launches: usize) -> anyhow::Result<ExitCode> {
     )];
     // Healthy, then the cloud fails at 60 s: LHC mode at 120 s (cc1 elected).
     for second in [1u64, 61, 121] {
-        let ts = t0.plus_s(second);
-        for c in connectors {
-            setup.push(format!(
-                r#"{{"ts":"{ts}","type":"health.check","connector":"{c}","ok":{}}}"#,
-                second < 60
-            ));
-            setup.push(format!(r#"{{"ts":"{ts}","type":"storefront.heartbeat","connector":"{c}","storefront":"sf1"}}"#));
-            for p in connectors.iter().filter(|p| **p != c) {
-                setup.push(format!(r#"{{"ts":"{ts}","type":"peer.probe","connector":"{c}","peer":"{p}","ok":true}}"#));
-            }
-        }
+        setup.extend(connector_minute(
+            t0.plus_s(second),
+            &connectors,
+            second < 60,
+        ));
     }
     let heartbeats: Vec<String> = (0..vdas)
         .map(|v| {

@@ -3,8 +3,6 @@
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Subcommand;
@@ -75,14 +73,13 @@ pub fn run(command: ConnectorCommand, quiet: bool) -> anyhow::Result<ExitCode> {
             };
             let store = Store::open(&data, &options)?;
             let log = target.open_for_read()?;
-            let stop = Arc::new(AtomicBool::new(false));
-            let stopped = Arc::clone(&stop);
-            let check = move || stopped.load(Ordering::Relaxed);
+            // Following runs until the process is stopped (Ctrl-C); nothing else ends it.
+            let never = || false;
             let (summary, engine) = lhc_node::fold(
                 &store,
                 &*log,
                 batch,
-                follow.then_some(&check as &dyn Fn() -> bool),
+                follow.then_some(&never as &dyn Fn() -> bool),
             )
             .with_context(|| format!("folding {} into {}", log.describe(), data.display()))?;
             if !quiet {

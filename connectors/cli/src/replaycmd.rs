@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
+use lhc_engine::engine::snake;
 use lhc_engine::output::{EventSource, Output};
 use lhc_engine::Engine;
 use lhc_replay::{replay, ChainLink, ReplayOptions};
@@ -246,12 +247,4 @@ pub fn table_fields(output: &Output) -> (String, String, String, String) {
             format!("offset {}: {}", q.offset, q.error),
         ),
     }
-}
-
-/// The snake_case name serde gives an enum value.
-fn snake<T: serde::Serialize>(value: &T) -> String {
-    serde_json::to_value(value)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_string))
-        .unwrap_or_default()
 }

@@ -222,12 +222,7 @@ pub fn fold(
         };
         let entry = reader.next(wait)?;
         let Some(entry) = entry else {
-            if in_batch > 0 {
-                store.commit(&engine, summary.next, &pending)?;
-                summary.commits += 1;
-                pending.clear();
-                in_batch = 0;
-            }
+            commit(store, &engine, &mut summary, &mut pending, &mut in_batch)?;
             match follow {
                 Some(stop) if !stop() => continue,
                 _ => break,
@@ -246,11 +241,26 @@ pub fn fold(
         summary.applied += 1;
         in_batch += 1;
         if in_batch >= batch.max(1) {
-            store.commit(&engine, summary.next, &pending)?;
-            summary.commits += 1;
-            pending.clear();
-            in_batch = 0;
+            commit(store, &engine, &mut summary, &mut pending, &mut in_batch)?;
         }
     }
     Ok((summary, engine))
+}
+
+/// Commits the records applied since the last commit, if any, with their outputs.
+fn commit(
+    store: &Store,
+    engine: &Engine,
+    summary: &mut FoldSummary,
+    pending: &mut Vec<(u64, Vec<Output>)>,
+    in_batch: &mut usize,
+) -> Result<(), NodeError> {
+    if *in_batch == 0 {
+        return Ok(());
+    }
+    store.commit(engine, summary.next, pending)?;
+    summary.commits += 1;
+    pending.clear();
+    *in_batch = 0;
+    Ok(())
 }
