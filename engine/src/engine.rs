@@ -203,7 +203,8 @@ impl Connector {
         )
     }
 
-    pub(crate) fn started(&self) -> bool {
+    /// Not stopped (R-STATE-10).
+    pub fn started(&self) -> bool {
         self.state != ConnectorState::Stopped
     }
 }

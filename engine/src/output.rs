@@ -30,6 +30,19 @@ pub enum Output {
     Quarantine(Quarantine),
 }
 
+impl Output {
+    /// The connector the output is about; `None` for a quarantine.
+    pub fn connector(&self) -> Option<&str> {
+        match self {
+            Output::Event(e) => Some(&e.connector),
+            Output::LaunchDecision(d) => Some(&d.connector),
+            Output::Registration(r) => Some(&r.connector),
+            Output::MachineMaintenance(m) => Some(&m.connector),
+            Output::Quarantine(_) => None,
+        }
+    }
+}
+
 /// Services that emit events; event ids are unique only per source.
 #[derive(
     Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,

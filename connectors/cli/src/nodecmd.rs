@@ -6,11 +6,19 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Subcommand;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lhc_log::{EmbeddedLog, EmbeddedOptions, Log};
+use lhc_node::live::{self, NodeConfig};
 use lhc_node::{Store, StoreOptions};
 
 use crate::target::LogArgs;
 
 /// The connector node.
+// Parsed once per process; boxing the large variant would buy nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 pub enum ConnectorCommand {
     /// Fold the site log into the node's cache snapshot, from where it stopped.
@@ -37,6 +45,72 @@ pub enum ConnectorCommand {
         #[arg(long, value_name = "MIB", default_value_t = 32)]
         block_cache_mb: usize,
         /// RocksDB write buffer, MiB (bounds memtable memory; two are kept).
+        #[arg(long, value_name = "MIB", default_value_t = 16)]
+        write_buffer_mb: usize,
+    },
+    /// Run the connector node: fold the log, observe, and serve the HTTP API.
+    ///
+    /// The node catches up with the site log into its cache snapshot (RocksDB under
+    /// --data), then health-checks --cloud-url, probes its zone peers' /election, appends a
+    /// clock.tick when the log is quiet, and serves StoreFront (/storefront/heartbeat,
+    /// /storefront/resources, /storefront/launch), VDAs (/vda/heartbeat, /vda/session), load
+    /// balancers (/adc/probe), peers (/election), operations (/healthz, /metrics), admin
+    /// (/admin/..., bearer token) and the read-only SDK (/sdk/..., while enabled). Every
+    /// observation and request becomes a log record; answers come from the fold, so a
+    /// replay of the log makes the same decisions. Outputs about this connector are
+    /// published to the output log. Ctrl-C or SIGTERM appends connector.lifecycle stop and
+    /// exits.
+    Run {
+        /// FQDN of this connector, as the site configuration names it.
+        #[arg(long, value_name = "FQDN")]
+        connector: String,
+        #[command(flatten)]
+        target: LogArgs,
+        /// The node's data directory: cache snapshot and output log
+        /// [default: lhc-data/node-FQDN].
+        #[arg(long, value_name = "DIR")]
+        data: Option<PathBuf>,
+        /// Address of the HTTP API (loopback unless you mean otherwise).
+        #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
+        listen: SocketAddr,
+        /// Control plane URL; any 2xx answer is a good health check.
+        #[arg(long, value_name = "URL")]
+        cloud_url: String,
+        /// Period of health checks.
+        #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = humantime::parse_duration)]
+        health_interval: Duration,
+        /// Period of peer probes (keep it well under the engine's peer_timeout_s).
+        #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = humantime::parse_duration)]
+        probe_interval: Duration,
+        /// Append a clock.tick when the log has been quiet this long, so timers fire.
+        #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = humantime::parse_duration)]
+        tick_interval: Duration,
+        /// How long a launch waits for its decision before answering 503.
+        #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = humantime::parse_duration)]
+        launch_timeout: Duration,
+        /// Longest time folded records stay uncommitted (outputs are published after commit).
+        #[arg(long, value_name = "DURATION", default_value = "100ms", value_parser = humantime::parse_duration)]
+        commit_interval: Duration,
+        /// A peer's API base URL, FQDN=URL (repeat); others are http://FQDN:PORT with this
+        /// node's port.
+        #[arg(long = "peer", value_name = "FQDN=URL", value_parser = parse_peer)]
+        peers: Vec<(String, String)>,
+        /// File holding the admin bearer token; without it admin endpoints answer 401.
+        #[arg(long, value_name = "FILE")]
+        admin_token_file: Option<PathBuf>,
+        /// Site (farm) name that /adc/probe reports [default: --site, else "site"].
+        #[arg(long, value_name = "NAME")]
+        site_name: Option<String>,
+        /// Largest request body accepted, KiB.
+        #[arg(long, value_name = "KIB", default_value_t = 256)]
+        body_limit_kb: usize,
+        /// fsync each commit of the cache snapshot.
+        #[arg(long)]
+        sync: bool,
+        /// RocksDB block cache, MiB.
+        #[arg(long, value_name = "MIB", default_value_t = 32)]
+        block_cache_mb: usize,
+        /// RocksDB write buffer, MiB.
         #[arg(long, value_name = "MIB", default_value_t = 16)]
         write_buffer_mb: usize,
     },
@@ -95,6 +169,89 @@ pub fn run(command: ConnectorCommand, quiet: bool) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        ConnectorCommand::Run {
+            connector,
+            target,
+            data,
+            listen,
+            cloud_url,
+            health_interval,
+            probe_interval,
+            tick_interval,
+            launch_timeout,
+            commit_interval,
+            peers,
+            admin_token_file,
+            site_name,
+            body_limit_kb,
+            sync,
+            block_cache_mb,
+            write_buffer_mb,
+        } => {
+            let data = data.unwrap_or_else(|| PathBuf::from(format!("lhc-data/node-{connector}")));
+            let admin_token = match admin_token_file {
+                Some(file) => {
+                    let token = std::fs::read_to_string(&file)
+                        .with_context(|| {
+                            format!("reading the admin token from {}", file.display())
+                        })?
+                        .trim()
+                        .to_string();
+                    if token.is_empty() {
+                        anyhow::bail!(
+                            "{} is empty: put the admin bearer token in it",
+                            file.display()
+                        );
+                    }
+                    Some(token)
+                }
+                None => None,
+            };
+            let mut config = NodeConfig::new(&connector, &data);
+            config.site = site_name
+                .or_else(|| target.kafka.site.clone())
+                .unwrap_or_else(|| "site".into());
+            config.listen = listen;
+            config.cloud_url = cloud_url;
+            config.health_interval = health_interval.max(Duration::from_millis(100));
+            config.probe_interval = probe_interval.max(Duration::from_millis(100));
+            config.tick_interval = tick_interval.max(Duration::from_millis(100));
+            config.launch_timeout = launch_timeout;
+            config.commit_interval = commit_interval;
+            config.peers = peers.into_iter().collect();
+            config.admin_token = admin_token;
+            config.body_limit = body_limit_kb.max(1) << 10;
+            config.store = StoreOptions {
+                block_cache_bytes: block_cache_mb.max(1) << 20,
+                write_buffer_bytes: write_buffer_mb.max(1) << 20,
+                sync,
+            };
+            std::fs::create_dir_all(&data)
+                .with_context(|| format!("creating {}", data.display()))?;
+            let log: Arc<dyn Log> = Arc::from(target.open_for_append()?);
+            let outputs_dir = data.join("outputs");
+            let outputs: Arc<dyn Log> = Arc::new(
+                EmbeddedLog::open(&outputs_dir, EmbeddedOptions::default())
+                    .with_context(|| format!("opening the output log {}", outputs_dir.display()))?,
+            );
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .context("starting the async runtime")?;
+            if !quiet {
+                eprintln!(
+                    "connector {connector}: log {}, snapshot {}, outputs {}, API on http://{listen}",
+                    log.describe(),
+                    data.join("snapshot").display(),
+                    outputs_dir.display()
+                );
+            }
+            runtime
+                .block_on(live::run(config, log, outputs, shutdown_signal()))
+                .with_context(|| format!("connector node {connector}"))?;
+            Ok(ExitCode::SUCCESS)
+        }
         ConnectorCommand::Outputs { data } => {
             let store = Store::open(&data, &StoreOptions::default())?;
             let mut out = std::io::BufWriter::new(std::io::stdout().lock());
@@ -113,4 +270,28 @@ pub fn run(command: ConnectorCommand, quiet: bool) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// Parses `FQDN=URL`.
+fn parse_peer(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((name, url)) if !name.is_empty() && url.starts_with("http") => {
+            Ok((name.to_string(), url.to_string()))
+        }
+        _ => Err(format!(
+            "expected FQDN=URL, like ddc2.corp.example=http://10.0.0.12:8080; got {text:?}"
+        )),
+    }
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("installing a SIGTERM handler");
+    tokio::select! {
+        _ = interrupt => {}
+        _ = terminate.recv() => {}
+    }
+    tracing::info!("stopping");
 }

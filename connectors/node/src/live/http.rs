@@ -1,0 +1,790 @@
+//! The node's HTTP API (axum): StoreFront, VDA, load balancer monitor, peers, operations,
+//! admin and the read-only SDK.
+//!
+//! Invariant: a request that changes anything is appended to the log as a record and nothing
+//! else; a bad request is answered 4xx with a JSON `{"error": ...}` and appends nothing.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::body::Bytes;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{DefaultBodyLimit, FromRequest, Query, Request, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use lhc_engine::engine::{snake, Registrar};
+use lhc_engine::output::ConnectorState;
+use lhc_engine::record::{
+    AdminCommand, AdminCommandName, Client, LaunchRequest, SessionEvent, SessionEventKind,
+    SessionReport, StorefrontHeartbeat, VdaHeartbeat,
+};
+use lhc_engine::{Engine, Record};
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use subtle::ConstantTimeEq;
+
+use super::{LaunchAnswer, Shared};
+
+type AppState = Arc<Shared>;
+
+/// The routes, with the body limit applied.
+pub(crate) fn router(shared: AppState) -> Router {
+    let limit = shared.config.body_limit;
+    Router::new()
+        .route("/storefront/heartbeat", post(storefront_heartbeat))
+        .route("/storefront/resources", get(resources))
+        .route("/storefront/launch", post(launch))
+        .route("/vda/heartbeat", post(vda_heartbeat))
+        .route("/vda/session", post(vda_session))
+        .route("/adc/probe", get(adc_probe))
+        .route("/election", get(election))
+        .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics))
+        .route("/admin/forced-outage", post(admin_forced_outage))
+        .route(
+            "/admin/sync-interval",
+            post(admin_sync_interval).delete(admin_sync_interval_clear),
+        )
+        .route("/admin/ha-sdk", post(admin_ha_sdk))
+        .route("/admin/css-trace", post(admin_css_trace))
+        .route("/sdk/machines", get(sdk_machines))
+        .route("/sdk/sessions", get(sdk_sessions))
+        .route("/sdk/registrations", get(sdk_registrations))
+        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such endpoint") })
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method not allowed here")
+        })
+        .layer(DefaultBodyLimit::max(limit))
+        .with_state(shared)
+}
+
+/// An error answer: a status and `{"error": message}`.
+#[derive(Debug)]
+pub(crate) struct ApiError {
+    status: StatusCode,
+    message: String,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            message: message.into(),
+        }
+    }
+
+    fn bad(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, message)
+    }
+
+    fn unavailable(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, message)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status, Json(json!({ "error": self.message }))).into_response()
+    }
+}
+
+/// A JSON body decoded strictly (unknown fields refused), whose errors name the field.
+pub(crate) struct Body<T>(T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Body<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
+            let status = rejection.status();
+            let message = if status == StatusCode::PAYLOAD_TOO_LARGE {
+                "request body too large".to_string()
+            } else {
+                rejection.body_text()
+            };
+            ApiError::new(status, message)
+        })?;
+        let mut de = serde_json::Deserializer::from_slice(&bytes);
+        let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+            let path = e.path().to_string();
+            if path == "." {
+                ApiError::bad(format!("body: {}", e.inner()))
+            } else {
+                ApiError::bad(format!("field `{path}`: {}", e.inner()))
+            }
+        })?;
+        de.end().map_err(|e| ApiError::bad(format!("body: {e}")))?;
+        Ok(Body(value))
+    }
+}
+
+/// Refuses empty names, which no configuration object can match.
+fn non_empty(field: &str, value: &str) -> Result<(), ApiError> {
+    if value.trim().is_empty() {
+        Err(ApiError::bad(format!("field `{field}`: must not be empty")))
+    } else {
+        Ok(())
+    }
+}
+
+/// This connector's id, or 503 while no configuration names it.
+fn me_in(shared: &Shared, engine: &Engine) -> Result<String, ApiError> {
+    shared.my_id(engine).ok_or_else(|| {
+        ApiError::unavailable(format!(
+            "connector {} is not in the site configuration (yet): no config.change names it",
+            shared.config.connector
+        ))
+    })
+}
+
+fn me(shared: &Shared) -> Result<String, ApiError> {
+    me_in(shared, &shared.engine.read().expect("engine lock"))
+}
+
+async fn append(
+    shared: &Shared,
+    make: impl FnOnce(lhc_engine::Ts) -> Record + Send + 'static,
+) -> Result<u64, ApiError> {
+    shared
+        .appender
+        .append(make)
+        .await
+        .map_err(|e| ApiError::unavailable(format!("the site log refused the record: {e}")))
+}
+
+fn accepted(offset: u64) -> Response {
+    (StatusCode::ACCEPTED, Json(json!({ "offset": offset }))).into_response()
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StorefrontBody {
+    storefront: String,
+}
+
+async fn storefront_heartbeat(
+    State(shared): State<AppState>,
+    Body(body): Body<StorefrontBody>,
+) -> Result<Response, ApiError> {
+    non_empty("storefront", &body.storefront)?;
+    let connector = me(&shared)?;
+    let offset = append(&shared, move |ts| {
+        Record::StorefrontHeartbeat(StorefrontHeartbeat {
+            ts,
+            connector,
+            storefront: body.storefront,
+        })
+    })
+    .await?;
+    Ok(accepted(offset))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ResourcesQuery {
+    user: String,
+}
+
+async fn resources(
+    State(shared): State<AppState>,
+    query: Result<Query<ResourcesQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(query) = query.map_err(|e| ApiError::bad(e.body_text()))?;
+    non_empty("user", &query.user)?;
+    let engine = shared.engine.read().expect("engine lock");
+    let me = me_in(&shared, &engine)?;
+    // In LHC mode the connector answers from its own snapshot, as the seeds describe.
+    let lhc = engine.connectors()[&me].in_lhc();
+    let list = engine.enumerate(&query.user, lhc.then_some(me.as_str()));
+    Ok(Json(json!({
+        "user": query.user,
+        "connector": me,
+        "source": if lhc { "lhc" } else { "cloud" },
+        "resources": list,
+    }))
+    .into_response())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LaunchBody {
+    #[serde(default)]
+    request: Option<String>,
+    user: String,
+    resource: String,
+    client: Client,
+}
+
+/// Attempts when another node's record wins the race for a later `ts`.
+const LAUNCH_ATTEMPTS: usize = 3;
+
+async fn launch(
+    State(shared): State<AppState>,
+    Body(body): Body<LaunchBody>,
+) -> Result<Response, ApiError> {
+    non_empty("user", &body.user)?;
+    non_empty("resource", &body.resource)?;
+    non_empty("client.name", &body.client.name)?;
+    let connector = me(&shared)?;
+    let request = match body.request {
+        Some(r) => {
+            non_empty("request", &r)?;
+            r
+        }
+        None => request_id(&connector),
+    };
+    let mut last_error = String::new();
+    for _ in 0..LAUNCH_ATTEMPTS {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        {
+            let mut waiters = shared.waiters.lock().expect("waiters");
+            if waiters.contains_key(&request) {
+                return Err(ApiError::new(
+                    StatusCode::CONFLICT,
+                    format!("request {request:?} is already being decided"),
+                ));
+            }
+            waiters.insert(request.clone(), tx);
+        }
+        let record = LaunchRequest {
+            ts: lhc_engine::Ts(0),
+            request: request.clone(),
+            connector: connector.clone(),
+            user: body.user.clone(),
+            resource: body.resource.clone(),
+            client: body.client.clone(),
+        };
+        let forget = || shared.waiters.lock().expect("waiters").remove(&request);
+        if let Err(e) = append(&shared, move |ts| {
+            Record::LaunchRequest(LaunchRequest { ts, ..record })
+        })
+        .await
+        {
+            forget();
+            return Err(e);
+        }
+        match tokio::time::timeout(shared.config.launch_timeout, rx).await {
+            Ok(Ok(LaunchAnswer::Decided(decision))) => {
+                return Ok(Json(decision).into_response());
+            }
+            Ok(Ok(LaunchAnswer::Quarantined(error))) => {
+                // Only a lost ts race is worth another try; anything else would fail again.
+                let retry = error.contains("R-LOG-4");
+                last_error = error;
+                if !retry {
+                    break;
+                }
+            }
+            Ok(Err(_)) => {
+                return Err(ApiError::unavailable("the node is shutting down"));
+            }
+            Err(_) => {
+                forget();
+                return Err(ApiError::unavailable(format!(
+                    "no decision for request {request:?} within {} ms; the fold is behind \
+                     (see /healthz)",
+                    shared.config.launch_timeout.as_millis()
+                )));
+            }
+        }
+    }
+    Err(ApiError::unavailable(format!(
+        "request {request:?} could not be applied: {last_error}"
+    )))
+}
+
+/// A request id unique to this node's run.
+fn request_id(connector: &str) -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let started = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    format!("{connector}-{started}-{n}")
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct VdaHeartbeatBody {
+    machine: String,
+    #[serde(default)]
+    sessions: Vec<SessionReport>,
+}
+
+async fn vda_heartbeat(
+    State(shared): State<AppState>,
+    Body(body): Body<VdaHeartbeatBody>,
+) -> Result<Response, ApiError> {
+    non_empty("machine", &body.machine)?;
+    for (i, s) in body.sessions.iter().enumerate() {
+        non_empty(&format!("sessions[{i}].id"), &s.id)?;
+        non_empty(&format!("sessions[{i}].user"), &s.user)?;
+    }
+    me(&shared)?;
+    let offset = append(&shared, move |ts| {
+        Record::VdaHeartbeat(VdaHeartbeat {
+            ts,
+            machine: body.machine,
+            sessions: body.sessions,
+        })
+    })
+    .await?;
+    Ok(accepted(offset))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SessionBody {
+    machine: String,
+    session: String,
+    user: String,
+    event: SessionEventKind,
+}
+
+async fn vda_session(
+    State(shared): State<AppState>,
+    Body(body): Body<SessionBody>,
+) -> Result<Response, ApiError> {
+    non_empty("machine", &body.machine)?;
+    non_empty("session", &body.session)?;
+    non_empty("user", &body.user)?;
+    me(&shared)?;
+    let offset = append(&shared, move |ts| {
+        Record::SessionEvent(SessionEvent {
+            ts,
+            machine: body.machine,
+            session: body.session,
+            user: body.user,
+            event: body.event,
+        })
+    })
+    .await?;
+    Ok(accepted(offset))
+}
+
+/// The NetScaler CITRIX-XD-DDC monitor's view: UP with the site identity while this
+/// connector can broker, DOWN when it is stopped or non-elected in LHC mode.
+async fn adc_probe(State(shared): State<AppState>) -> Response {
+    let engine = shared.engine.read().expect("engine lock");
+    let Some(me) = shared.my_id(&engine) else {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({ "status": "DOWN", "reason": "not_configured" })),
+        )
+            .into_response();
+    };
+    let c = &engine.connectors()[&me];
+    let down = if !c.started() {
+        Some("connector_stopped")
+    } else if c.in_lhc() && !c.brokering {
+        Some("not_elected")
+    } else {
+        None
+    };
+    let body = json!({
+        "status": if down.is_some() { "DOWN" } else { "UP" },
+        "reason": down,
+        "site": shared.config.site,
+        "connector": me,
+        "state": snake(&c.state),
+        "elected": c.elected,
+    });
+    let status = if down.is_some() {
+        StatusCode::SERVICE_UNAVAILABLE
+    } else {
+        StatusCode::OK
+    };
+    (status, Json(body)).into_response()
+}
+
+async fn election(State(shared): State<AppState>) -> Result<Response, ApiError> {
+    let engine = shared.engine.read().expect("engine lock");
+    let me = me_in(&shared, &engine)?;
+    let c = &engine.connectors()[&me];
+    Ok(Json(json!({
+        "connector": me,
+        "state": snake(&c.state),
+        "in_lhc": c.in_lhc(),
+        "elected": c.elected,
+        "candidates": c.candidates,
+        "brokering": c.brokering,
+    }))
+    .into_response())
+}
+
+async fn healthz(State(shared): State<AppState>) -> Response {
+    let applied = *shared.applied.borrow();
+    let end = shared.log_end.load(Ordering::Relaxed).max(applied);
+    Json(json!({
+        "status": "ok",
+        "connector": shared.config.connector,
+        "applied_offset": applied,
+        "log_end": end,
+        "lag": end - applied,
+        "log": shared.log.describe(),
+    }))
+    .into_response()
+}
+
+type Labels = Vec<(String, String)>;
+
+async fn metrics(State(shared): State<AppState>) -> Response {
+    let mut registry = Registry::with_prefix("lhc");
+    let state = Family::<Labels, Gauge>::default();
+    let elected = Family::<Labels, Gauge>::default();
+    let registrations = Gauge::<i64>::default();
+    let brokering = Gauge::<i64>::default();
+    let config_version = Gauge::<i64>::default();
+    let import_age = Gauge::<i64>::default();
+    {
+        let engine = shared.engine.read().expect("engine lock");
+        if let Some(me) = shared.my_id(&engine) {
+            let c = &engine.connectors()[&me];
+            for s in [
+                ConnectorState::WorkingNormally,
+                ConnectorState::PendingHa,
+                ConnectorState::InitialHa,
+                ConnectorState::ExtendedHa,
+                ConnectorState::PendingRecovery,
+                ConnectorState::Stopped,
+            ] {
+                state
+                    .get_or_create(&vec![("state".into(), snake(&s))])
+                    .set(i64::from(s == c.state));
+            }
+            if let Some(e) = &c.elected {
+                elected
+                    .get_or_create(&vec![("elected".into(), e.clone())])
+                    .set(1);
+            }
+            registrations.set(c.registrations.len() as i64);
+            brokering.set(i64::from(c.brokering));
+            config_version.set(c.snapshot.map_or(-1, |v| v as i64));
+            let stats = shared.stats.lock().expect("stats");
+            if let (Some((_, at)), Some(now)) = (stats.last_import, engine.now()) {
+                import_age.set(now.seconds_since(at));
+            }
+        }
+    }
+    registry.register(
+        "connector_state",
+        "State of this connector (1 = current)",
+        state,
+    );
+    registry.register(
+        "elected_broker",
+        "Broker this connector considers elected",
+        elected,
+    );
+    registry.register(
+        "brokering",
+        "1 while this connector brokers in LHC mode",
+        brokering,
+    );
+    registry.register(
+        "registrations",
+        "Machines registered with this connector",
+        registrations,
+    );
+    registry.register(
+        "config_version",
+        "Site config version of the imported snapshot (-1: none)",
+        config_version,
+    );
+    registry.register(
+        "config_import_age_seconds",
+        "Log time since this connector's last successful import",
+        import_age,
+    );
+    let decisions = Family::<Labels, Counter>::default();
+    let quarantined = Counter::<u64>::default();
+    {
+        let stats = shared.stats.lock().expect("stats");
+        for ((outcome, via, reason), n) in &stats.decisions {
+            decisions
+                .get_or_create(&vec![
+                    ("outcome".into(), outcome.clone()),
+                    ("via".into(), via.clone()),
+                    ("reason".into(), reason.clone()),
+                ])
+                .inc_by(*n);
+        }
+        quarantined.inc_by(stats.quarantined);
+    }
+    registry.register(
+        "launch_decisions",
+        "Launch decisions of this connector since the node started",
+        decisions,
+    );
+    registry.register(
+        "quarantined",
+        "Inputs quarantined since the node started",
+        quarantined,
+    );
+    let applied = *shared.applied.borrow();
+    let lag = Gauge::<i64>::default();
+    lag.set(
+        shared
+            .log_end
+            .load(Ordering::Relaxed)
+            .saturating_sub(applied) as i64,
+    );
+    registry.register("fold_lag_records", "Records in the log not folded yet", lag);
+    let offset = Gauge::<i64>::default();
+    offset.set(applied as i64);
+    registry.register(
+        "fold_next_offset",
+        "Offset of the next record to fold",
+        offset,
+    );
+    let mut text = String::new();
+    encode(&mut text, &registry).expect("writing to a String cannot fail");
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response()
+}
+
+/// Checks the bearer token in constant time.
+fn authorize(shared: &Shared, headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(token) = &shared.config.admin_token else {
+        return Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "admin is disabled on this node: start it with --admin-token-file",
+        ));
+    };
+    let given = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    if bool::from(given.as_bytes().ct_eq(token.as_bytes())) {
+        Ok(())
+    } else {
+        Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "missing or wrong bearer token",
+        ))
+    }
+}
+
+/// Appends an admin command and answers once the fold has applied it.
+async fn admin(
+    shared: &Shared,
+    headers: &HeaderMap,
+    command: AdminCommandName,
+    seconds: Option<u64>,
+) -> Result<Response, ApiError> {
+    authorize(shared, headers)?;
+    let connector = me(shared)?;
+    let offset = append(shared, move |ts| {
+        Record::AdminCommand(AdminCommand {
+            ts,
+            connector,
+            command,
+            seconds,
+        })
+    })
+    .await?;
+    let mut applied = shared.applied.subscribe();
+    let reached = tokio::time::timeout(
+        shared.config.launch_timeout,
+        applied.wait_for(|next| *next > offset),
+    )
+    .await;
+    if !matches!(reached, Ok(Ok(_))) {
+        return Err(ApiError::unavailable(format!(
+            "command appended at offset {offset} but not applied yet; see /healthz"
+        )));
+    }
+    let quarantined = shared
+        .stats
+        .lock()
+        .expect("stats")
+        .recent_quarantines
+        .iter()
+        .find(|(o, _)| *o == offset)
+        .map(|(_, e)| e.clone());
+    if let Some(error) = quarantined {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            format!("command quarantined at offset {offset}: {error}"),
+        ));
+    }
+    Ok(Json(json!({ "offset": offset, "command": snake(&command) })).into_response())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Switch {
+    on: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Interval {
+    seconds: u64,
+}
+
+async fn admin_forced_outage(
+    State(shared): State<AppState>,
+    headers: HeaderMap,
+    Body(body): Body<Switch>,
+) -> Result<Response, ApiError> {
+    let command = if body.on {
+        AdminCommandName::EnableForcedOutage
+    } else {
+        AdminCommandName::DisableForcedOutage
+    };
+    admin(&shared, &headers, command, None).await
+}
+
+async fn admin_ha_sdk(
+    State(shared): State<AppState>,
+    headers: HeaderMap,
+    Body(body): Body<Switch>,
+) -> Result<Response, ApiError> {
+    let command = if body.on {
+        AdminCommandName::EnableHaSdk
+    } else {
+        AdminCommandName::DisableHaSdk
+    };
+    admin(&shared, &headers, command, None).await
+}
+
+async fn admin_css_trace(
+    State(shared): State<AppState>,
+    headers: HeaderMap,
+    Body(body): Body<Switch>,
+) -> Result<Response, ApiError> {
+    let command = if body.on {
+        AdminCommandName::EnableCssTrace
+    } else {
+        AdminCommandName::DisableCssTrace
+    };
+    admin(&shared, &headers, command, None).await
+}
+
+async fn admin_sync_interval(
+    State(shared): State<AppState>,
+    headers: HeaderMap,
+    Body(body): Body<Interval>,
+) -> Result<Response, ApiError> {
+    authorize(&shared, &headers)?;
+    if !(60..=3600).contains(&body.seconds) {
+        return Err(ApiError::bad(format!(
+            "field `seconds`: {} is outside the allowed 60..=3600",
+            body.seconds
+        )));
+    }
+    admin(
+        &shared,
+        &headers,
+        AdminCommandName::SetConfigSyncInterval,
+        Some(body.seconds),
+    )
+    .await
+}
+
+async fn admin_sync_interval_clear(
+    State(shared): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    admin(
+        &shared,
+        &headers,
+        AdminCommandName::ClearConfigSyncInterval,
+        None,
+    )
+    .await
+}
+
+/// Runs `f` on the engine when the HA SDK is enabled on this connector, else 403.
+fn sdk(shared: &Shared, f: impl FnOnce(&Engine, &str) -> Value) -> Result<Response, ApiError> {
+    let engine = shared.engine.read().expect("engine lock");
+    let me = me_in(shared, &engine)?;
+    if !engine.connectors()[&me].ha_sdk {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "the HA SDK is disabled on this connector; enable it with POST /admin/ha-sdk {\"on\": true}",
+        ));
+    }
+    Ok(Json(f(&engine, &me)).into_response())
+}
+
+fn registrar_text(r: &Registrar) -> Value {
+    match r {
+        Registrar::None => Value::Null,
+        Registrar::Cloud => json!("cloud"),
+        Registrar::Connector(c) => json!(c),
+    }
+}
+
+async fn sdk_machines(State(shared): State<AppState>) -> Result<Response, ApiError> {
+    sdk(&shared, |engine, me| {
+        let zone = engine
+            .site()
+            .connector_zone(me)
+            .unwrap_or_default()
+            .to_string();
+        let machines: Vec<Value> = engine
+            .machines()
+            .sorted()
+            .into_iter()
+            .filter(|(name, _)| {
+                engine
+                    .site()
+                    .machine_zone(name)
+                    .is_some_and(|z| z.eq_ignore_ascii_case(&zone))
+            })
+            .map(|(name, m)| {
+                json!({
+                    "machine": name,
+                    "registered_with": registrar_text(&m.registrar),
+                    "sessions": m.sessions.len(),
+                })
+            })
+            .collect();
+        json!({ "connector": me, "machines": machines })
+    })
+}
+
+async fn sdk_sessions(State(shared): State<AppState>) -> Result<Response, ApiError> {
+    sdk(&shared, |engine, me| {
+        let c = &engine.connectors()[me];
+        let mut sessions = Vec::new();
+        for name in &c.registrations {
+            if let Some(m) = engine.machines().get(name) {
+                for s in &m.sessions {
+                    sessions.push(json!({
+                        "machine": name,
+                        "session": s.id,
+                        "user": s.user,
+                        "state": snake(&s.state),
+                    }));
+                }
+            }
+        }
+        json!({ "connector": me, "sessions": sessions })
+    })
+}
+
+async fn sdk_registrations(State(shared): State<AppState>) -> Result<Response, ApiError> {
+    sdk(&shared, |engine, me| {
+        let c = &engine.connectors()[me];
+        json!({ "connector": me, "registrations": c.registrations })
+    })
+}

@@ -1,0 +1,168 @@
+//! What the node observes on its own: health checks of the control plane, probes of its
+//! zone peers' `/election`, and clock ticks when the log is quiet.
+//!
+//! Invariant: an observer only appends records; it reads engine state just to know whom to
+//! probe, never to decide.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use lhc_engine::record::{ClockTick, HealthCheck, PeerProbe};
+use lhc_engine::Record;
+use tokio::task::JoinHandle;
+
+use super::Shared;
+
+/// Starts the observers; abort the handles to stop them.
+pub(crate) fn spawn(shared: Arc<Shared>) -> Vec<JoinHandle<()>> {
+    vec![
+        tokio::spawn(health_checks(shared.clone())),
+        tokio::spawn(peer_probes(shared.clone())),
+        tokio::spawn(ticks(shared)),
+    ]
+}
+
+fn client(timeout: Duration) -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(timeout)
+        .connect_timeout(timeout)
+        .build()
+        .expect("an HTTP client without TLS builds")
+}
+
+fn interval(period: Duration) -> tokio::time::Interval {
+    let mut interval = tokio::time::interval(period);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    interval
+}
+
+/// This connector's id once a configuration names it.
+fn me(shared: &Shared) -> Option<String> {
+    shared.my_id(&shared.engine.read().expect("engine lock"))
+}
+
+async fn health_checks(shared: Arc<Shared>) {
+    let period = shared.config.health_interval;
+    let http = client(period.min(Duration::from_secs(10)));
+    let mut every = interval(period);
+    loop {
+        every.tick().await;
+        let Some(me) = me(&shared) else { continue };
+        let (ok, detail) = match http.get(&shared.config.cloud_url).send().await {
+            Ok(answer) => (
+                answer.status().is_success(),
+                format!("HTTP {}", answer.status().as_u16()),
+            ),
+            Err(e) => (false, error_text(&e)),
+        };
+        let appended = shared
+            .appender
+            .append(move |ts| {
+                Record::HealthCheck(HealthCheck {
+                    ts,
+                    connector: me,
+                    ok,
+                    detail: Some(detail),
+                })
+            })
+            .await;
+        if let Err(e) = appended {
+            tracing::error!("health check not recorded: {e}");
+        }
+    }
+}
+
+/// The error and its causes on one line (reqwest's Display stops at the outermost).
+fn error_text(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// Base URL of a peer's API.
+pub(crate) fn peer_url(shared: &Shared, peer: &str) -> String {
+    shared
+        .config
+        .peers
+        .iter()
+        .find(|(name, _)| name.eq_ignore_ascii_case(peer))
+        .map(|(_, url)| url.trim_end_matches('/').to_string())
+        .unwrap_or_else(|| format!("http://{peer}:{}", shared.config.listen.port()))
+}
+
+async fn peer_probes(shared: Arc<Shared>) {
+    let period = shared.config.probe_interval;
+    let http = client(period.min(Duration::from_secs(5)));
+    let mut every = interval(period);
+    loop {
+        every.tick().await;
+        let peers: Vec<(String, String)> = {
+            let engine = shared.engine.read().expect("engine lock");
+            let Some(me) = shared.my_id(&engine) else {
+                continue;
+            };
+            let site = engine.site();
+            let zone = site.connector_zone(&me).unwrap_or_default().to_string();
+            site.zone_connectors(&zone)
+                .filter(|peer| *peer != me)
+                .map(|peer| (me.clone(), peer.to_string()))
+                .collect()
+        };
+        let mut probes = tokio::task::JoinSet::new();
+        for (me, peer) in peers {
+            let url = format!("{}/election", peer_url(&shared, &peer));
+            let http = http.clone();
+            probes.spawn(async move {
+                let ok = match http.get(&url).send().await {
+                    Ok(answer) => answer.status().is_success(),
+                    Err(_) => false,
+                };
+                (me, peer, ok)
+            });
+        }
+        while let Some(Ok((me, peer, ok))) = probes.join_next().await {
+            let appended = shared
+                .appender
+                .append(move |ts| {
+                    Record::PeerProbe(PeerProbe {
+                        ts,
+                        connector: me,
+                        peer,
+                        ok,
+                    })
+                })
+                .await;
+            if let Err(e) = appended {
+                tracing::error!("peer probe not recorded: {e}");
+            }
+        }
+    }
+}
+
+async fn ticks(shared: Arc<Shared>) {
+    let period = shared.config.tick_interval;
+    let mut every = interval(period);
+    loop {
+        every.tick().await;
+        let wall = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        let quiet_ms = wall - shared.last_ts.load(Ordering::SeqCst);
+        if quiet_ms < period.as_millis() as i64 {
+            continue;
+        }
+        if let Err(e) = shared
+            .appender
+            .append(|ts| Record::ClockTick(ClockTick { ts }))
+            .await
+        {
+            tracing::error!("clock tick not recorded: {e}");
+        }
+    }
+}

@@ -1,0 +1,374 @@
+//! The connector node's cache snapshot (the LHC database) in RocksDB, folded from the site
+//! log exactly once.
+//!
+//! Invariant (principle 4): the engine state, the offset of the next record to apply and
+//! the outputs of the records applied since the previous commit are written in one
+//! `WriteBatch`. A process killed at any instant restarts from the last commit: no record
+//! is applied twice, no output is lost or stored twice.
+
+use std::ops::Deref;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use lhc_engine::{decode_record_at, Engine, Output};
+use lhc_log::{Log, LogEntry, LogError};
+use rocksdb::{ColumnFamilyDescriptor, IteratorMode, Options, WriteBatch, WriteOptions, DB};
+
+/// Column family of the engine state and the applied offset.
+const META: &str = "meta";
+/// Column family of outputs, keyed by (input offset, index) big-endian.
+const OUTPUTS: &str = "outputs";
+/// Key of the serialized engine.
+const STATE_KEY: &[u8] = b"engine";
+/// Key of the next offset to apply.
+const NEXT_KEY: &[u8] = b"next_offset";
+
+/// Errors of the node store; each names what to check.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    /// RocksDB refused.
+    #[error("cache snapshot {path}: {source}")]
+    Store {
+        /// The store directory.
+        path: PathBuf,
+        /// RocksDB's error.
+        source: rocksdb::Error,
+    },
+    /// The stored state does not decode (written by another version?).
+    #[error("cache snapshot {path}: stored state unreadable: {detail}; delete the directory to refold from the log")]
+    Corrupt {
+        /// The store directory.
+        path: PathBuf,
+        /// What failed.
+        detail: String,
+    },
+    /// The log failed.
+    #[error(transparent)]
+    Log(#[from] LogError),
+}
+
+/// Memory settings of the store.
+#[derive(Clone, Debug)]
+pub struct StoreOptions {
+    /// Shared block cache, bytes.
+    pub block_cache_bytes: usize,
+    /// Write buffer (memtable) size, bytes.
+    pub write_buffer_bytes: usize,
+    /// fsync the write-ahead log at each commit (survives power loss, not only kill -9).
+    pub sync: bool,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            block_cache_bytes: 32 << 20,
+            write_buffer_bytes: 16 << 20,
+            sync: false,
+        }
+    }
+}
+
+/// The RocksDB cache snapshot of one connector node.
+pub struct Store {
+    db: DB,
+    path: PathBuf,
+    sync: bool,
+}
+
+impl Store {
+    /// Opens (or creates) the store in `path`.
+    pub fn open(path: impl AsRef<Path>, options: &StoreOptions) -> Result<Store, NodeError> {
+        let path = path.as_ref().to_path_buf();
+        let mut db_options = Options::default();
+        db_options.create_if_missing(true);
+        db_options.create_missing_column_families(true);
+        db_options.set_write_buffer_size(options.write_buffer_bytes);
+        db_options.set_max_write_buffer_number(2);
+        let cache = rocksdb::Cache::new_lru_cache(options.block_cache_bytes);
+        let mut table = rocksdb::BlockBasedOptions::default();
+        table.set_block_cache(&cache);
+        db_options.set_block_based_table_factory(&table);
+        let families =
+            [META, OUTPUTS].map(|name| ColumnFamilyDescriptor::new(name, db_options.clone()));
+        let db = DB::open_cf_descriptors(&db_options, &path, families).map_err(|source| {
+            NodeError::Store {
+                path: path.clone(),
+                source,
+            }
+        })?;
+        Ok(Store {
+            db,
+            path,
+            sync: options.sync,
+        })
+    }
+
+    fn error(&self, source: rocksdb::Error) -> NodeError {
+        NodeError::Store {
+            path: self.path.clone(),
+            source,
+        }
+    }
+
+    fn cf(&self, name: &str) -> &rocksdb::ColumnFamily {
+        self.db
+            .cf_handle(name)
+            .expect("column families are created at open")
+    }
+
+    /// The stored engine and the next offset to apply; a fresh engine at 0 when empty.
+    pub fn load(&self) -> Result<(Engine, u64), NodeError> {
+        let meta = self.cf(META);
+        let next =
+            match self.db.get_cf(meta, NEXT_KEY).map_err(|e| self.error(e))? {
+                Some(bytes) => u64::from_be_bytes(bytes.as_slice().try_into().map_err(|_| {
+                    NodeError::Corrupt {
+                        path: self.path.clone(),
+                        detail: "next offset is not 8 bytes".into(),
+                    }
+                })?),
+                None => return Ok((Engine::new(), 0)),
+            };
+        let state = self
+            .db
+            .get_cf(meta, STATE_KEY)
+            .map_err(|e| self.error(e))?
+            .ok_or_else(|| NodeError::Corrupt {
+                path: self.path.clone(),
+                detail: "an offset without a state".into(),
+            })?;
+        let engine = serde_json::from_slice(&state).map_err(|e| NodeError::Corrupt {
+            path: self.path.clone(),
+            detail: e.to_string(),
+        })?;
+        Ok((engine, next))
+    }
+
+    /// Writes the state, the next offset and the pending outputs in one batch.
+    pub fn commit(
+        &self,
+        engine: &Engine,
+        next: u64,
+        outputs: &[(u64, Vec<Output>)],
+    ) -> Result<(), NodeError> {
+        let mut batch = WriteBatch::default();
+        let meta = self.cf(META);
+        let state = serde_json::to_vec(engine).expect("state serializes");
+        batch.put_cf(meta, STATE_KEY, state);
+        batch.put_cf(meta, NEXT_KEY, next.to_be_bytes());
+        let cf = self.cf(OUTPUTS);
+        for (offset, list) in outputs {
+            for (index, output) in list.iter().enumerate() {
+                let key = output_key(*offset, index as u32);
+                batch.put_cf(
+                    cf,
+                    key,
+                    serde_json::to_vec(output).expect("outputs serialize"),
+                );
+            }
+        }
+        let mut write = WriteOptions::default();
+        write.set_sync(self.sync);
+        self.db.write_opt(batch, &write).map_err(|e| self.error(e))
+    }
+
+    /// Stored outputs after position (`offset`, `index`) in order, or from the start with
+    /// `None`: (input offset, index, output JSON).
+    pub fn outputs_after(
+        &self,
+        after: Option<(u64, u32)>,
+        limit: usize,
+    ) -> Result<Vec<(u64, u32, Vec<u8>)>, NodeError> {
+        let start = after.map(|(o, i)| output_key(o, i));
+        let mode = match &start {
+            Some(key) => IteratorMode::From(key, rocksdb::Direction::Forward),
+            None => IteratorMode::Start,
+        };
+        let mut all = Vec::new();
+        for item in self.db.iterator_cf(self.cf(OUTPUTS), mode) {
+            let (key, value) = item.map_err(|e| self.error(e))?;
+            if start.as_deref() == Some(&key[..]) {
+                continue;
+            }
+            let offset = u64::from_be_bytes(key[..8].try_into().expect("8-byte prefix"));
+            let index = u32::from_be_bytes(key[8..12].try_into().expect("4-byte index"));
+            all.push((offset, index, value.to_vec()));
+            if all.len() >= limit {
+                break;
+            }
+        }
+        Ok(all)
+    }
+
+    /// Every stored output in order: (input offset, output JSON).
+    pub fn outputs(&self) -> Result<Vec<(u64, Vec<u8>)>, NodeError> {
+        let mut all = Vec::new();
+        for item in self.db.iterator_cf(self.cf(OUTPUTS), IteratorMode::Start) {
+            let (key, value) = item.map_err(|e| self.error(e))?;
+            let offset = u64::from_be_bytes(key[..8].try_into().expect("8-byte prefix"));
+            all.push((offset, value.to_vec()));
+        }
+        Ok(all)
+    }
+}
+
+/// Key of an output: input offset and index, big-endian so keys sort in log order.
+fn output_key(offset: u64, index: u32) -> Vec<u8> {
+    let mut key = offset.to_be_bytes().to_vec();
+    key.extend_from_slice(&index.to_be_bytes());
+    key
+}
+
+/// Applies log entries to an engine and commits them to a store in batches: the one path
+/// from the log into the cache snapshot, used by `fold` and by the live node.
+pub struct Folder<S: Deref<Target = Store>> {
+    store: S,
+    engine: Arc<RwLock<Engine>>,
+    next: u64,
+    pending: Vec<(u64, Vec<Output>)>,
+    uncommitted: usize,
+    commits: u64,
+}
+
+impl<S: Deref<Target = Store>> Folder<S> {
+    /// Resumes from what the store holds.
+    pub fn open(store: S) -> Result<Folder<S>, NodeError> {
+        let (engine, next) = store.load()?;
+        Ok(Folder {
+            store,
+            engine: Arc::new(RwLock::new(engine)),
+            next,
+            pending: Vec::new(),
+            uncommitted: 0,
+            commits: 0,
+        })
+    }
+
+    /// The engine as folded so far (committed or not), shared with readers that take the
+    /// read lock between records.
+    pub fn engine(&self) -> Arc<RwLock<Engine>> {
+        self.engine.clone()
+    }
+
+    /// The store it commits to.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// Offset of the next record to apply.
+    pub fn next(&self) -> u64 {
+        self.next
+    }
+
+    /// Records applied since the last commit.
+    pub fn uncommitted(&self) -> usize {
+        self.uncommitted
+    }
+
+    /// Commits written by this folder.
+    pub fn commits(&self) -> u64 {
+        self.commits
+    }
+
+    /// Applies one entry (decoding it first) and returns its outputs.
+    pub fn apply(&mut self, entry: &LogEntry) -> &[Output] {
+        let record = decode_record_at(&entry.bytes, entry.offset);
+        self.apply_decoded(entry.offset, record)
+    }
+
+    /// Applies an entry already decoded (the live node looks at the record first).
+    pub fn apply_decoded(
+        &mut self,
+        offset: u64,
+        record: Result<lhc_engine::Record, lhc_engine::DecodeError>,
+    ) -> &[Output] {
+        let mut outputs = Vec::new();
+        self.engine
+            .write()
+            .expect("engine lock")
+            .apply(offset, record, &mut outputs);
+        self.next = offset + 1;
+        self.uncommitted += 1;
+        if outputs.is_empty() {
+            return &[];
+        }
+        self.pending.push((offset, outputs));
+        &self.pending.last().expect("just pushed").1
+    }
+
+    /// Writes everything applied since the last commit in one batch and returns the outputs
+    /// it made durable, in order.
+    pub fn commit(&mut self) -> Result<Vec<(u64, Vec<Output>)>, NodeError> {
+        if self.uncommitted == 0 {
+            return Ok(Vec::new());
+        }
+        let engine = self.engine.read().expect("engine lock");
+        self.store.commit(&engine, self.next, &self.pending)?;
+        drop(engine);
+        self.commits += 1;
+        self.uncommitted = 0;
+        Ok(std::mem::take(&mut self.pending))
+    }
+
+    /// The engine, giving up anything not committed.
+    pub fn into_engine(self) -> Engine {
+        match Arc::try_unwrap(self.engine) {
+            Ok(lock) => lock.into_inner().expect("engine lock"),
+            Err(shared) => shared.read().expect("engine lock").clone(),
+        }
+    }
+}
+
+/// What a fold did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FoldSummary {
+    /// Offset it resumed from.
+    pub resumed_at: u64,
+    /// Records applied now.
+    pub applied: u64,
+    /// Next offset to apply.
+    pub next: u64,
+    /// Commits written.
+    pub commits: u64,
+}
+
+/// Folds `log` into the store from where it stopped, committing every `batch` records.
+/// With `follow`, waits for new records until `stop` returns true.
+pub fn fold(
+    store: &Store,
+    log: &dyn Log,
+    batch: usize,
+    follow: Option<&dyn Fn() -> bool>,
+) -> Result<(FoldSummary, Engine), NodeError> {
+    let mut folder = Folder::open(store)?;
+    let resumed_at = folder.next();
+    let mut reader = log.reader(resumed_at.max(log.start_offset()?))?;
+    let mut applied = 0u64;
+    let wait = if follow.is_some() {
+        Duration::from_millis(200)
+    } else {
+        Duration::ZERO
+    };
+    loop {
+        let Some(entry) = reader.next(wait)? else {
+            folder.commit()?;
+            match follow {
+                Some(stop) if !stop() => continue,
+                _ => break,
+            }
+        };
+        folder.apply(&entry);
+        applied += 1;
+        if folder.uncommitted() >= batch.max(1) {
+            folder.commit()?;
+        }
+    }
+    let summary = FoldSummary {
+        resumed_at,
+        applied,
+        next: folder.next(),
+        commits: folder.commits(),
+    };
+    Ok((summary, folder.into_engine()))
+}
