@@ -82,6 +82,10 @@ pub enum ConnectorCommand {
         /// Period of peer probes (keep it well under the engine's peer_timeout_s).
         #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = humantime::parse_duration)]
         probe_interval: Duration,
+        /// A peer that fails probes and wrote no health check for this long has crashed:
+        /// record its stop so VDAs re-register with the next elected broker.
+        #[arg(long, value_name = "DURATION", default_value = "180s", value_parser = humantime::parse_duration)]
+        peer_dead_after: Duration,
         /// Append a clock.tick when the log has been quiet this long, so timers fire.
         #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = humantime::parse_duration)]
         tick_interval: Duration,
@@ -177,6 +181,7 @@ pub fn run(command: ConnectorCommand, quiet: bool) -> anyhow::Result<ExitCode> {
             cloud_url,
             health_interval,
             probe_interval,
+            peer_dead_after,
             tick_interval,
             launch_timeout,
             commit_interval,
@@ -215,6 +220,7 @@ pub fn run(command: ConnectorCommand, quiet: bool) -> anyhow::Result<ExitCode> {
             config.cloud_url = cloud_url;
             config.health_interval = health_interval.max(Duration::from_millis(100));
             config.probe_interval = probe_interval.max(Duration::from_millis(100));
+            config.peer_dead_after = peer_dead_after;
             config.tick_interval = tick_interval.max(Duration::from_millis(100));
             config.launch_timeout = launch_timeout;
             config.commit_interval = commit_interval;

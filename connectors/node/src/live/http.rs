@@ -21,7 +21,7 @@ use lhc_engine::record::{
     AdminCommand, AdminCommandName, Client, LaunchRequest, SessionEvent, SessionEventKind,
     SessionReport, StorefrontHeartbeat, VdaHeartbeat,
 };
-use lhc_engine::{Engine, Record};
+use lhc_engine::{Engine, Output, Record};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -274,7 +274,8 @@ async fn launch(
         }
         match tokio::time::timeout(shared.config.launch_timeout, rx).await {
             Ok(Ok(LaunchAnswer::Decided(decision))) => {
-                return Ok(Json(decision).into_response());
+                // Tagged like the output log and `lhc replay`, so the two compare as they are.
+                return Ok(Json(Output::LaunchDecision(decision)).into_response());
             }
             Ok(Ok(LaunchAnswer::Quarantined(error))) => {
                 // Only a lost ts race is worth another try; anything else would fail again.
@@ -417,6 +418,8 @@ async fn election(State(shared): State<AppState>) -> Result<Response, ApiError> 
         "elected": c.elected,
         "candidates": c.candidates,
         "brokering": c.brokering,
+        // The last 3002 reason while the connector cannot enter LHC mode.
+        "cannot_enter_lhc": c.reported_ineligible.map(|r| snake(&r)),
     }))
     .into_response())
 }

@@ -48,6 +48,9 @@ pub struct NodeConfig {
     pub health_interval: Duration,
     /// Period of peer probes.
     pub probe_interval: Duration,
+    /// A peer that fails probes and wrote nothing to the log for this long is recorded as
+    /// stopped (it crashed; nobody else will say so).
+    pub peer_dead_after: Duration,
     /// A `clock.tick` is appended when the log has been quiet this long.
     pub tick_interval: Duration,
     /// How long a launch waits for its decision before a 503.
@@ -75,7 +78,8 @@ impl NodeConfig {
             cloud_url: "http://127.0.0.1:8079/".into(),
             health_interval: Duration::from_secs(60),
             probe_interval: Duration::from_secs(30),
-            tick_interval: Duration::from_secs(1),
+            peer_dead_after: Duration::from_secs(180),
+            tick_interval: Duration::from_secs(5),
             launch_timeout: Duration::from_secs(10),
             peers: BTreeMap::new(),
             admin_token: None,

@@ -4,11 +4,12 @@
 //! Invariant: an observer only appends records; it reads engine state just to know whom to
 //! probe, never to decide.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use lhc_engine::record::{ClockTick, HealthCheck, PeerProbe};
+use lhc_engine::record::{ClockTick, ConnectorLifecycle, HealthCheck, LifecycleEvent, PeerProbe};
 use lhc_engine::Record;
 use tokio::task::JoinHandle;
 
@@ -49,6 +50,25 @@ async fn health_checks(shared: Arc<Shared>) {
     loop {
         every.tick().await;
         let Some(me) = me(&shared) else { continue };
+        if !shared.engine.read().expect("engine lock").connectors()[&me].started() {
+            // Peers recorded this node's stop while it was unreachable, or it stopped
+            // cleanly before: it is running, so say so first.
+            tracing::warn!("the log says this connector is stopped: recording its start");
+            let name = me.clone();
+            let appended = shared
+                .appender
+                .append(move |ts| {
+                    Record::ConnectorLifecycle(ConnectorLifecycle {
+                        ts,
+                        connector: name,
+                        event: LifecycleEvent::Start,
+                    })
+                })
+                .await;
+            if let Err(e) = appended {
+                tracing::error!("start not recorded: {e}");
+            }
+        }
         let (ok, detail) = match http.get(&shared.config.cloud_url).send().await {
             Ok(answer) => (
                 answer.status().is_success(),
@@ -100,6 +120,8 @@ async fn peer_probes(shared: Arc<Shared>) {
     let period = shared.config.probe_interval;
     let http = client(period.min(Duration::from_secs(5)));
     let mut every = interval(period);
+    // When each peer's current run of failed probes began.
+    let mut failing_since: BTreeMap<String, Instant> = BTreeMap::new();
     loop {
         every.tick().await;
         let peers: Vec<(String, String)> = {
@@ -127,6 +149,36 @@ async fn peer_probes(shared: Arc<Shared>) {
             });
         }
         while let Some(Ok((me, peer, ok))) = probes.join_next().await {
+            let since = if ok {
+                failing_since.remove(&peer);
+                None
+            } else {
+                Some(
+                    *failing_since
+                        .entry(peer.clone())
+                        .or_insert_with(Instant::now),
+                )
+            };
+            let unreachable_long =
+                since.is_some_and(|t| t.elapsed() >= shared.config.peer_dead_after);
+            if unreachable_long && peer_is_dead(&shared, &peer) {
+                failing_since.remove(&peer);
+                let dead = peer.clone();
+                tracing::warn!(peer = %dead, "peer unreachable and silent in the log: recording its stop");
+                let appended = shared
+                    .appender
+                    .append(move |ts| {
+                        Record::ConnectorLifecycle(ConnectorLifecycle {
+                            ts,
+                            connector: dead,
+                            event: LifecycleEvent::Stop,
+                        })
+                    })
+                    .await;
+                if let Err(e) = appended {
+                    tracing::error!("peer stop not recorded: {e}");
+                }
+            }
             let appended = shared
                 .appender
                 .append(move |ts| {
@@ -145,15 +197,36 @@ async fn peer_probes(shared: Arc<Shared>) {
     }
 }
 
+/// A peer that does not answer probes and whose own records (health checks) stopped
+/// reaching the log for `peer_dead_after` has crashed: nobody else will record its stop, and
+/// until someone does the log says it still brokers. A peer that is only cut off from us
+/// keeps writing health checks, so a partition stays a split brain (R-ELECT-4).
+fn peer_is_dead(shared: &Shared, peer: &str) -> bool {
+    let engine = shared.engine.read().expect("engine lock");
+    let Some(c) = engine.connectors().get(peer) else {
+        return false;
+    };
+    if !c.started() {
+        return false;
+    }
+    let last_heard = c
+        .last_check
+        .map_or(c.state_since, |(ts, _)| ts.max(c.state_since));
+    wall_ms() - last_heard.millis() >= shared.config.peer_dead_after.as_millis() as i64
+}
+
+fn wall_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
 async fn ticks(shared: Arc<Shared>) {
     let period = shared.config.tick_interval;
     let mut every = interval(period);
     loop {
         every.tick().await;
-        let wall = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64);
-        let quiet_ms = wall - shared.last_ts.load(Ordering::SeqCst);
+        let quiet_ms = wall_ms() - shared.last_ts.load(Ordering::SeqCst);
         if quiet_ms < period.as_millis() as i64 {
             continue;
         }
