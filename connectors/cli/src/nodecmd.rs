@@ -10,8 +10,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lhc_log::{EmbeddedLog, EmbeddedOptions, Log};
-use lhc_node::live::{self, NodeConfig};
+use lhc_log::{EmbeddedLog, EmbeddedOptions, KafkaLog, Log};
+use lhc_node::live::{self, NodeConfig, SiteLog};
 use lhc_node::{Store, StoreOptions};
 
 use crate::target::LogArgs;
@@ -99,6 +99,10 @@ pub enum ConnectorCommand {
         /// node's port.
         #[arg(long = "peer", value_name = "FQDN=URL", value_parser = parse_peer)]
         peers: Vec<(String, String)>,
+        /// With --kafka: how long an append may wait for the broker before the node
+        /// brokers from its local journal instead.
+        #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = humantime::parse_duration)]
+        kafka_append_timeout: Duration,
         /// File holding the admin bearer token; without it admin endpoints answer 401.
         #[arg(long, value_name = "FILE")]
         admin_token_file: Option<PathBuf>,
@@ -120,6 +124,15 @@ pub enum ConnectorCommand {
     },
     /// Print the outputs stored in the node's cache snapshot, in order (JSONL).
     Outputs {
+        /// The node's data directory.
+        #[arg(long, value_name = "DIR", default_value = "lhc-data/node")]
+        data: PathBuf,
+    },
+    /// Print the node's journal (Kafka mode), in the order the node applied it (JSONL).
+    ///
+    /// Every record the node applied, from the topic or written locally while Kafka was
+    /// unreachable; `lhc replay` of this file reproduces the node's decisions exactly.
+    Journal {
         /// The node's data directory.
         #[arg(long, value_name = "DIR", default_value = "lhc-data/node")]
         data: PathBuf,
@@ -185,6 +198,7 @@ pub fn run(command: ConnectorCommand, quiet: bool) -> anyhow::Result<ExitCode> {
             tick_interval,
             launch_timeout,
             commit_interval,
+            kafka_append_timeout,
             peers,
             admin_token_file,
             site_name,
@@ -234,7 +248,21 @@ pub fn run(command: ConnectorCommand, quiet: bool) -> anyhow::Result<ExitCode> {
             };
             std::fs::create_dir_all(&data)
                 .with_context(|| format!("creating {}", data.display()))?;
-            let log: Arc<dyn Log> = Arc::from(target.open_for_append()?);
+            let site_log = match target.kafka.options()? {
+                Some(mut options) => {
+                    // A short delivery timeout: past it the node brokers from its journal.
+                    options.timeout = kafka_append_timeout.max(Duration::from_millis(200));
+                    let kafka = KafkaLog::open(options).context(
+                        "the node needs Kafka reachable at start to find the site's partition",
+                    )?;
+                    SiteLog::Kafka(Arc::new(kafka))
+                }
+                None => SiteLog::Direct(Arc::from(target.open_for_append()?)),
+            };
+            let describe = match &site_log {
+                SiteLog::Kafka(k) => k.describe(),
+                SiteLog::Direct(l) => l.describe(),
+            };
             let outputs_dir = data.join("outputs");
             let outputs: Arc<dyn Log> = Arc::new(
                 EmbeddedLog::open(&outputs_dir, EmbeddedOptions::default())
@@ -248,18 +276,36 @@ pub fn run(command: ConnectorCommand, quiet: bool) -> anyhow::Result<ExitCode> {
             if !quiet {
                 eprintln!(
                     "connector {connector}: log {}, snapshot {}, outputs {}, API on http://{listen}",
-                    log.describe(),
+                    describe,
                     data.join("snapshot").display(),
                     outputs_dir.display()
                 );
             }
             runtime
-                .block_on(live::run(config, log, outputs, shutdown_signal()))
+                .block_on(live::run(config, site_log, outputs, shutdown_signal()))
                 .with_context(|| format!("connector node {connector}"))?;
             Ok(ExitCode::SUCCESS)
         }
+        ConnectorCommand::Journal { data } => {
+            let store = Store::open(store_dir(&data), &StoreOptions::default())?;
+            let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+            let mut after = None;
+            loop {
+                let chunk = store.journal(after, 10_000)?;
+                let Some(&(last, _)) = chunk.last() else {
+                    break;
+                };
+                for (_, bytes) in &chunk {
+                    out.write_all(bytes)?;
+                    out.write_all(b"\n")?;
+                }
+                after = Some(last);
+            }
+            out.flush()?;
+            Ok(ExitCode::SUCCESS)
+        }
         ConnectorCommand::Outputs { data } => {
-            let store = Store::open(&data, &StoreOptions::default())?;
+            let store = Store::open(store_dir(&data), &StoreOptions::default())?;
             let mut out = std::io::BufWriter::new(std::io::stdout().lock());
             for (_, json) in store.outputs()? {
                 out.write_all(&json)?;
@@ -269,7 +315,7 @@ pub fn run(command: ConnectorCommand, quiet: bool) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         ConnectorCommand::Status { data } => {
-            let store = Store::open(&data, &StoreOptions::default())?;
+            let store = Store::open(store_dir(&data), &StoreOptions::default())?;
             let (engine, next) = store.load()?;
             println!("next offset {next}");
             println!("digest {}", engine.digest());
@@ -300,4 +346,15 @@ async fn shutdown_signal() {
         _ = terminate.recv() => {}
     }
     tracing::info!("stopping");
+}
+
+/// The store of a node data directory: `DIR/snapshot` for `connector run`, else `DIR`
+/// itself (`connector fold --data DIR`).
+fn store_dir(data: &std::path::Path) -> PathBuf {
+    let run_layout = data.join("snapshot");
+    if run_layout.is_dir() {
+        run_layout
+    } else {
+        data.to_path_buf()
+    }
 }

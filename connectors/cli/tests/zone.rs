@@ -261,10 +261,35 @@ fn launch(node: &Node, id: &str) -> Value {
     answer
 }
 
-fn log_lines(log: &Path) -> Vec<String> {
+/// Where the zone's site log lives.
+enum Backend {
+    /// An embedded log directory shared by the three processes.
+    Embedded(PathBuf),
+    /// A topic on librdkafka's mock cluster (bootstrap servers).
+    Kafka(String),
+}
+
+impl Backend {
+    /// The `lhc` arguments selecting this log.
+    fn args(&self) -> Vec<String> {
+        match self {
+            Backend::Embedded(dir) => vec!["--log".into(), dir.display().to_string()],
+            Backend::Kafka(brokers) => {
+                vec![
+                    "--kafka".into(),
+                    brokers.clone(),
+                    "--site".into(),
+                    "zone-test".into(),
+                ]
+            }
+        }
+    }
+}
+
+fn log_lines(log: &Backend) -> Vec<String> {
     let out = lhc()
-        .args(["log", "cat", "--log"])
-        .arg(log)
+        .args(["log", "cat"])
+        .args(log.args())
         .output()
         .unwrap();
     assert!(out.status.success(), "{out:?}");
@@ -277,18 +302,35 @@ fn log_lines(log: &Path) -> Vec<String> {
 
 #[test]
 fn zone_of_three_nodes_on_the_embedded_log() {
+    let dir = test_dir();
+    let log = Backend::Embedded(dir.path().join("log"));
+    zone_of_three_nodes(&dir, &log);
+}
+
+#[test]
+fn zone_of_three_nodes_on_kafka() {
+    let cluster = rdkafka::mocking::MockCluster::new(1).unwrap();
+    cluster.create_topic("lhc.events", 1, 1).unwrap();
+    let dir = test_dir();
+    let log = Backend::Kafka(cluster.bootstrap_servers());
+    zone_of_three_nodes(&dir, &log);
+}
+
+fn test_dir() -> tempfile::TempDir {
     let mut dir = tempfile::tempdir().unwrap();
     if std::env::var_os("LHC_KEEP_TEST_DIR").is_some() {
         eprintln!("test directory kept: {}", dir.path().display());
         dir.disable_cleanup(true);
     }
-    let log = dir.path().join("log");
+    dir
+}
+
+fn zone_of_three_nodes(dir: &tempfile::TempDir, log: &Backend) {
     let config = write_config(dir.path());
     let imported = lhc()
         .args(["log", "import"])
         .arg(&config)
-        .arg("--log")
-        .arg(&log)
+        .args(log.args())
         .output()
         .unwrap();
     assert!(imported.status.success(), "{imported:?}");
@@ -328,8 +370,7 @@ fn zone_of_three_nodes_on_the_embedded_log() {
             .iter()
             .map(|s| s.to_string())
             .collect();
-            args.push("--log".into());
-            args.push(log.display().to_string());
+            args.extend(log.args());
             args.push("--data".into());
             args.push(dir.path().join(name).display().to_string());
             args.push("--admin-token-file".into());
@@ -386,7 +427,7 @@ fn zone_of_three_nodes_on_the_embedded_log() {
     // Bad input: 4xx with a JSON error, nothing appended.
     stop_traffic.store(true, Ordering::SeqCst);
     traffic.join().unwrap();
-    let quiet_before = log_lines(&log).len();
+    let quiet_before = log_lines(log).len();
     let b = &nodes[1];
     for (path, body, status) in [
         ("/storefront/launch", "{not json", 400),
@@ -444,7 +485,7 @@ fn zone_of_three_nodes_on_the_embedded_log() {
     assert_eq!(b.get("/sdk/machines").unwrap().0, 403);
     // Observers kept appending meanwhile (health checks, probes): compare only what the
     // refused requests would have added — no launch.request, vda or storefront records.
-    let lines = log_lines(&log);
+    let lines = log_lines(log);
     let added: Vec<&String> = lines.iter().skip(quiet_before).collect();
     assert!(
         added.iter().all(|l| !l.contains("launch.request")
@@ -571,7 +612,13 @@ fn zone_of_three_nodes_on_the_embedded_log() {
     }
 
     // The replay of the log decides exactly what the nodes answered.
-    let out = lhc().args(["replay"]).arg(&log).output().unwrap();
+    let mut replay = lhc();
+    replay.arg("replay");
+    match log {
+        Backend::Embedded(dir) => replay.arg(dir),
+        Backend::Kafka(_) => replay.args(log.args()),
+    };
+    let out = replay.output().unwrap();
     assert!(
         out.status.success(),
         "{}",

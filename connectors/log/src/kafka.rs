@@ -297,28 +297,7 @@ impl Log for KafkaLog {
                 end,
             });
         }
-        let consumer: BaseConsumer<Context> = self
-            .options
-            .client_config()
-            .set("group.id", format!("lhc-reader-{}", self.options.site))
-            .set("enable.auto.commit", "false")
-            .set("enable.auto.offset.store", "false")
-            .set("auto.offset.reset", "error")
-            .create_with_context(Context {
-                brokers: self.options.brokers.clone(),
-            })
-            .map_err(|e| self.options.error(format!("cannot create consumer: {e}")))?;
-        let mut assignment = TopicPartitionList::new();
-        assignment
-            .add_partition_offset(
-                &self.options.topic,
-                self.partition,
-                Offset::Offset(from as i64),
-            )
-            .map_err(|e| self.options.error(e.to_string()))?;
-        consumer
-            .assign(&assignment)
-            .map_err(|e| self.options.error(format!("cannot assign partition: {e}")))?;
+        let consumer = self.assigned_consumer(from)?;
         Ok(Box::new(KafkaReader {
             options: self.options.clone(),
             partition: self.partition,
@@ -337,6 +316,47 @@ impl Log for KafkaLog {
 }
 
 impl KafkaLog {
+    /// A consumer assigned to the site's partition at `from`, outside any group.
+    fn assigned_consumer(&self, from: u64) -> Result<BaseConsumer<Context>, LogError> {
+        let consumer: BaseConsumer<Context> = self
+            .options
+            .client_config()
+            .set("group.id", format!("lhc-reader-{}", self.options.site))
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("auto.offset.reset", "error")
+            .set("fetch.wait.max.ms", "100")
+            .create_with_context(Context {
+                brokers: self.options.brokers.clone(),
+            })
+            .map_err(|e| self.options.error(format!("cannot create consumer: {e}")))?;
+        let mut assignment = TopicPartitionList::new();
+        assignment
+            .add_partition_offset(
+                &self.options.topic,
+                self.partition,
+                Offset::Offset(from as i64),
+            )
+            .map_err(|e| self.options.error(e.to_string()))?;
+        consumer
+            .assign(&assignment)
+            .map_err(|e| self.options.error(format!("cannot assign partition: {e}")))?;
+        Ok(consumer)
+    }
+
+    /// A reader for a live consumer that must never block on a lost broker: it returns
+    /// whatever arrives within the wait and `None` otherwise, without asking the broker for
+    /// watermarks, and keeps its position across a broker outage (librdkafka reconnects).
+    /// Unlike [`Log::reader`] it does not check that `from` lies in the partition.
+    pub fn tail_reader(&self, from: u64) -> Result<KafkaTailReader, LogError> {
+        Ok(KafkaTailReader {
+            options: self.options.clone(),
+            consumer: self.assigned_consumer(from)?,
+            next: from,
+            last_warning: None,
+        })
+    }
+
     /// A reader in consumer group `group`, for live use: it resumes after the offsets the
     /// group committed (at least once: a crash re-reads what was read since the last
     /// automatic commit, every 1 s), and the broker balances partitions across the group.
@@ -490,6 +510,54 @@ impl LogReader for KafkaReader {
                     last_warning = Instant::now();
                 }
             } else if started.elapsed() >= wait {
+                return Ok(None);
+            }
+        }
+    }
+
+    fn position(&self) -> u64 {
+        self.next
+    }
+}
+
+/// See [`KafkaLog::tail_reader`].
+pub struct KafkaTailReader {
+    options: KafkaOptions,
+    consumer: BaseConsumer<Context>,
+    next: u64,
+    last_warning: Option<Instant>,
+}
+
+impl LogReader for KafkaTailReader {
+    fn next(&mut self, wait: Duration) -> Result<Option<LogEntry>, LogError> {
+        let deadline = Instant::now() + wait;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.consumer.poll(left.min(Duration::from_millis(100))) {
+                Some(Ok(message)) => {
+                    let offset = message.offset() as u64;
+                    if offset < self.next {
+                        continue;
+                    }
+                    self.next = offset + 1;
+                    if message.key() != Some(self.options.site.as_bytes()) {
+                        continue; // another site sharing the partition
+                    }
+                    let bytes = message.payload().unwrap_or_default().to_vec();
+                    return Ok(Some(LogEntry { offset, bytes }));
+                }
+                Some(Err(e))
+                    if self
+                        .last_warning
+                        .is_none_or(|t| t.elapsed() > Duration::from_secs(10)) =>
+                {
+                    tracing::warn!("kafka {}: fetch: {e} (retrying)", self.options.brokers);
+                    self.last_warning = Some(Instant::now());
+                }
+                Some(Err(_)) => {}
+                None => {}
+            }
+            if Instant::now() >= deadline {
                 return Ok(None);
             }
         }

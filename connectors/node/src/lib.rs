@@ -9,4 +9,4 @@
 pub mod live;
 pub mod store;
 
-pub use store::{fold, FoldSummary, Folder, NodeError, Store, StoreOptions};
+pub use store::{fold, FoldSummary, Folder, JournalChanges, NodeError, Store, StoreOptions};

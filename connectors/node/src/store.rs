@@ -19,6 +19,19 @@ use rocksdb::{ColumnFamilyDescriptor, IteratorMode, Options, WriteBatch, WriteOp
 const META: &str = "meta";
 /// Column family of outputs, keyed by (input offset, index) big-endian.
 const OUTPUTS: &str = "outputs";
+/// Column family of the journal (Kafka mode): every record the node applied, by engine
+/// offset. Replaying it reproduces the node's decisions.
+const JOURNAL: &str = "journal";
+/// Column family of the records this node wrote while Kafka was unreachable, by content
+/// hash: how the node recognizes them when they come back from the topic.
+const LOCAL: &str = "local";
+/// Column family of local records not yet seen back in the topic, by engine offset.
+const OUTBOX: &str = "outbox";
+/// Key of the next Kafka offset to read (Kafka mode).
+const KAFKA_NEXT_KEY: &[u8] = b"kafka_next";
+/// Every column family, in creation order.
+const FAMILIES: [&str; 5] = [META, OUTPUTS, JOURNAL, LOCAL, OUTBOX];
+
 /// Key of the serialized engine.
 const STATE_KEY: &[u8] = b"engine";
 /// Key of the next offset to apply.
@@ -89,8 +102,7 @@ impl Store {
         let mut table = rocksdb::BlockBasedOptions::default();
         table.set_block_cache(&cache);
         db_options.set_block_based_table_factory(&table);
-        let families =
-            [META, OUTPUTS].map(|name| ColumnFamilyDescriptor::new(name, db_options.clone()));
+        let families = FAMILIES.map(|name| ColumnFamilyDescriptor::new(name, db_options.clone()));
         let db = DB::open_cf_descriptors(&db_options, &path, families).map_err(|source| {
             NodeError::Store {
                 path: path.clone(),
@@ -145,14 +157,31 @@ impl Store {
         Ok((engine, next))
     }
 
-    /// Writes the state, the next offset and the pending outputs in one batch.
+    /// Writes the state, the next offset, the pending outputs and the journal changes in one
+    /// batch.
     pub fn commit(
         &self,
         engine: &Engine,
         next: u64,
         outputs: &[(u64, Vec<Output>)],
+        journal: &JournalChanges,
     ) -> Result<(), NodeError> {
         let mut batch = WriteBatch::default();
+        for (offset, bytes) in &journal.journal {
+            batch.put_cf(self.cf(JOURNAL), offset.to_be_bytes(), bytes);
+        }
+        for (hash, offset) in &journal.local {
+            batch.put_cf(self.cf(LOCAL), hash, offset.to_be_bytes());
+        }
+        for (offset, bytes) in &journal.outbox_put {
+            batch.put_cf(self.cf(OUTBOX), offset.to_be_bytes(), bytes);
+        }
+        for offset in &journal.outbox_delete {
+            batch.delete_cf(self.cf(OUTBOX), offset.to_be_bytes());
+        }
+        if let Some(k) = journal.kafka_next {
+            batch.put_cf(self.cf(META), KAFKA_NEXT_KEY, k.to_be_bytes());
+        }
         let meta = self.cf(META);
         let state = serde_json::to_vec(engine).expect("state serializes");
         batch.put_cf(meta, STATE_KEY, state);
@@ -171,6 +200,72 @@ impl Store {
         let mut write = WriteOptions::default();
         write.set_sync(self.sync);
         self.db.write_opt(batch, &write).map_err(|e| self.error(e))
+    }
+
+    /// The next Kafka offset to read (Kafka mode), if one was stored.
+    pub fn kafka_next(&self) -> Result<Option<u64>, NodeError> {
+        let bytes = self
+            .db
+            .get_cf(self.cf(META), KAFKA_NEXT_KEY)
+            .map_err(|e| self.error(e))?;
+        Ok(bytes.and_then(|b| b.as_slice().try_into().ok().map(u64::from_be_bytes)))
+    }
+
+    /// Hashes of the records this node wrote locally, with their engine offsets.
+    pub fn local_hashes(&self) -> Result<Vec<([u8; 16], u64)>, NodeError> {
+        let mut all = Vec::new();
+        for item in self.db.iterator_cf(self.cf(LOCAL), IteratorMode::Start) {
+            let (key, value) = item.map_err(|e| self.error(e))?;
+            if let (Ok(hash), Ok(offset)) = (
+                <[u8; 16]>::try_from(&key[..]),
+                <[u8; 8]>::try_from(&value[..]),
+            ) {
+                all.push((hash, u64::from_be_bytes(offset)));
+            }
+        }
+        Ok(all)
+    }
+
+    /// Local records not yet seen back in the topic, in engine-offset order (at most
+    /// `limit`, after `after`).
+    pub fn outbox(
+        &self,
+        after: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<(u64, Vec<u8>)>, NodeError> {
+        self.range(OUTBOX, after, limit)
+    }
+
+    /// Journal records in engine-offset order (at most `limit`, after `after`).
+    pub fn journal(
+        &self,
+        after: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<(u64, Vec<u8>)>, NodeError> {
+        self.range(JOURNAL, after, limit)
+    }
+
+    fn range(
+        &self,
+        cf: &str,
+        after: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<(u64, Vec<u8>)>, NodeError> {
+        let start = after.map(|a| (a + 1).to_be_bytes());
+        let mode = match &start {
+            Some(key) => IteratorMode::From(key, rocksdb::Direction::Forward),
+            None => IteratorMode::Start,
+        };
+        let mut all = Vec::new();
+        for item in self.db.iterator_cf(self.cf(cf), mode) {
+            let (key, value) = item.map_err(|e| self.error(e))?;
+            let offset = u64::from_be_bytes(key[..8].try_into().expect("8-byte key"));
+            all.push((offset, value.to_vec()));
+            if all.len() >= limit {
+                break;
+            }
+        }
+        Ok(all)
     }
 
     /// Stored outputs after position (`offset`, `index`) in order, or from the start with
@@ -213,6 +308,31 @@ impl Store {
     }
 }
 
+/// Journal changes written with a commit (Kafka mode; empty otherwise).
+#[derive(Clone, Debug, Default)]
+pub struct JournalChanges {
+    /// Records applied, by engine offset.
+    pub journal: Vec<(u64, Vec<u8>)>,
+    /// Hashes of local records, with their engine offsets.
+    pub local: Vec<([u8; 16], u64)>,
+    /// Local records to publish.
+    pub outbox_put: Vec<(u64, Vec<u8>)>,
+    /// Local records seen back in the topic.
+    pub outbox_delete: Vec<u64>,
+    /// Next Kafka offset to read.
+    pub kafka_next: Option<u64>,
+}
+
+impl JournalChanges {
+    fn is_empty(&self) -> bool {
+        self.journal.is_empty()
+            && self.local.is_empty()
+            && self.outbox_put.is_empty()
+            && self.outbox_delete.is_empty()
+            && self.kafka_next.is_none()
+    }
+}
+
 /// Key of an output: input offset and index, big-endian so keys sort in log order.
 fn output_key(offset: u64, index: u32) -> Vec<u8> {
     let mut key = offset.to_be_bytes().to_vec();
@@ -227,6 +347,7 @@ pub struct Folder<S: Deref<Target = Store>> {
     engine: Arc<RwLock<Engine>>,
     next: u64,
     pending: Vec<(u64, Vec<Output>)>,
+    journal: JournalChanges,
     uncommitted: usize,
     commits: u64,
 }
@@ -240,6 +361,7 @@ impl<S: Deref<Target = Store>> Folder<S> {
             engine: Arc::new(RwLock::new(engine)),
             next,
             pending: Vec::new(),
+            journal: JournalChanges::default(),
             uncommitted: 0,
             commits: 0,
         })
@@ -264,6 +386,11 @@ impl<S: Deref<Target = Store>> Folder<S> {
     /// Records applied since the last commit.
     pub fn uncommitted(&self) -> usize {
         self.uncommitted
+    }
+
+    /// Whether anything waits for a commit (records applied or journal changes).
+    pub fn dirty(&self) -> bool {
+        self.uncommitted > 0 || !self.journal.is_empty()
     }
 
     /// Commits written by this folder.
@@ -297,15 +424,22 @@ impl<S: Deref<Target = Store>> Folder<S> {
         &self.pending.last().expect("just pushed").1
     }
 
+    /// Journal changes to write with the next commit.
+    pub fn journal_mut(&mut self) -> &mut JournalChanges {
+        &mut self.journal
+    }
+
     /// Writes everything applied since the last commit in one batch and returns the outputs
     /// it made durable, in order.
     pub fn commit(&mut self) -> Result<Vec<(u64, Vec<Output>)>, NodeError> {
-        if self.uncommitted == 0 {
+        if self.uncommitted == 0 && self.journal.is_empty() {
             return Ok(Vec::new());
         }
         let engine = self.engine.read().expect("engine lock");
-        self.store.commit(&engine, self.next, &self.pending)?;
+        self.store
+            .commit(&engine, self.next, &self.pending, &self.journal)?;
         drop(engine);
+        self.journal = JournalChanges::default();
         self.commits += 1;
         self.uncommitted = 0;
         Ok(std::mem::take(&mut self.pending))

@@ -14,7 +14,7 @@ use lhc_engine::{encode_record, Record, Ts};
 use lhc_log::Log;
 use tokio::sync::oneshot;
 
-use super::Bell;
+use super::{record_hash, Bell, KafkaLink, LocalBatch, RecordWaiters};
 
 /// Builds the record once its time is known.
 type Make = Box<dyn FnOnce(Ts) -> Record + Send>;
@@ -22,6 +22,89 @@ type Make = Box<dyn FnOnce(Ts) -> Record + Send>;
 struct Job {
     make: Make,
     reply: oneshot::Sender<Result<u64, String>>,
+    /// Told when the fold has applied the record.
+    applied: Option<oneshot::Sender<Applied>>,
+}
+
+/// What the fold made of an appended record.
+#[derive(Clone, Debug)]
+pub struct Applied {
+    /// Engine offset it was applied at.
+    pub offset: u64,
+    /// The quarantine error, if the engine refused it.
+    pub quarantine: Option<String>,
+}
+
+/// Where appended records go.
+pub(crate) struct Sink {
+    log: Arc<dyn Log>,
+    kafka: Option<Arc<KafkaLink>>,
+}
+
+impl Sink {
+    pub(crate) fn new(log: Arc<dyn Log>, kafka: Option<Arc<KafkaLink>>) -> Sink {
+        Sink { log, kafka }
+    }
+
+    /// Writes the records; in Kafka mode, falls back to the journal when Kafka fails or
+    /// while an outbox waits to be published (so the topic keeps this node's order).
+    fn write(&self, records: Vec<Vec<u8>>, replies: Vec<oneshot::Sender<Result<u64, String>>>) {
+        let Some(link) = &self.kafka else {
+            let refs: Vec<&[u8]> = records.iter().map(Vec::as_slice).collect();
+            reply_all(
+                self.log.append(&refs).map_err(|e| e.to_string()),
+                replies,
+                &*self.log,
+            );
+            return;
+        };
+        if link.up.load(Ordering::SeqCst) && link.outbox_len.load(Ordering::SeqCst) == 0 {
+            let refs: Vec<&[u8]> = records.iter().map(Vec::as_slice).collect();
+            match link.kafka.append(&refs) {
+                Ok(offsets) => {
+                    reply_all(Ok(offsets), replies, &*self.log);
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        "kafka unreachable ({e}); brokering goes on from the local journal, \
+                         which is published when the broker returns"
+                    );
+                    link.up.store(false, Ordering::SeqCst);
+                }
+            }
+        }
+        let sent = link
+            .local
+            .lock()
+            .expect("local queue")
+            .send(LocalBatch { records, replies });
+        if let Err(lost) = sent {
+            for reply in lost.0.replies {
+                let _ = reply.send(Err("the fold has stopped".into()));
+            }
+        }
+    }
+}
+
+fn reply_all(
+    result: Result<Vec<u64>, String>,
+    replies: Vec<oneshot::Sender<Result<u64, String>>>,
+    log: &dyn Log,
+) {
+    match result {
+        Ok(offsets) => {
+            for (reply, offset) in replies.into_iter().zip(offsets) {
+                let _ = reply.send(Ok(offset));
+            }
+        }
+        Err(e) => {
+            tracing::error!("append to {} failed: {e}", log.describe());
+            for reply in replies {
+                let _ = reply.send(Err(e.clone()));
+            }
+        }
+    }
 }
 
 /// Handle to the appender thread.
@@ -34,7 +117,12 @@ const MAX_BATCH: usize = 256;
 
 impl Appender {
     /// Starts the writer thread; it ends when the last handle is dropped.
-    pub(crate) fn start(log: Arc<dyn Log>, last_ts: Arc<AtomicI64>, bell: Arc<Bell>) -> Appender {
+    pub(crate) fn start(
+        sink: Sink,
+        last_ts: Arc<AtomicI64>,
+        bell: Arc<Bell>,
+        waiters: Arc<RecordWaiters>,
+    ) -> Appender {
         let (jobs, inbox) = mpsc::channel::<Job>();
         std::thread::Builder::new()
             .name("lhc-appender".into())
@@ -47,7 +135,7 @@ impl Appender {
                             Err(_) => break,
                         }
                     }
-                    write(&*log, &last_ts, batch);
+                    write(&sink, &last_ts, &waiters, batch);
                     bell.ring();
                 }
             })
@@ -55,7 +143,8 @@ impl Appender {
         Appender { jobs }
     }
 
-    /// Appends the record `make` builds at the current time; returns its offset.
+    /// Appends the record `make` builds at the current time; returns its offset in the log
+    /// it went to (the site log, or the journal while Kafka is unreachable).
     pub async fn append(
         &self,
         make: impl FnOnce(Ts) -> Record + Send + 'static,
@@ -65,15 +154,38 @@ impl Appender {
             .send(Job {
                 make: Box::new(make),
                 reply,
+                applied: None,
             })
             .map_err(|_| "the appender has stopped".to_string())?;
         answer
             .await
             .map_err(|_| "the appender has stopped".to_string())?
     }
+
+    /// Appends like [`Appender::append`], then waits until the node's fold has applied the
+    /// record.
+    pub async fn append_applied(
+        &self,
+        make: impl FnOnce(Ts) -> Record + Send + 'static,
+    ) -> Result<Applied, String> {
+        let (reply, answer) = oneshot::channel();
+        let (applied, done) = oneshot::channel();
+        self.jobs
+            .send(Job {
+                make: Box::new(make),
+                reply,
+                applied: Some(applied),
+            })
+            .map_err(|_| "the appender has stopped".to_string())?;
+        answer
+            .await
+            .map_err(|_| "the appender has stopped".to_string())??;
+        done.await
+            .map_err(|_| "the node stopped before applying the record".to_string())
+    }
 }
 
-fn write(log: &dyn Log, last_ts: &AtomicI64, batch: Vec<Job>) {
+fn write(sink: &Sink, last_ts: &AtomicI64, waiters: &RecordWaiters, batch: Vec<Job>) {
     let wall = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64);
@@ -83,21 +195,18 @@ fn write(log: &dyn Log, last_ts: &AtomicI64, batch: Vec<Job>) {
     let mut replies = Vec::with_capacity(batch.len());
     let mut records = Vec::with_capacity(batch.len());
     for job in batch {
-        records.push(encode_record(&(job.make)(ts)));
+        let bytes = encode_record(&(job.make)(ts));
+        if let Some(applied) = job.applied {
+            // Registered before the write, so the fold cannot apply it unnoticed.
+            waiters
+                .map
+                .lock()
+                .expect("waiters")
+                .insert(record_hash(&bytes), applied);
+            waiters.count.fetch_add(1, Ordering::SeqCst);
+        }
+        records.push(bytes);
         replies.push(job.reply);
     }
-    let refs: Vec<&[u8]> = records.iter().map(Vec::as_slice).collect();
-    match log.append(&refs) {
-        Ok(offsets) => {
-            for (reply, offset) in replies.into_iter().zip(offsets) {
-                let _ = reply.send(Ok(offset));
-            }
-        }
-        Err(e) => {
-            tracing::error!("append to {} failed: {e}", log.describe());
-            for reply in replies {
-                let _ = reply.send(Err(e.to_string()));
-            }
-        }
-    }
+    sink.write(records, replies);
 }

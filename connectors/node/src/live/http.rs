@@ -426,16 +426,29 @@ async fn election(State(shared): State<AppState>) -> Result<Response, ApiError> 
 
 async fn healthz(State(shared): State<AppState>) -> Response {
     let applied = *shared.applied.borrow();
-    let end = shared.log_end.load(Ordering::Relaxed).max(applied);
-    Json(json!({
+    let position = *shared.site_pos.borrow();
+    let mut body = json!({
         "status": "ok",
         "connector": shared.config.connector,
         "applied_offset": applied,
-        "log_end": end,
-        "lag": end - applied,
         "log": shared.log.describe(),
-    }))
-    .into_response()
+    });
+    match &shared.kafka {
+        None => {
+            let end = shared.log_end.load(Ordering::Relaxed).max(position);
+            body["log_end"] = json!(end);
+            body["lag"] = json!(end - position);
+        }
+        Some(link) => {
+            let end = link.end.load(Ordering::SeqCst).max(position);
+            body["kafka_next"] = json!(position);
+            body["log_end"] = json!(end);
+            body["lag"] = json!(end - position);
+            body["kafka_up"] = json!(link.up.load(Ordering::SeqCst));
+            body["outbox"] = json!(link.outbox_len.load(Ordering::SeqCst));
+        }
+    }
+    Json(body).into_response()
 }
 
 type Labels = Vec<(String, String)>;
@@ -534,13 +547,13 @@ async fn metrics(State(shared): State<AppState>) -> Response {
         quarantined,
     );
     let applied = *shared.applied.borrow();
+    let position = *shared.site_pos.borrow();
+    let end = match &shared.kafka {
+        Some(link) => link.end.load(Ordering::SeqCst),
+        None => shared.log_end.load(Ordering::Relaxed),
+    };
     let lag = Gauge::<i64>::default();
-    lag.set(
-        shared
-            .log_end
-            .load(Ordering::Relaxed)
-            .saturating_sub(applied) as i64,
-    );
+    lag.set(end.saturating_sub(position) as i64);
     registry.register("fold_lag_records", "Records in the log not folded yet", lag);
     let offset = Gauge::<i64>::default();
     offset.set(applied as i64);
@@ -593,41 +606,34 @@ async fn admin(
 ) -> Result<Response, ApiError> {
     authorize(shared, headers)?;
     let connector = me(shared)?;
-    let offset = append(shared, move |ts| {
+    let appended = shared.appender.append_applied(move |ts| {
         Record::AdminCommand(AdminCommand {
             ts,
             connector,
             command,
             seconds,
         })
-    })
-    .await?;
-    let mut applied = shared.applied.subscribe();
-    let reached = tokio::time::timeout(
-        shared.config.launch_timeout,
-        applied.wait_for(|next| *next > offset),
-    )
-    .await;
-    if !matches!(reached, Ok(Ok(_))) {
-        return Err(ApiError::unavailable(format!(
-            "command appended at offset {offset} but not applied yet; see /healthz"
-        )));
-    }
-    let quarantined = shared
-        .stats
-        .lock()
-        .expect("stats")
-        .recent_quarantines
-        .iter()
-        .find(|(o, _)| *o == offset)
-        .map(|(_, e)| e.clone());
-    if let Some(error) = quarantined {
+    });
+    let applied = match tokio::time::timeout(shared.config.launch_timeout, appended).await {
+        Ok(Ok(applied)) => applied,
+        Ok(Err(e)) => {
+            return Err(ApiError::unavailable(format!(
+                "the command could not be recorded: {e}"
+            )))
+        }
+        Err(_) => {
+            return Err(ApiError::unavailable(
+                "the command was appended but not applied in time; see /healthz",
+            ))
+        }
+    };
+    if let Some(error) = applied.quarantine {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
-            format!("command quarantined at offset {offset}: {error}"),
+            format!("command quarantined at offset {}: {error}", applied.offset),
         ));
     }
-    Ok(Json(json!({ "offset": offset, "command": snake(&command) })).into_response())
+    Ok(Json(json!({ "offset": applied.offset, "command": snake(&command) })).into_response())
 }
 
 #[derive(Deserialize)]

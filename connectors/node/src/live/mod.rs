@@ -9,24 +9,26 @@
 //! offset, so a restart neither repeats nor loses one.
 
 mod appender;
+mod fold;
 mod http;
+mod kafka;
 mod observe;
 mod publish;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use lhc_engine::output::{EventData, LaunchDecision};
+use lhc_engine::output::LaunchDecision;
 use lhc_engine::record::{ConnectorLifecycle, LifecycleEvent};
-use lhc_engine::{decode_record_at, engine::snake, Engine, Output, Record, Ts};
-use lhc_log::Log;
+use lhc_engine::{Engine, Record, Ts};
+use lhc_log::{KafkaLog, Log};
 use tokio::sync::{oneshot, watch};
 
-pub use appender::Appender;
+pub use appender::{Appender, Applied};
 pub use publish::OutputRecord;
 
 use crate::store::{Folder, NodeError, Store, StoreOptions};
@@ -139,6 +141,52 @@ pub(crate) struct FoldStats {
     pub recent_quarantines: VecDeque<(u64, String)>,
 }
 
+/// The site log a node works on.
+#[derive(Clone)]
+pub enum SiteLog {
+    /// A log every node of the site can read and append to directly (the embedded log):
+    /// the fold reads it, appends go to it.
+    Direct(Arc<dyn Log>),
+    /// A Kafka topic. The fold consumes it into the node's journal (RocksDB); appends go to
+    /// Kafka, or, while Kafka is unreachable, straight into the journal and an outbox that
+    /// is published when the broker returns.
+    Kafka(Arc<KafkaLog>),
+}
+
+/// Records the appender hands to the fold while Kafka is unreachable.
+pub(crate) struct LocalBatch {
+    pub records: Vec<Vec<u8>>,
+    pub replies: Vec<oneshot::Sender<Result<u64, String>>>,
+}
+
+/// The node's link to Kafka (Kafka mode only).
+pub(crate) struct KafkaLink {
+    pub kafka: Arc<KafkaLog>,
+    /// Appends go to Kafka (else to the journal).
+    pub up: AtomicBool,
+    /// Local records not yet seen back in the topic.
+    pub outbox_len: AtomicUsize,
+    /// Next Kafka offset the fold reads.
+    pub next: AtomicU64,
+    /// Kafka end offset when last asked.
+    pub end: AtomicU64,
+    pub local: Mutex<std::sync::mpsc::Sender<LocalBatch>>,
+}
+
+/// Waiters for the fold to apply a given record (by content hash).
+#[derive(Default)]
+pub(crate) struct RecordWaiters {
+    pub count: AtomicUsize,
+    pub map: Mutex<HashMap<[u8; 16], oneshot::Sender<Applied>>>,
+}
+
+/// Content hash of a record (first 16 bytes of SHA-256): stable across versions and hosts.
+pub(crate) fn record_hash(bytes: &[u8]) -> [u8; 16] {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(bytes);
+    digest[..16].try_into().expect("16 of 32 bytes")
+}
+
 /// State shared by the fold thread, the appender, the observers and the HTTP handlers.
 pub(crate) struct Shared {
     pub config: NodeConfig,
@@ -148,8 +196,13 @@ pub(crate) struct Shared {
     pub bell: Arc<Bell>,
     /// Newest record time seen in the log or stamped here, in ms (stamps never go below it).
     pub last_ts: Arc<AtomicI64>,
-    /// Offset of the next record the fold applies.
+    /// Offset of the next record the fold applies (engine offsets: log offsets, or journal
+    /// offsets in Kafka mode).
     pub applied: watch::Sender<u64>,
+    /// Position of the fold in the site log (log or Kafka offset).
+    pub site_pos: watch::Sender<u64>,
+    pub record_waiters: Arc<RecordWaiters>,
+    pub kafka: Option<Arc<KafkaLink>>,
     /// Launch handlers waiting for their decision, by request id.
     pub waiters: Mutex<HashMap<String, oneshot::Sender<LaunchAnswer>>>,
     pub stats: Mutex<FoldStats>,
@@ -194,7 +247,7 @@ pub enum RunError {
 /// shutdown it appends `connector.lifecycle stop` and commits.
 pub async fn run(
     config: NodeConfig,
-    log: Arc<dyn Log>,
+    site_log: SiteLog,
     outputs: Arc<dyn Log>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), RunError> {
@@ -209,8 +262,35 @@ pub async fn run(
         .map_or(0, Ts::millis);
     let last_ts = Arc::new(AtomicI64::new(start_ts));
     let bell = Arc::new(Bell::default());
-    let appender = Appender::start(log.clone(), last_ts.clone(), bell.clone());
+    let record_waiters = Arc::new(RecordWaiters::default());
+    let (log, kafka, local_rx): (Arc<dyn Log>, _, _) = match site_log {
+        SiteLog::Direct(log) => (log, None, None),
+        SiteLog::Kafka(k) => {
+            let (tx, rx) = std::sync::mpsc::channel();
+            let next = store.kafka_next()?.unwrap_or(0);
+            let link = Arc::new(KafkaLink {
+                kafka: k.clone(),
+                up: AtomicBool::new(true),
+                outbox_len: AtomicUsize::new(0),
+                next: AtomicU64::new(next),
+                end: AtomicU64::new(0),
+                local: Mutex::new(tx),
+            });
+            (k as Arc<dyn Log>, Some(link), Some(rx))
+        }
+    };
+    let appender = Appender::start(
+        appender::Sink::new(log.clone(), kafka.clone()),
+        last_ts.clone(),
+        bell.clone(),
+        record_waiters.clone(),
+    );
     let (applied, _) = watch::channel(folder.next());
+    let start_pos = match &kafka {
+        Some(link) => link.next.load(Ordering::SeqCst),
+        None => folder.next(),
+    };
+    let (site_pos, _) = watch::channel(start_pos);
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .map_err(|source| RunError::Listen {
@@ -225,6 +305,9 @@ pub async fn run(
         bell,
         last_ts,
         applied,
+        site_pos,
+        record_waiters,
+        kafka,
         waiters: Mutex::new(HashMap::new()),
         stats: Mutex::new(FoldStats::default()),
         log_end: AtomicU64::new(0),
@@ -235,7 +318,7 @@ pub async fn run(
     let fold_shared = shared.clone();
     let fold_thread = std::thread::Builder::new()
         .name("lhc-fold".into())
-        .spawn(move || fold_loop(&fold_shared, folder, publisher))
+        .spawn(move || fold::fold_loop(&fold_shared, folder, publisher, local_rx))
         .map_err(|e| RunError::Fold(e.to_string()))?;
 
     // Catch up before serving, so the first answers come from current state.
@@ -246,7 +329,7 @@ pub async fn run(
     .await
     .map_err(|e| RunError::Fold(e.to_string()))??;
     let started = Instant::now();
-    let mut applied_rx = shared.applied.subscribe();
+    let mut applied_rx = shared.site_pos.subscribe();
     while *applied_rx.borrow_and_update() < end {
         if fold_thread.is_finished() {
             break;
@@ -261,7 +344,10 @@ pub async fn run(
     );
     announce_start(&shared).await;
 
-    let observers = observe::spawn(shared.clone());
+    let mut observers = observe::spawn(shared.clone());
+    if let Some(link) = shared.kafka.clone() {
+        observers.push(kafka::spawn_republisher(link, store.clone()));
+    }
     let app = http::router(shared.clone());
     let server = axum::serve(listener, app).with_graceful_shutdown(shutdown);
     let served = server.await;
@@ -314,126 +400,16 @@ async fn announce_stop(shared: &Arc<Shared>) {
 }
 
 async fn lifecycle(shared: &Arc<Shared>, me: String, event: LifecycleEvent) {
-    let appended = shared
-        .appender
-        .append(move |ts| {
-            Record::ConnectorLifecycle(ConnectorLifecycle {
-                ts,
-                connector: me,
-                event,
-            })
+    let appended = shared.appender.append_applied(move |ts| {
+        Record::ConnectorLifecycle(ConnectorLifecycle {
+            ts,
+            connector: me,
+            event,
         })
-        .await;
-    match appended {
-        Ok(offset) => {
-            let mut rx = shared.applied.subscribe();
-            let _ = tokio::time::timeout(
-                Duration::from_secs(5),
-                rx.wait_for(|applied| *applied > offset),
-            )
-            .await;
-        }
-        Err(e) => tracing::error!("could not append connector.lifecycle {event:?}: {e}"),
-    }
-}
-
-/// The fold thread: applies records as they arrive, answers launch waiters, commits at
-/// most every `commit_interval`, then publishes what it committed.
-fn fold_loop(
-    shared: &Shared,
-    mut folder: Folder<Arc<Store>>,
-    mut publisher: publish::Publisher,
-) -> Result<(), NodeError> {
-    let mut reader = shared.log.reader(folder.next())?;
-    publisher.catch_up(folder.store())?;
-    let mut last_commit = Instant::now();
-    let interval = shared.config.commit_interval;
-    loop {
-        let seen = shared.bell.count();
-        let mut applied = 0;
-        while applied < 512 {
-            match reader.next(Duration::ZERO)? {
-                Some(entry) => {
-                    apply_entry(shared, &mut folder, entry.offset, &entry.bytes);
-                    applied += 1;
-                }
-                None => break,
-            }
-        }
-        if applied > 0 {
-            shared.applied.send_replace(folder.next());
-        }
-        let due = last_commit.elapsed() >= interval || folder.uncommitted() >= 4096;
-        let stopping = shared.stopping.load(Ordering::SeqCst);
-        if folder.uncommitted() > 0 && (due || stopping) {
-            folder.commit()?;
-            last_commit = Instant::now();
-            publisher.catch_up(folder.store())?;
-        }
-        if applied == 0 {
-            if stopping {
-                return Ok(());
-            }
-            if let Ok(end) = shared.log.end_offset() {
-                shared.log_end.store(end, Ordering::Relaxed);
-            }
-            // Other processes' appends are seen by polling; ours ring the bell.
-            shared.bell.wait(seen, Duration::from_millis(10));
-        }
-    }
-}
-
-fn apply_entry(shared: &Shared, folder: &mut Folder<Arc<Store>>, offset: u64, bytes: &[u8]) {
-    let record = decode_record_at(bytes, offset);
-    let mut waiting_launch = None;
-    if let Ok(r) = &record {
-        shared.last_ts.fetch_max(r.ts().millis(), Ordering::SeqCst);
-        if let Record::LaunchRequest(l) = r {
-            if l.connector.eq_ignore_ascii_case(&shared.config.connector) {
-                waiting_launch = Some(l.request.clone());
-            }
-        }
-    }
-    let me = &shared.config.connector;
-    let outputs = folder.apply_decoded(offset, record);
-    let mut stats = shared.stats.lock().expect("stats");
-    for output in outputs {
-        match output {
-            Output::Quarantine(q) => {
-                stats.quarantined += 1;
-                stats
-                    .recent_quarantines
-                    .push_back((offset, q.error.clone()));
-                if stats.recent_quarantines.len() > 1024 {
-                    stats.recent_quarantines.pop_front();
-                }
-            }
-            Output::LaunchDecision(d) if d.connector.eq_ignore_ascii_case(me) => {
-                let reason = d.reason.map(|r| snake(&r)).unwrap_or_default();
-                let key = (snake(&d.outcome), snake(&d.via), reason);
-                *stats.decisions.entry(key).or_default() += 1;
-            }
-            Output::Event(e) if e.connector.eq_ignore_ascii_case(me) => {
-                if let EventData::Imported(imported) = &e.data {
-                    stats.last_import = Some((imported.version, e.ts));
-                }
-            }
-            _ => {}
-        }
-    }
-    drop(stats);
-    let Some(request) = waiting_launch else {
-        return;
-    };
-    let answer = outputs.iter().find_map(|o| match o {
-        Output::LaunchDecision(d) if d.request == request => Some(LaunchAnswer::Decided(d.clone())),
-        Output::Quarantine(q) => Some(LaunchAnswer::Quarantined(q.error.clone())),
-        _ => None,
     });
-    let answer = answer.unwrap_or_else(|| {
-        LaunchAnswer::Quarantined("the engine made no decision for this request".into())
-    });
-    if let Some(waiter) = shared.waiters.lock().expect("waiters").remove(&request) {
-        let _ = waiter.send(answer);
+    match tokio::time::timeout(Duration::from_secs(5), appended).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => tracing::error!("could not append connector.lifecycle {event:?}: {e}"),
+        Err(_) => tracing::error!("connector.lifecycle {event:?} not applied within 5 s"),
     }
 }

@@ -1,0 +1,265 @@
+//! The fold thread: the only writer of the engine and of the cache snapshot.
+//!
+//! Invariant: records are applied in one total order — the site log's on a direct log; in
+//! Kafka mode the order in which they reached this node (from the topic, or locally while
+//! Kafka was unreachable), recorded in the journal in the same `WriteBatch` as the state
+//! they produced. A record this node wrote locally is applied once: when it comes back
+//! from the topic it is recognized by its hash and only cleared from the outbox.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::Receiver;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use lhc_engine::engine::snake;
+use lhc_engine::output::EventData;
+use lhc_engine::{decode_record_at, Output, Record};
+use lhc_log::LogReader;
+
+use super::{publish, record_hash, Applied, LaunchAnswer, LocalBatch, Shared};
+use crate::store::{Folder, NodeError, Store};
+
+/// Most records applied between two looks at the clock and the local queue.
+const BURST: usize = 512;
+
+/// Where the fold's records come from. One lives per node, so its size does not matter.
+#[allow(clippy::large_enum_variant)]
+enum Source {
+    /// The site log itself.
+    Direct(Box<dyn LogReader>),
+    /// Kafka, plus records written locally while it was unreachable.
+    Kafka {
+        reader: lhc_log::kafka::KafkaTailReader,
+        local: Receiver<LocalBatch>,
+        /// Hashes of every local record (never applied twice).
+        local_hashes: HashSet<[u8; 16]>,
+        /// Local records not yet seen back: hash → engine offset.
+        outbox: BTreeMap<[u8; 16], u64>,
+    },
+}
+
+/// Runs until the node stops: applies, answers waiters, commits at most every
+/// `commit_interval`, then publishes what it committed.
+pub(crate) fn fold_loop(
+    shared: &Shared,
+    mut folder: Folder<Arc<Store>>,
+    mut publisher: publish::Publisher,
+    local: Option<Receiver<LocalBatch>>,
+) -> Result<(), NodeError> {
+    let mut source = match (&shared.kafka, local) {
+        (Some(link), Some(local)) => {
+            let store = folder.store();
+            let mut local_hashes = HashSet::new();
+            let mut by_offset = BTreeMap::new();
+            for (hash, offset) in store.local_hashes()? {
+                local_hashes.insert(hash);
+                by_offset.insert(offset, hash);
+            }
+            let mut outbox = BTreeMap::new();
+            let mut after = None;
+            loop {
+                let chunk = store.outbox(after, 4096)?;
+                let Some(&(last, _)) = chunk.last() else {
+                    break;
+                };
+                for (offset, _) in &chunk {
+                    if let Some(hash) = by_offset.get(offset) {
+                        outbox.insert(*hash, *offset);
+                    }
+                }
+                after = Some(last);
+            }
+            link.outbox_len.store(outbox.len(), Ordering::SeqCst);
+            let next = link.next.load(Ordering::SeqCst);
+            Source::Kafka {
+                reader: link.kafka.tail_reader(next)?,
+                local,
+                local_hashes,
+                outbox,
+            }
+        }
+        _ => Source::Direct(shared.log.reader(folder.next())?),
+    };
+    publisher.catch_up(folder.store())?;
+    let mut last_commit = Instant::now();
+    let interval = shared.config.commit_interval;
+    loop {
+        let seen = shared.bell.count();
+        let applied = match &mut source {
+            Source::Direct(reader) => {
+                let mut applied = 0;
+                while applied < BURST {
+                    let Some(entry) = reader.next(Duration::ZERO)? else {
+                        break;
+                    };
+                    apply_entry(shared, &mut folder, &entry.bytes, None);
+                    applied += 1;
+                }
+                if applied > 0 {
+                    shared.site_pos.send_replace(folder.next());
+                }
+                applied
+            }
+            Source::Kafka {
+                reader,
+                local,
+                local_hashes,
+                outbox,
+            } => {
+                let link = shared.kafka.as_ref().expect("kafka mode");
+                let mut applied = 0;
+                while let Ok(batch) = local.try_recv() {
+                    for (bytes, reply) in batch.records.into_iter().zip(batch.replies) {
+                        let hash = record_hash(&bytes);
+                        let offset = folder.next();
+                        let journal = folder.journal_mut();
+                        journal.local.push((hash, offset));
+                        journal.outbox_put.push((offset, bytes.clone()));
+                        journal.journal.push((offset, bytes.clone()));
+                        local_hashes.insert(hash);
+                        outbox.insert(hash, offset);
+                        apply_entry(shared, &mut folder, &bytes, Some(hash));
+                        let _ = reply.send(Ok(offset));
+                        applied += 1;
+                    }
+                    link.outbox_len.store(outbox.len(), Ordering::SeqCst);
+                }
+                let mut read = 0;
+                while read < BURST {
+                    // The tail reader never blocks on a lost broker.
+                    let Some(entry) = reader.next(Duration::ZERO)? else {
+                        break;
+                    };
+                    read += 1;
+                    folder.journal_mut().kafka_next = Some(entry.offset + 1);
+                    link.next.store(entry.offset + 1, Ordering::SeqCst);
+                    let hash = record_hash(&entry.bytes);
+                    if local_hashes.contains(&hash) {
+                        // Ours, published after an outage: applied when it was written.
+                        if let Some(offset) = outbox.remove(&hash) {
+                            folder.journal_mut().outbox_delete.push(offset);
+                            link.outbox_len.store(outbox.len(), Ordering::SeqCst);
+                        }
+                        continue;
+                    }
+                    let offset = folder.next();
+                    folder
+                        .journal_mut()
+                        .journal
+                        .push((offset, entry.bytes.clone()));
+                    apply_entry(shared, &mut folder, &entry.bytes, Some(hash));
+                    applied += 1;
+                }
+                if read > 0 {
+                    shared
+                        .site_pos
+                        .send_replace(link.next.load(Ordering::SeqCst));
+                }
+                applied + read
+            }
+        };
+        if applied > 0 {
+            shared.applied.send_replace(folder.next());
+        }
+        let due = last_commit.elapsed() >= interval || folder.uncommitted() >= 4096;
+        let stopping = shared.stopping.load(Ordering::SeqCst);
+        if folder.dirty() && (due || stopping) {
+            folder.commit()?;
+            last_commit = Instant::now();
+            publisher.catch_up(folder.store())?;
+        }
+        if applied == 0 {
+            if stopping && !folder.dirty() {
+                return Ok(());
+            }
+            if let Source::Direct(_) = source {
+                if let Ok(end) = shared.log.end_offset() {
+                    shared.log_end.store(end, Ordering::Relaxed);
+                }
+            }
+            // Other processes' appends are seen by polling; ours ring the bell.
+            shared.bell.wait(seen, Duration::from_millis(5));
+        }
+    }
+}
+
+/// Applies one record at the folder's next offset and answers whoever waits for it.
+fn apply_entry(
+    shared: &Shared,
+    folder: &mut Folder<Arc<Store>>,
+    bytes: &[u8],
+    hash: Option<[u8; 16]>,
+) {
+    let offset = folder.next();
+    let record = decode_record_at(bytes, offset);
+    let mut waiting_launch = None;
+    if let Ok(r) = &record {
+        shared.last_ts.fetch_max(r.ts().millis(), Ordering::SeqCst);
+        if let Record::LaunchRequest(l) = r {
+            if l.connector.eq_ignore_ascii_case(&shared.config.connector) {
+                waiting_launch = Some(l.request.clone());
+            }
+        }
+    }
+    let me = &shared.config.connector;
+    let outputs = folder.apply_decoded(offset, record);
+    let mut quarantine = None;
+    let mut stats = shared.stats.lock().expect("stats");
+    for output in outputs {
+        match output {
+            Output::Quarantine(q) => {
+                quarantine = Some(q.error.clone());
+                stats.quarantined += 1;
+                stats
+                    .recent_quarantines
+                    .push_back((offset, q.error.clone()));
+                if stats.recent_quarantines.len() > 1024 {
+                    stats.recent_quarantines.pop_front();
+                }
+            }
+            Output::LaunchDecision(d) if d.connector.eq_ignore_ascii_case(me) => {
+                let reason = d.reason.map(|r| snake(&r)).unwrap_or_default();
+                let key = (snake(&d.outcome), snake(&d.via), reason);
+                *stats.decisions.entry(key).or_default() += 1;
+            }
+            Output::Event(e) if e.connector.eq_ignore_ascii_case(me) => {
+                if let EventData::Imported(imported) = &e.data {
+                    stats.last_import = Some((imported.version, e.ts));
+                }
+            }
+            _ => {}
+        }
+    }
+    drop(stats);
+    if shared.record_waiters.count.load(Ordering::SeqCst) > 0 {
+        let hash = hash.unwrap_or_else(|| record_hash(bytes));
+        let waiter = shared
+            .record_waiters
+            .map
+            .lock()
+            .expect("waiters")
+            .remove(&hash);
+        if let Some(waiter) = waiter {
+            shared.record_waiters.count.fetch_sub(1, Ordering::SeqCst);
+            let _ = waiter.send(Applied {
+                offset,
+                quarantine: quarantine.clone(),
+            });
+        }
+    }
+    let Some(request) = waiting_launch else {
+        return;
+    };
+    let answer = outputs.iter().find_map(|o| match o {
+        Output::LaunchDecision(d) if d.request == request => Some(LaunchAnswer::Decided(d.clone())),
+        Output::Quarantine(q) => Some(LaunchAnswer::Quarantined(q.error.clone())),
+        _ => None,
+    });
+    let answer = answer.unwrap_or_else(|| {
+        LaunchAnswer::Quarantined("the engine made no decision for this request".into())
+    });
+    if let Some(waiter) = shared.waiters.lock().expect("waiters").remove(&request) {
+        let _ = waiter.send(answer);
+    }
+}
