@@ -326,6 +326,11 @@ impl KafkaLog {
             .set("enable.auto.offset.store", "false")
             .set("auto.offset.reset", "error")
             .set("fetch.wait.max.ms", "100")
+            // librdkafka wants the socket timeout well above the fetch wait.
+            .set(
+                "socket.timeout.ms",
+                millis(self.options.timeout.max(Duration::from_secs(10))),
+            )
             .create_with_context(Context {
                 brokers: self.options.brokers.clone(),
             })

@@ -1,14 +1,20 @@
 //! The node's single writer to the site log.
 //!
-//! Invariant: records leave this process in the order they were stamped, and no stamp is
+//! Invariants: records leave this process in the order they were stamped, and no stamp is
 //! older than the newest `ts` the node has seen, so the node's own records never fail
 //! R-LOG-4. (Another process may still append a later stamp first; the launch handler
 //! retries a request quarantined that way.) Requests queued together go to the log in one
 //! append, which is group commit for free.
+//!
+//! In Kafka mode the appender also owns the route: records go to Kafka while it answers;
+//! when an append fails they go to the fold directly (the journal) and join a backlog,
+//! which the appender — being the only writer — publishes first when Kafka answers again,
+//! so the topic receives this node's records in the order the node applied them.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{mpsc, Arc};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use lhc_engine::{encode_record, Record, Ts};
 use lhc_log::Log;
@@ -18,6 +24,13 @@ use super::{record_hash, Bell, KafkaLink, LocalBatch, RecordWaiters};
 
 /// Builds the record once its time is known.
 type Make = Box<dyn FnOnce(Ts) -> Record + Send>;
+
+enum Message {
+    Job(Job),
+    /// Kafka mode, once the fold has read the topic to its end at start: local records of
+    /// earlier runs that the topic does not hold yet.
+    Backlog(Vec<Vec<u8>>),
+}
 
 struct Job {
     make: Make,
@@ -39,17 +52,31 @@ pub struct Applied {
 pub(crate) struct Sink {
     log: Arc<dyn Log>,
     kafka: Option<Arc<KafkaLink>>,
+    /// Local records Kafka does not hold yet, oldest first.
+    backlog: VecDeque<Vec<u8>>,
+    /// Last time publishing the backlog was tried.
+    last_try: Option<Instant>,
 }
+
+/// Records published per append when draining the backlog.
+const CHUNK: usize = 500;
+/// Pause between two attempts to reach Kafka while it is down.
+const RETRY: Duration = Duration::from_secs(1);
 
 impl Sink {
     pub(crate) fn new(log: Arc<dyn Log>, kafka: Option<Arc<KafkaLink>>) -> Sink {
-        Sink { log, kafka }
+        Sink {
+            log,
+            kafka,
+            backlog: VecDeque::new(),
+            last_try: None,
+        }
     }
 
-    /// Writes the records; in Kafka mode, falls back to the journal when Kafka fails or
-    /// while an outbox waits to be published (so the topic keeps this node's order).
-    fn write(&self, records: Vec<Vec<u8>>, replies: Vec<oneshot::Sender<Result<u64, String>>>) {
-        let Some(link) = &self.kafka else {
+    /// Writes the records; in Kafka mode, to the journal while Kafka is down or a backlog
+    /// waits.
+    fn write(&mut self, records: Vec<Vec<u8>>, replies: Vec<oneshot::Sender<Result<u64, String>>>) {
+        let Some(link) = self.kafka.clone() else {
             let refs: Vec<&[u8]> = records.iter().map(Vec::as_slice).collect();
             reply_all(
                 self.log.append(&refs).map_err(|e| e.to_string()),
@@ -58,10 +85,13 @@ impl Sink {
             );
             return;
         };
-        if link.up.load(Ordering::SeqCst) && link.outbox_len.load(Ordering::SeqCst) == 0 {
+        if self.backlog.is_empty() && link.up.load(Ordering::SeqCst) {
             let refs: Vec<&[u8]> = records.iter().map(Vec::as_slice).collect();
             match link.kafka.append(&refs) {
                 Ok(offsets) => {
+                    if let Some(last) = offsets.last() {
+                        link.end.fetch_max(last + 1, Ordering::SeqCst);
+                    }
                     reply_all(Ok(offsets), replies, &*self.log);
                     return;
                 }
@@ -71,9 +101,12 @@ impl Sink {
                          which is published when the broker returns"
                     );
                     link.up.store(false, Ordering::SeqCst);
+                    self.last_try = Some(Instant::now());
                 }
             }
         }
+        self.backlog.extend(records.iter().cloned());
+        link.outbox_len.store(self.backlog.len(), Ordering::SeqCst);
         let sent = link
             .local
             .lock()
@@ -83,6 +116,45 @@ impl Sink {
             for reply in lost.0.replies {
                 let _ = reply.send(Err("the fold has stopped".into()));
             }
+        }
+    }
+
+    /// Publishes the backlog when it is time to try; reopens the direct route once empty.
+    fn drain(&mut self, force: bool) {
+        let Some(link) = self.kafka.clone() else {
+            return;
+        };
+        if self.backlog.is_empty() {
+            return;
+        }
+        if !force && self.last_try.is_some_and(|t| t.elapsed() < RETRY) {
+            return;
+        }
+        self.last_try = Some(Instant::now());
+        while !self.backlog.is_empty() {
+            let n = self.backlog.len().min(CHUNK);
+            let refs: Vec<&[u8]> = self.backlog.iter().take(n).map(Vec::as_slice).collect();
+            match link.kafka.append(&refs) {
+                Ok(offsets) => {
+                    if let Some(last) = offsets.last() {
+                        link.end.fetch_max(last + 1, Ordering::SeqCst);
+                    }
+                    self.backlog.drain(..n);
+                    link.outbox_len.store(self.backlog.len(), Ordering::SeqCst);
+                    tracing::info!(
+                        records = n,
+                        left = self.backlog.len(),
+                        "published journal records written while kafka was unreachable"
+                    );
+                }
+                Err(e) => {
+                    tracing::debug!("kafka still unreachable: {e}");
+                    return;
+                }
+            }
+        }
+        if !link.up.swap(true, Ordering::SeqCst) {
+            tracing::info!("kafka is back and the backlog is published: appends go to kafka");
         }
     }
 }
@@ -109,7 +181,7 @@ fn reply_all(
 
 /// Handle to the appender thread.
 pub struct Appender {
-    jobs: mpsc::Sender<Job>,
+    jobs: mpsc::Sender<Message>,
 }
 
 /// Most records written in one append.
@@ -118,29 +190,53 @@ const MAX_BATCH: usize = 256;
 impl Appender {
     /// Starts the writer thread; it ends when the last handle is dropped.
     pub(crate) fn start(
-        sink: Sink,
+        mut sink: Sink,
         last_ts: Arc<AtomicI64>,
         bell: Arc<Bell>,
         waiters: Arc<RecordWaiters>,
     ) -> Appender {
-        let (jobs, inbox) = mpsc::channel::<Job>();
+        let (jobs, inbox) = mpsc::channel::<Message>();
         std::thread::Builder::new()
             .name("lhc-appender".into())
-            .spawn(move || {
-                while let Ok(first) = inbox.recv() {
-                    let mut batch = vec![first];
-                    while batch.len() < MAX_BATCH {
-                        match inbox.try_recv() {
-                            Ok(job) => batch.push(job),
-                            Err(_) => break,
+            .spawn(move || loop {
+                let first = match inbox.recv_timeout(Duration::from_millis(250)) {
+                    Ok(message) => message,
+                    Err(mpsc::RecvTimeoutError::Timeout) => {
+                        sink.drain(false);
+                        continue;
+                    }
+                    Err(mpsc::RecvTimeoutError::Disconnected) => return,
+                };
+                let mut batch = Vec::new();
+                let mut next = Some(first);
+                while let Some(message) = next.take() {
+                    match message {
+                        Message::Job(job) => batch.push(job),
+                        Message::Backlog(records) => {
+                            sink.backlog.extend(records);
+                            if let Some(link) = &sink.kafka {
+                                link.outbox_len.store(sink.backlog.len(), Ordering::SeqCst);
+                            }
+                            sink.drain(true);
                         }
                     }
-                    write(&sink, &last_ts, &waiters, batch);
+                    if batch.len() < MAX_BATCH {
+                        next = inbox.try_recv().ok();
+                    }
+                }
+                if !batch.is_empty() {
+                    sink.drain(false);
+                    write(&mut sink, &last_ts, &waiters, batch);
                     bell.ring();
                 }
             })
             .expect("spawn the appender thread");
         Appender { jobs }
+    }
+
+    /// Hands the backlog of earlier runs to the appender (Kafka mode, after catch-up).
+    pub(crate) fn backlog(&self, records: Vec<Vec<u8>>) {
+        let _ = self.jobs.send(Message::Backlog(records));
     }
 
     /// Appends the record `make` builds at the current time; returns its offset in the log
@@ -151,11 +247,11 @@ impl Appender {
     ) -> Result<u64, String> {
         let (reply, answer) = oneshot::channel();
         self.jobs
-            .send(Job {
+            .send(Message::Job(Job {
                 make: Box::new(make),
                 reply,
                 applied: None,
-            })
+            }))
             .map_err(|_| "the appender has stopped".to_string())?;
         answer
             .await
@@ -171,11 +267,11 @@ impl Appender {
         let (reply, answer) = oneshot::channel();
         let (applied, done) = oneshot::channel();
         self.jobs
-            .send(Job {
+            .send(Message::Job(Job {
                 make: Box::new(make),
                 reply,
                 applied: Some(applied),
-            })
+            }))
             .map_err(|_| "the appender has stopped".to_string())?;
         answer
             .await
@@ -185,7 +281,7 @@ impl Appender {
     }
 }
 
-fn write(sink: &Sink, last_ts: &AtomicI64, waiters: &RecordWaiters, batch: Vec<Job>) {
+fn write(sink: &mut Sink, last_ts: &AtomicI64, waiters: &RecordWaiters, batch: Vec<Job>) {
     let wall = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64);

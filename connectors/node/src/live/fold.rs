@@ -57,20 +57,22 @@ pub(crate) fn fold_loop(
                 by_offset.insert(offset, hash);
             }
             let mut outbox = BTreeMap::new();
+            let mut unseen = link.unseen.lock().expect("unseen");
             let mut after = None;
             loop {
                 let chunk = store.outbox(after, 4096)?;
                 let Some(&(last, _)) = chunk.last() else {
                     break;
                 };
-                for (offset, _) in &chunk {
-                    if let Some(hash) = by_offset.get(offset) {
-                        outbox.insert(*hash, *offset);
+                for (offset, bytes) in chunk {
+                    if let Some(hash) = by_offset.get(&offset) {
+                        outbox.insert(*hash, offset);
+                        unseen.insert(offset, bytes);
                     }
                 }
                 after = Some(last);
             }
-            link.outbox_len.store(outbox.len(), Ordering::SeqCst);
+            drop(unseen);
             let next = link.next.load(Ordering::SeqCst);
             Source::Kafka {
                 reader: link.kafka.tail_reader(next)?,
@@ -119,11 +121,14 @@ pub(crate) fn fold_loop(
                         journal.journal.push((offset, bytes.clone()));
                         local_hashes.insert(hash);
                         outbox.insert(hash, offset);
+                        link.unseen
+                            .lock()
+                            .expect("unseen")
+                            .insert(offset, bytes.clone());
                         apply_entry(shared, &mut folder, &bytes, Some(hash));
                         let _ = reply.send(Ok(offset));
                         applied += 1;
                     }
-                    link.outbox_len.store(outbox.len(), Ordering::SeqCst);
                 }
                 let mut read = 0;
                 while read < BURST {
@@ -139,7 +144,7 @@ pub(crate) fn fold_loop(
                         // Ours, published after an outage: applied when it was written.
                         if let Some(offset) = outbox.remove(&hash) {
                             folder.journal_mut().outbox_delete.push(offset);
-                            link.outbox_len.store(outbox.len(), Ordering::SeqCst);
+                            link.unseen.lock().expect("unseen").remove(&offset);
                         }
                         continue;
                     }

@@ -11,7 +11,6 @@
 mod appender;
 mod fold;
 mod http;
-mod kafka;
 mod observe;
 mod publish;
 
@@ -164,8 +163,10 @@ pub(crate) struct KafkaLink {
     pub kafka: Arc<KafkaLog>,
     /// Appends go to Kafka (else to the journal).
     pub up: AtomicBool,
-    /// Local records not yet seen back in the topic.
+    /// Local records not yet published to the topic (the appender's backlog).
     pub outbox_len: AtomicUsize,
+    /// Local records not yet seen back in the topic, by engine offset (kept by the fold).
+    pub unseen: Mutex<BTreeMap<u64, Vec<u8>>>,
     /// Next Kafka offset the fold reads.
     pub next: AtomicU64,
     /// Kafka end offset when last asked.
@@ -272,6 +273,7 @@ pub async fn run(
                 kafka: k.clone(),
                 up: AtomicBool::new(true),
                 outbox_len: AtomicUsize::new(0),
+                unseen: Mutex::new(BTreeMap::new()),
                 next: AtomicU64::new(next),
                 end: AtomicU64::new(0),
                 local: Mutex::new(tx),
@@ -342,12 +344,26 @@ pub async fn run(
         "caught up with the log; serving on {}",
         shared.config.listen
     );
+    if let Some(link) = &shared.kafka {
+        // Local records of an earlier run the topic does not hold yet: publish them first.
+        let backlog: Vec<Vec<u8>> = link
+            .unseen
+            .lock()
+            .expect("unseen")
+            .values()
+            .cloned()
+            .collect();
+        if !backlog.is_empty() {
+            tracing::info!(
+                records = backlog.len(),
+                "publishing records kept while kafka was unreachable"
+            );
+        }
+        shared.appender.backlog(backlog);
+    }
     announce_start(&shared).await;
 
-    let mut observers = observe::spawn(shared.clone());
-    if let Some(link) = shared.kafka.clone() {
-        observers.push(kafka::spawn_republisher(link, store.clone()));
-    }
+    let observers = observe::spawn(shared.clone());
     let app = http::router(shared.clone());
     let server = axum::serve(listener, app).with_graceful_shutdown(shutdown);
     let served = server.await;

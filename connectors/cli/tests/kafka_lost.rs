@@ -1,0 +1,236 @@
+//! Kafka lost mid-run (librdkafka's mock cluster with its broker down): the node keeps
+//! brokering from its local journal; when the broker returns the outbox is published and
+//! the topic holds every record; replaying the node's journal reproduces every decision it
+//! answered.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use lhc_engine::Ts;
+use serde_json::Value;
+
+const NODE: &str = "a.z1.test";
+
+fn lhc() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_lhc"))
+}
+
+fn http(port: u16, method: &str, path: &str, body: &str) -> Option<(u16, Value)> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .ok()?;
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).ok()?;
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).ok()?;
+    let text = String::from_utf8_lossy(&answer);
+    let status = text.split(' ').nth(1)?.parse().ok()?;
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
+    Some((status, serde_json::from_str(body).unwrap_or(Value::Null)))
+}
+
+/// Kills the node if the test fails halfway.
+struct KillOnDrop(Option<Child>);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+/// An always-healthy control plane.
+fn stub_cloud() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            let mut buf = [0u8; 2048];
+            let _ = stream.read(&mut buf);
+            let _ = stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+        }
+    });
+    port
+}
+
+fn wait_until(what: &str, limit: Duration, mut check: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !check() {
+        assert!(start.elapsed() < limit, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn heartbeats(port: u16) {
+    http(
+        port,
+        "POST",
+        "/storefront/heartbeat",
+        r#"{"storefront":"sf1"}"#,
+    );
+    http(
+        port,
+        "POST",
+        "/vda/heartbeat",
+        r#"{"machine":"vda1.z1.test","sessions":[]}"#,
+    );
+}
+
+fn launch(port: u16, id: &str) -> Value {
+    let body = format!(
+        r#"{{"request":"{id}","user":"alice","resource":"app","client":{{"name":"pc1","ip":"10.0.0.9"}}}}"#
+    );
+    let (status, answer) = http(port, "POST", "/storefront/launch", &body).expect("answers");
+    assert_eq!(status, 200, "launch {id}: {answer}");
+    answer
+}
+
+fn lines(out: std::process::Output) -> Vec<String> {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn brokering_goes_on_while_kafka_is_down_and_nothing_is_lost() {
+    let cluster = rdkafka::mocking::MockCluster::new(1).unwrap();
+    cluster.create_topic("lhc.events", 1, 1).unwrap();
+    let brokers = cluster.bootstrap_servers();
+    let kafka = ["--kafka", brokers.as_str(), "--site", "lost-test"];
+    let dir = tempfile::tempdir().unwrap();
+    let t = now_ms() - 5_000;
+    let config = format!(
+        "{{\"ts\":\"{}\",\"type\":\"config.change\",\"version\":1,\"ops\":[\
+         {{\"op\":\"upsert\",\"kind\":\"zone\",\"id\":\"z1\",\"data\":{{\"name\":\"Z\"}}}},\
+         {{\"op\":\"upsert\",\"kind\":\"connector\",\"id\":\"{NODE}\",\"data\":{{\"zone\":\"z1\"}}}},\
+         {{\"op\":\"upsert\",\"kind\":\"delivery_group\",\"id\":\"g\",\"data\":{{\"kind\":\"multi_session\"}}}},\
+         {{\"op\":\"upsert\",\"kind\":\"machine\",\"id\":\"vda1.z1.test\",\"data\":{{\"zone\":\"z1\",\"delivery_group\":\"g\",\"max_sessions\":100}}}},\
+         {{\"op\":\"upsert\",\"kind\":\"resource\",\"id\":\"app\",\"data\":{{\"kind\":\"application\",\"delivery_groups\":[\"g\"]}}}},\
+         {{\"op\":\"upsert\",\"kind\":\"user\",\"id\":\"alice\"}},\
+         {{\"op\":\"upsert\",\"kind\":\"entitlement\",\"id\":\"e\",\"data\":{{\"resource\":\"app\",\"principals\":[\"alice\"]}}}}]}}\n",
+        Ts(t).to_rfc3339()
+    );
+    let file = dir.path().join("site.jsonl");
+    std::fs::write(&file, config).unwrap();
+    lines(
+        lhc()
+            .args(["log", "import"])
+            .arg(&file)
+            .args(kafka)
+            .output()
+            .unwrap(),
+    );
+
+    let cloud = stub_cloud();
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let data = dir.path().join("node");
+    let node = lhc()
+        .args(["connector", "run", "--connector", NODE])
+        .args(kafka)
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .args(["--cloud-url", &format!("http://127.0.0.1:{cloud}/")])
+        .args(["--health-interval", "500ms", "--tick-interval", "300ms"])
+        .args(["--kafka-append-timeout", "1s", "--commit-interval", "50ms"])
+        .arg("--data")
+        .arg(&data)
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut node = KillOnDrop(Some(node));
+    wait_until("the node serves", Duration::from_secs(30), || {
+        http(port, "GET", "/healthz", "").is_some()
+    });
+
+    let mut answers: Vec<(String, Value)> = Vec::new();
+    wait_until("the VDA is registered", Duration::from_secs(20), || {
+        heartbeats(port);
+        let id = format!("wait-{}", now_ms());
+        let d = launch(port, &id);
+        let ok = d["outcome"] == "brokered";
+        answers.push((id, d));
+        ok
+    });
+
+    cluster.broker_down(1).unwrap();
+    for i in 0..5 {
+        heartbeats(port);
+        let id = format!("during-outage-{i}");
+        let d = launch(port, &id);
+        assert_eq!(d["outcome"], "brokered", "{id}: {d}");
+        answers.push((id, d));
+    }
+    let (_, health) = http(port, "GET", "/healthz", "").unwrap();
+    assert_eq!(health["kafka_up"], false, "{health}");
+    assert!(health["outbox"].as_u64().unwrap() > 0, "{health}");
+
+    cluster.broker_up(1).unwrap();
+    wait_until("the outbox is published", Duration::from_secs(60), || {
+        let (_, health) = http(port, "GET", "/healthz", "").unwrap();
+        health["kafka_up"] == true && health["outbox"] == 0
+    });
+    let d = launch(port, "after-outage");
+    assert_eq!(d["outcome"], "brokered");
+    answers.push(("after-outage".into(), d));
+
+    let mut child = node.0.take().unwrap();
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert!(child.wait().unwrap().success());
+
+    // The topic holds every record the node applied, once.
+    let journal = lines(
+        lhc()
+            .args(["connector", "journal", "--data"])
+            .arg(&data)
+            .output()
+            .unwrap(),
+    );
+    let topic = lines(lhc().args(["log", "cat"]).args(kafka).output().unwrap());
+    let (mut j, mut k) = (journal.clone(), topic.clone());
+    j.sort();
+    k.sort();
+    assert_eq!(j, k, "journal and topic hold the same records");
+    assert!(journal.iter().any(|l| l.contains("during-outage-4")));
+
+    // Replaying the node's journal makes every decision the node answered.
+    let journal_file = dir.path().join("journal.jsonl");
+    std::fs::write(&journal_file, journal.join("\n") + "\n").unwrap();
+    let outputs: Vec<Value> = lines(lhc().arg("replay").arg(&journal_file).output().unwrap())
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    for (id, answer) in &answers {
+        let replayed: Vec<&Value> = outputs
+            .iter()
+            .filter(|o| o["type"] == "launch.decision" && o["request"] == id.as_str())
+            .collect();
+        assert_eq!(replayed, vec![answer], "request {id}");
+    }
+}
