@@ -103,6 +103,9 @@ pub enum ConnectorCommand {
         /// brokers from its local journal instead.
         #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = humantime::parse_duration)]
         kafka_append_timeout: Duration,
+        /// With --kafka: the topic outputs are published to (message key: this connector).
+        #[arg(long, value_name = "TOPIC", default_value = "lhc.outputs")]
+        output_topic: String,
         /// File holding the admin bearer token; without it admin endpoints answer 401.
         #[arg(long, value_name = "FILE")]
         admin_token_file: Option<PathBuf>,
@@ -199,6 +202,7 @@ pub fn run(command: ConnectorCommand, quiet: bool) -> anyhow::Result<ExitCode> {
             launch_timeout,
             commit_interval,
             kafka_append_timeout,
+            output_topic,
             peers,
             admin_token_file,
             site_name,
@@ -264,10 +268,26 @@ pub fn run(command: ConnectorCommand, quiet: bool) -> anyhow::Result<ExitCode> {
                 SiteLog::Direct(l) => l.describe(),
             };
             let outputs_dir = data.join("outputs");
-            let outputs: Arc<dyn Log> = Arc::new(
-                EmbeddedLog::open(&outputs_dir, EmbeddedOptions::default())
-                    .with_context(|| format!("opening the output log {}", outputs_dir.display()))?,
-            );
+            let (outputs, outputs_name): (Arc<dyn Log>, String) = match target.kafka.options()? {
+                Some(mut options) => {
+                    // Every node publishes to one topic; the message key is the node.
+                    options.topic = output_topic.clone();
+                    options.site = connector.clone();
+                    options.timeout = kafka_append_timeout.max(Duration::from_millis(200));
+                    let log = KafkaLog::open(options)
+                        .with_context(|| format!("opening the output topic {output_topic}"))?;
+                    let name = log.describe();
+                    (Arc::new(log), name)
+                }
+                None => (
+                    Arc::new(
+                        EmbeddedLog::open(&outputs_dir, EmbeddedOptions::default()).with_context(
+                            || format!("opening the output log {}", outputs_dir.display()),
+                        )?,
+                    ),
+                    outputs_dir.display().to_string(),
+                ),
+            };
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)
                 .enable_all()
@@ -278,7 +298,7 @@ pub fn run(command: ConnectorCommand, quiet: bool) -> anyhow::Result<ExitCode> {
                     "connector {connector}: log {}, snapshot {}, outputs {}, API on http://{listen}",
                     describe,
                     data.join("snapshot").display(),
-                    outputs_dir.display()
+                    outputs_name
                 );
             }
             runtime

@@ -118,6 +118,7 @@ fn lines(out: std::process::Output) -> Vec<String> {
 fn brokering_goes_on_while_kafka_is_down_and_nothing_is_lost() {
     let cluster = rdkafka::mocking::MockCluster::new(1).unwrap();
     cluster.create_topic("lhc.events", 1, 1).unwrap();
+    cluster.create_topic("lhc.outputs", 1, 1).unwrap();
     let brokers = cluster.bootstrap_servers();
     let kafka = ["--kafka", brokers.as_str(), "--site", "lost-test"];
     let dir = tempfile::tempdir().unwrap();
@@ -218,6 +219,49 @@ fn brokering_goes_on_while_kafka_is_down_and_nothing_is_lost() {
     k.sort();
     assert_eq!(j, k, "journal and topic hold the same records");
     assert!(journal.iter().any(|l| l.contains("during-outage-4")));
+
+    // The output topic holds the node's outputs once each, in order, keyed by input offset,
+    // and exactly those its cache snapshot stored about it.
+    let published: Vec<Value> = lines(
+        lhc()
+            .args([
+                "log",
+                "cat",
+                "--kafka",
+                brokers.as_str(),
+                "--topic",
+                "lhc.outputs",
+            ])
+            .args(["--site", NODE])
+            .output()
+            .unwrap(),
+    )
+    .iter()
+    .map(|l| serde_json::from_str(l).unwrap())
+    .collect();
+    let stored: Vec<Value> = lines(
+        lhc()
+            .args(["connector", "outputs", "--data"])
+            .arg(&data)
+            .output()
+            .unwrap(),
+    )
+    .iter()
+    .map(|l| serde_json::from_str::<Value>(l).unwrap())
+    .filter(|o| o["connector"].as_str().is_none_or(|c| c == NODE))
+    .collect();
+    let outputs_published: Vec<&Value> = published.iter().map(|p| &p["output"]).collect();
+    assert_eq!(outputs_published, stored.iter().collect::<Vec<_>>());
+    let keys: Vec<(u64, u64)> = published
+        .iter()
+        .map(|p| {
+            (
+                p["input_offset"].as_u64().unwrap(),
+                p["index"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert!(keys.windows(2).all(|w| w[0] < w[1]));
 
     // Replaying the node's journal makes every decision the node answered.
     let journal_file = dir.path().join("journal.jsonl");

@@ -311,6 +311,7 @@ fn zone_of_three_nodes_on_the_embedded_log() {
 fn zone_of_three_nodes_on_kafka() {
     let cluster = rdkafka::mocking::MockCluster::new(1).unwrap();
     cluster.create_topic("lhc.events", 1, 1).unwrap();
+    cluster.create_topic("lhc.outputs", 1, 1).unwrap();
     let dir = test_dir();
     let log = Backend::Kafka(cluster.bootstrap_servers());
     zone_of_three_nodes(&dir, &log);
@@ -683,11 +684,15 @@ fn zone_of_three_nodes(dir: &tempfile::TempDir, log: &Backend) {
         && o["connector"] == A
         && o["data"]["reason"] == "no_lhc_database"));
     // A's published outputs are its own, in order, without duplicates.
-    let out = lhc()
-        .args(["log", "cat", "--log"])
-        .arg(dir.path().join(A).join("outputs"))
-        .output()
-        .unwrap();
+    let mut cat = lhc();
+    cat.args(["log", "cat"]);
+    match log {
+        Backend::Embedded(_) => cat.arg("--log").arg(dir.path().join(A).join("outputs")),
+        Backend::Kafka(brokers) => {
+            cat.args(["--kafka", brokers, "--topic", "lhc.outputs", "--site", A])
+        }
+    };
+    let out = cat.output().unwrap();
     let published: Vec<Value> = String::from_utf8_lossy(&out.stdout)
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())

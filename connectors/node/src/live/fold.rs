@@ -17,7 +17,7 @@ use lhc_engine::output::EventData;
 use lhc_engine::{decode_record_at, Output, Record};
 use lhc_log::LogReader;
 
-use super::{publish, record_hash, Applied, LaunchAnswer, LocalBatch, Shared};
+use super::{record_hash, Applied, LaunchAnswer, LocalBatch, Shared};
 use crate::store::{Folder, NodeError, Store};
 
 /// Most records applied between two looks at the clock and the local queue.
@@ -40,11 +40,11 @@ enum Source {
 }
 
 /// Runs until the node stops: applies, answers waiters, commits at most every
-/// `commit_interval`, then publishes what it committed.
+/// `commit_interval`, then tells the publisher.
 pub(crate) fn fold_loop(
     shared: &Shared,
     mut folder: Folder<Arc<Store>>,
-    mut publisher: publish::Publisher,
+    committed: std::sync::mpsc::Sender<()>,
     local: Option<Receiver<LocalBatch>>,
 ) -> Result<(), NodeError> {
     let mut source = match (&shared.kafka, local) {
@@ -83,7 +83,6 @@ pub(crate) fn fold_loop(
         }
         _ => Source::Direct(shared.log.reader(folder.next())?),
     };
-    publisher.catch_up(folder.store())?;
     let mut last_commit = Instant::now();
     let interval = shared.config.commit_interval;
     loop {
@@ -172,7 +171,8 @@ pub(crate) fn fold_loop(
         if folder.dirty() && (due || stopping) {
             folder.commit()?;
             last_commit = Instant::now();
-            publisher.catch_up(folder.store())?;
+            // The publisher thread takes it from here; a slow output log never stalls us.
+            let _ = committed.send(());
         }
         if applied == 0 {
             if stopping && !folder.dirty() {

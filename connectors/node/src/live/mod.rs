@@ -317,10 +317,13 @@ pub async fn run(
     });
 
     let publisher = publish::Publisher::open(outputs, &shared.config.connector)?;
+    let (committed, commits) = std::sync::mpsc::channel();
+    let publisher_thread = publish::spawn(publisher, store.clone(), commits)
+        .map_err(|e| RunError::Fold(e.to_string()))?;
     let fold_shared = shared.clone();
     let fold_thread = std::thread::Builder::new()
         .name("lhc-fold".into())
-        .spawn(move || fold::fold_loop(&fold_shared, folder, publisher, local_rx))
+        .spawn(move || fold::fold_loop(&fold_shared, folder, committed, local_rx))
         .map_err(|e| RunError::Fold(e.to_string()))?;
 
     // Catch up before serving, so the first answers come from current state.
@@ -376,6 +379,8 @@ pub async fn run(
     let folded = tokio::task::spawn_blocking(move || fold_thread.join())
         .await
         .map_err(|e| RunError::Fold(e.to_string()))?;
+    // The fold dropped its end of the channel: the publisher sends what is left and ends.
+    let _ = tokio::task::spawn_blocking(move || publisher_thread.join()).await;
     match folded {
         Ok(Ok(())) => {}
         Ok(Err(e)) => return Err(RunError::Fold(e.to_string())),

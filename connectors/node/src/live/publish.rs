@@ -25,6 +25,35 @@ pub struct OutputRecord {
     pub output: serde_json::Value,
 }
 
+/// Runs the publisher on its own thread: after each commit the fold sends a message; the
+/// thread publishes everything committed since the cursor. A failing output log is retried
+/// (every few seconds, and after each commit) without holding up the fold. When the fold
+/// ends (the channel closes) it publishes what is left and returns.
+pub(crate) fn spawn(
+    mut publisher: Publisher,
+    store: Arc<Store>,
+    commits: std::sync::mpsc::Receiver<()>,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("lhc-publish".into())
+        .spawn(move || loop {
+            let closed = match commits.recv_timeout(std::time::Duration::from_secs(3)) {
+                Ok(()) => {
+                    while commits.try_recv().is_ok() {}
+                    false
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => false,
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => true,
+            };
+            if let Err(e) = publisher.catch_up(&store) {
+                tracing::error!("publishing outputs: {e}");
+            }
+            if closed {
+                return;
+            }
+        })
+}
+
 /// Outputs read from the store per round.
 const CHUNK: usize = 4096;
 
@@ -35,21 +64,35 @@ pub(crate) struct Publisher {
 }
 
 impl Publisher {
-    /// Positions itself after the last output the log holds.
+    /// Positions itself after the last output of this node the log holds. The log may be
+    /// shared (a Kafka topic where every node publishes): it looks back from the end in
+    /// growing windows until it finds one of this node's records.
     pub(crate) fn open(log: Arc<dyn Log>, node: &str) -> Result<Publisher, lhc_log::LogError> {
-        let end = log.end_offset()?;
+        let (start, end) = (log.start_offset()?, log.end_offset()?);
         let mut cursor = None;
-        if end > log.start_offset()? {
-            if let Some(last) = log.reader(end - 1)?.next(std::time::Duration::ZERO)? {
-                match serde_json::from_slice::<OutputRecord>(&last.bytes) {
-                    Ok(r) => cursor = Some((r.input_offset, r.index)),
+        let mut window = 1u64;
+        let mut scanned_from = end;
+        while cursor.is_none() && scanned_from > start {
+            let from = end.saturating_sub(window).max(start);
+            let mut reader = log.reader(from)?;
+            while let Some(entry) = reader.next(std::time::Duration::ZERO)? {
+                if entry.offset >= scanned_from {
+                    break;
+                }
+                match serde_json::from_slice::<OutputRecord>(&entry.bytes) {
+                    Ok(r) if r.node.eq_ignore_ascii_case(node) => {
+                        cursor = Some((r.input_offset, r.index))
+                    }
+                    Ok(_) => {}
                     Err(e) => tracing::warn!(
-                        "the last record of output log {} is not an lhc output ({e}); \
-                         publishing from the first stored output",
+                        "record {} of output log {} is not an lhc output ({e}); skipped",
+                        entry.offset,
                         log.describe()
                     ),
                 }
             }
+            scanned_from = from;
+            window = window.saturating_mul(16);
         }
         Ok(Publisher {
             log,
