@@ -249,6 +249,17 @@ pub struct Engine {
     pub(crate) quiet_until: Option<Ts>,
 }
 
+/// The configuration part of the engine state: the site configuration as the cloud holds
+/// it and the validated snapshots by version. It changes only with `config.change` records
+/// and imports, so a store can keep it apart from the state that changes with every record.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ConfigPart {
+    /// The site configuration.
+    pub site: SiteConfig,
+    /// Validated configuration versions: shared snapshots, or the failures of a version.
+    pub validations: BTreeMap<u64, Validation>,
+}
+
 /// Sort key of connector FQDNs: lowercase, byte order (R-ELECT-2).
 fn fqdn_key(name: &str) -> String {
     name.to_lowercase()
@@ -288,6 +299,26 @@ impl Engine {
     /// The snapshot a connector uses, if any.
     pub fn snapshot_of(&self, connector: &str) -> Option<&Arc<Snapshot>> {
         snapshot_in(&self.validations, self.connectors.get(connector)?)
+    }
+
+    /// Moves the configuration part out (leaving it empty), so the rest serializes alone;
+    /// give it back with [`Engine::restore_config`] before applying anything.
+    pub fn take_config(&mut self) -> ConfigPart {
+        ConfigPart {
+            site: std::mem::take(&mut self.site),
+            validations: std::mem::take(&mut self.validations),
+        }
+    }
+
+    /// Puts back a configuration part taken with [`Engine::take_config`] (or stored apart).
+    pub fn restore_config(&mut self, part: ConfigPart) {
+        self.site = part.site;
+        self.validations = part.validations;
+    }
+
+    /// Validated configuration versions held (snapshots in use, the current version).
+    pub fn validations(&self) -> &BTreeMap<u64, Validation> {
+        &self.validations
     }
 
     /// Checks the invariants the reducer keeps; the error says which one broke. It rebuilds

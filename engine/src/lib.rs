@@ -19,7 +19,7 @@ pub mod snapshot;
 pub mod ts;
 
 pub use decode::{decode_record, decode_record_at, encode_record, DecodeError, DecodeErrorKind};
-pub use engine::Engine;
+pub use engine::{ConfigPart, Engine, Validation};
 pub use output::Output;
 pub use record::Record;
 pub use ts::Ts;

@@ -39,6 +39,25 @@ pub enum BenchCommand {
         #[arg(long)]
         quick: bool,
     },
+    /// The live node: launch latency through the HTTP API at a sustained rate (embedded
+    /// log and librdkafka's mock cluster), and restart time with a large site's state.
+    Node {
+        /// Launch requests per second.
+        #[arg(long, default_value_t = 1000)]
+        rate: u32,
+        /// Seconds of sustained load.
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+        /// VDAs of the site whose state the restart loads.
+        #[arg(long, default_value_t = 40_000)]
+        restart_vdas: usize,
+        /// When the embedded log's appends reach the disk (always, never, or a period).
+        #[arg(long, value_name = "POLICY", default_value = "always")]
+        fsync: FsyncPolicy,
+        /// A reduced run (200/s for 2 s, 2,000 VDAs) that keeps the benchmark working in CI.
+        #[arg(long)]
+        quick: bool,
+    },
     /// Engine fold (decode + apply) of a site with VDAs heartbeating, next to decoding alone.
     Fold {
         /// VDAs in the zone.
@@ -76,6 +95,30 @@ pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
                 (vdas, launches)
             };
             launch_bench(vdas, launches)
+        }
+        BenchCommand::Node {
+            rate,
+            seconds,
+            restart_vdas,
+            fsync,
+            quick,
+        } => {
+            let bench = if quick {
+                crate::benchnode::NodeBench {
+                    rate: 200,
+                    seconds: 2,
+                    restart_vdas: 2_000,
+                    fsync,
+                }
+            } else {
+                crate::benchnode::NodeBench {
+                    rate,
+                    seconds,
+                    restart_vdas,
+                    fsync,
+                }
+            };
+            crate::benchnode::run(bench)
         }
         BenchCommand::Fold { vdas, hours, quick } => {
             let (vdas, hours) = if quick { (1_000, 1) } else { (vdas, hours) };

@@ -10,6 +10,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod benchnode;
 mod demo;
 mod logcmd;
 mod nodecmd;

@@ -92,8 +92,9 @@ pub enum ConnectorCommand {
         /// How long a launch waits for its decision before answering 503.
         #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = humantime::parse_duration)]
         launch_timeout: Duration,
-        /// Longest time folded records stay uncommitted (outputs are published after commit).
-        #[arg(long, value_name = "DURATION", default_value = "100ms", value_parser = humantime::parse_duration)]
+        /// Longest time folded records stay uncommitted (outputs are published after commit;
+        /// after a crash the node refolds at most this much).
+        #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = humantime::parse_duration)]
         commit_interval: Duration,
         /// A peer's API base URL, FQDN=URL (repeat); others are http://FQDN:PORT with this
         /// node's port.

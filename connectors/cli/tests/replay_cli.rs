@@ -168,4 +168,19 @@ fn quick_benchmarks_run_and_report_their_ratios() {
     assert!(fold.contains("ratio fold / decode"), "{fold}");
     let (launch, _) = ok(lhc(&["bench", "launch", "--quick"]));
     assert!(launch.contains("10000 brokered, 0 rejected"), "{launch}");
+    // The live node: every launch of the run brokered, on both logs, and a restart.
+    let (node, _) = ok(lhc(&["bench", "node", "--quick"]));
+    let rows: Vec<&str> = node
+        .lines()
+        .filter(|l| l.starts_with("embedded") || l.starts_with("kafka"))
+        .collect();
+    assert_eq!(rows.len(), 2, "{node}");
+    for row in rows {
+        let brokered: Vec<&str> = row.split_whitespace().collect();
+        assert!(
+            brokered.contains(&"400"),
+            "all 400 launches brokered: {row}"
+        );
+    }
+    assert!(node.contains("start to serving /healthz"), "{node}");
 }

@@ -325,7 +325,8 @@ impl KafkaLog {
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false")
             .set("auto.offset.reset", "error")
-            .set("fetch.wait.max.ms", "100")
+            // A live node waits on this fetch for every record: keep it short.
+            .set("fetch.wait.max.ms", "10")
             // librdkafka wants the socket timeout well above the fetch wait.
             .set(
                 "socket.timeout.ms",

@@ -9,4 +9,6 @@
 pub mod live;
 pub mod store;
 
-pub use store::{fold, FoldSummary, Folder, JournalChanges, NodeError, Store, StoreOptions};
+pub use store::{
+    fold, CommitJob, FoldSummary, Folder, JournalChanges, NodeError, Store, StoreOptions,
+};

@@ -6,14 +6,20 @@
 //! `WriteBatch`. A process killed at any instant restarts from the last commit: no record
 //! is applied twice, no output is lost or stored twice.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Deref;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use lhc_engine::{decode_record_at, Engine, Output};
+use lhc_engine::site::SiteConfig;
+use lhc_engine::{decode_record_at, ConfigPart, Engine, Output, Validation};
 use lhc_log::{Log, LogEntry, LogError};
-use rocksdb::{ColumnFamilyDescriptor, IteratorMode, Options, WriteBatch, WriteOptions, DB};
+use rocksdb::{ColumnFamilyDescriptor, IteratorMode, Options, WriteBatch, WriteOptions};
+
+/// Multi-threaded mode: snapshot column families are created and dropped while others
+/// read.
+type DB = rocksdb::DBWithThreadMode<rocksdb::MultiThreaded>;
 
 /// Column family of the engine state and the applied offset.
 const META: &str = "meta";
@@ -31,6 +37,22 @@ const OUTBOX: &str = "outbox";
 const KAFKA_NEXT_KEY: &[u8] = b"kafka_next";
 /// Every column family, in creation order.
 const FAMILIES: [&str; 5] = [META, OUTPUTS, JOURNAL, LOCAL, OUTBOX];
+
+/// Prefix of the column family holding one validated configuration version.
+const SNAPSHOT_PREFIX: &str = "snapshot-v";
+/// Key of the validation in a snapshot family.
+const VALIDATION_KEY: &[u8] = b"validation";
+/// Key of the list of snapshot versions in use (the switch).
+const SNAPSHOTS_KEY: &[u8] = b"snapshots";
+/// Key of the site configuration (as the cloud holds it).
+const SITE_KEY: &[u8] = b"site";
+/// Key of the version of the stored site configuration.
+const SITE_VERSION_KEY: &[u8] = b"site_version";
+
+/// Column family name of a snapshot version.
+fn snapshot_family(version: u64) -> String {
+    format!("{SNAPSHOT_PREFIX}{version}")
+}
 
 /// Key of the serialized engine.
 const STATE_KEY: &[u8] = b"engine";
@@ -59,6 +81,9 @@ pub enum NodeError {
     /// The log failed.
     #[error(transparent)]
     Log(#[from] LogError),
+    /// The committer thread stopped on an error.
+    #[error("commit failed: {0}")]
+    Commit(String),
 }
 
 /// Memory settings of the store.
@@ -87,6 +112,16 @@ pub struct Store {
     db: DB,
     path: PathBuf,
     sync: bool,
+    options: Options,
+    /// What the config part in the store holds: (site version, snapshot versions).
+    written: Mutex<Written>,
+}
+
+/// The configuration part as last written.
+#[derive(Default)]
+struct Written {
+    site_version: Option<u64>,
+    snapshots: BTreeSet<u64>,
 }
 
 impl Store {
@@ -102,18 +137,76 @@ impl Store {
         let mut table = rocksdb::BlockBasedOptions::default();
         table.set_block_cache(&cache);
         db_options.set_block_based_table_factory(&table);
-        let families = FAMILIES.map(|name| ColumnFamilyDescriptor::new(name, db_options.clone()));
+        // Every family the directory holds must be opened, snapshot ones included.
+        let existing = DB::list_cf(&db_options, &path).unwrap_or_default();
+        let names: BTreeSet<String> = FAMILIES
+            .iter()
+            .map(|n| n.to_string())
+            .chain(existing.into_iter().filter(|n| n != "default"))
+            .collect();
+        let families = names
+            .iter()
+            .map(|name| ColumnFamilyDescriptor::new(name, db_options.clone()));
         let db = DB::open_cf_descriptors(&db_options, &path, families).map_err(|source| {
             NodeError::Store {
                 path: path.clone(),
                 source,
             }
         })?;
-        Ok(Store {
+        let store = Store {
             db,
             path,
             sync: options.sync,
-        })
+            options: db_options,
+            written: Mutex::new(Written::default()),
+        };
+        let listed = store.listed_snapshots()?;
+        // A snapshot family the meta does not list is an import interrupted before its
+        // switch (R-CSS-3/4): the listed ones stay in use, the leftover goes.
+        for name in names.iter().filter(|n| n.starts_with(SNAPSHOT_PREFIX)) {
+            let version = name[SNAPSHOT_PREFIX.len()..].parse::<u64>().ok();
+            if !version.is_some_and(|v| listed.contains(&v)) {
+                tracing::info!(family = %name, "dropping a snapshot left by an interrupted import");
+                store.db.drop_cf(name).map_err(|e| store.error(e))?;
+            }
+        }
+        *store.written.lock().expect("written") = Written {
+            site_version: store.site_version()?,
+            snapshots: listed,
+        };
+        Ok(store)
+    }
+
+    /// Snapshot versions the meta lists (the ones in use).
+    fn listed_snapshots(&self) -> Result<BTreeSet<u64>, NodeError> {
+        match self
+            .db
+            .get_cf(&self.cf(META), SNAPSHOTS_KEY)
+            .map_err(|e| self.error(e))?
+        {
+            Some(bytes) => serde_json::from_slice(&bytes).map_err(|e| NodeError::Corrupt {
+                path: self.path.clone(),
+                detail: format!("snapshot list: {e}"),
+            }),
+            None => Ok(BTreeSet::new()),
+        }
+    }
+
+    fn site_version(&self) -> Result<Option<u64>, NodeError> {
+        let bytes = self
+            .db
+            .get_cf(&self.cf(META), SITE_VERSION_KEY)
+            .map_err(|e| self.error(e))?;
+        Ok(bytes.and_then(|b| b.as_slice().try_into().ok().map(u64::from_be_bytes)))
+    }
+
+    /// Names of the snapshot column families present, for inspection and tests.
+    pub fn snapshot_families(&self) -> Vec<String> {
+        DB::list_cf(&self.options, &self.path)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|n| n.starts_with(SNAPSHOT_PREFIX))
+            .collect()
     }
 
     fn error(&self, source: rocksdb::Error) -> NodeError {
@@ -123,7 +216,7 @@ impl Store {
         }
     }
 
-    fn cf(&self, name: &str) -> &rocksdb::ColumnFamily {
+    fn cf(&self, name: &str) -> Arc<rocksdb::BoundColumnFamily<'_>> {
         self.db
             .cf_handle(name)
             .expect("column families are created at open")
@@ -131,67 +224,142 @@ impl Store {
 
     /// The stored engine and the next offset to apply; a fresh engine at 0 when empty.
     pub fn load(&self) -> Result<(Engine, u64), NodeError> {
+        let corrupt = |detail: String| NodeError::Corrupt {
+            path: self.path.clone(),
+            detail,
+        };
         let meta = self.cf(META);
-        let next =
-            match self.db.get_cf(meta, NEXT_KEY).map_err(|e| self.error(e))? {
-                Some(bytes) => u64::from_be_bytes(bytes.as_slice().try_into().map_err(|_| {
-                    NodeError::Corrupt {
-                        path: self.path.clone(),
-                        detail: "next offset is not 8 bytes".into(),
-                    }
-                })?),
-                None => return Ok((Engine::new(), 0)),
-            };
+        let next = match self.db.get_cf(&meta, NEXT_KEY).map_err(|e| self.error(e))? {
+            Some(bytes) => u64::from_be_bytes(
+                bytes
+                    .as_slice()
+                    .try_into()
+                    .map_err(|_| corrupt("next offset is not 8 bytes".into()))?,
+            ),
+            None => return Ok((Engine::new(), 0)),
+        };
         let state = self
             .db
-            .get_cf(meta, STATE_KEY)
+            .get_cf(&meta, STATE_KEY)
             .map_err(|e| self.error(e))?
-            .ok_or_else(|| NodeError::Corrupt {
-                path: self.path.clone(),
-                detail: "an offset without a state".into(),
-            })?;
-        let engine = serde_json::from_slice(&state).map_err(|e| NodeError::Corrupt {
-            path: self.path.clone(),
-            detail: e.to_string(),
-        })?;
+            .ok_or_else(|| corrupt("an offset without a state".into()))?;
+        let mut engine: Engine =
+            serde_json::from_slice(&state).map_err(|e| corrupt(format!("state: {e}")))?;
+        let mut part = ConfigPart::default();
+        if let Some(site) = self.db.get_cf(&meta, SITE_KEY).map_err(|e| self.error(e))? {
+            part.site = serde_json::from_slice(&site).map_err(|e| corrupt(format!("site: {e}")))?;
+        }
+        for version in self.listed_snapshots()? {
+            let name = snapshot_family(version);
+            let cf = self
+                .db
+                .cf_handle(&name)
+                .ok_or_else(|| corrupt(format!("listed snapshot {name} is missing")))?;
+            let bytes = self
+                .db
+                .get_cf(&cf, VALIDATION_KEY)
+                .map_err(|e| self.error(e))?
+                .ok_or_else(|| corrupt(format!("snapshot {name} is empty")))?;
+            let validation: Validation = serde_json::from_slice(&bytes)
+                .map_err(|e| corrupt(format!("snapshot {name}: {e}")))?;
+            part.validations.insert(version, validation);
+        }
+        engine.restore_config(part);
         Ok((engine, next))
     }
 
     /// Writes the state, the next offset, the pending outputs and the journal changes in one
     /// batch.
+    ///
+    /// The configuration part is written apart: the site configuration when its version
+    /// changed, and each validated version into a fresh column family of its own, filled
+    /// before the batch; the batch then lists the versions in use, which is the atomic
+    /// switch (R-CSS-3/4), and families no longer listed are dropped after it.
     pub fn commit(
         &self,
-        engine: &Engine,
+        engine: &mut Engine,
         next: u64,
         outputs: &[(u64, Vec<Output>)],
         journal: &JournalChanges,
     ) -> Result<(), NodeError> {
+        let part = engine.take_config();
+        let result = self.write(
+            &*engine,
+            part.site.version,
+            Some(&part.site),
+            &part.validations,
+            next,
+            outputs,
+            journal,
+        );
+        engine.restore_config(part);
+        result
+    }
+
+    /// Writes a commit prepared by [`Folder::commit_job`] (on another thread).
+    pub fn write_job(&self, job: &CommitJob) -> Result<(), NodeError> {
+        self.write(
+            &job.state,
+            job.site_version,
+            job.site.as_ref(),
+            &job.validations,
+            job.next,
+            &job.outputs,
+            &job.journal,
+        )
+    }
+
+    /// The commit proper: `state` is the engine without its configuration part, which comes
+    /// as the site (needed only when its version changed since the last write) and the
+    /// validations.
+    #[allow(clippy::too_many_arguments)]
+    fn write(
+        &self,
+        state: &Engine,
+        site_version: u64,
+        site: Option<&SiteConfig>,
+        validations: &BTreeMap<u64, Validation>,
+        next: u64,
+        outputs: &[(u64, Vec<Output>)],
+        journal: &JournalChanges,
+    ) -> Result<(), NodeError> {
+        let mut written = self.written.lock().expect("written");
+        let prepared = self.prepare_config(site_version, site, validations, &written);
+        let state = serde_json::to_vec(state).expect("state serializes");
+        let (site, snapshots, retired) = prepared?;
         let mut batch = WriteBatch::default();
+        let meta = self.cf(META);
+        if let Some((version, bytes)) = &site {
+            batch.put_cf(&meta, SITE_KEY, bytes);
+            batch.put_cf(&meta, SITE_VERSION_KEY, version.to_be_bytes());
+        }
+        if snapshots != written.snapshots {
+            let list = serde_json::to_vec(&snapshots).expect("a list of versions serializes");
+            batch.put_cf(&meta, SNAPSHOTS_KEY, list);
+        }
         for (offset, bytes) in &journal.journal {
-            batch.put_cf(self.cf(JOURNAL), offset.to_be_bytes(), bytes);
+            batch.put_cf(&self.cf(JOURNAL), offset.to_be_bytes(), bytes);
         }
         for (hash, offset) in &journal.local {
-            batch.put_cf(self.cf(LOCAL), hash, offset.to_be_bytes());
+            batch.put_cf(&self.cf(LOCAL), hash, offset.to_be_bytes());
         }
         for (offset, bytes) in &journal.outbox_put {
-            batch.put_cf(self.cf(OUTBOX), offset.to_be_bytes(), bytes);
+            batch.put_cf(&self.cf(OUTBOX), offset.to_be_bytes(), bytes);
         }
         for offset in &journal.outbox_delete {
-            batch.delete_cf(self.cf(OUTBOX), offset.to_be_bytes());
+            batch.delete_cf(&self.cf(OUTBOX), offset.to_be_bytes());
         }
         if let Some(k) = journal.kafka_next {
-            batch.put_cf(self.cf(META), KAFKA_NEXT_KEY, k.to_be_bytes());
+            batch.put_cf(&self.cf(META), KAFKA_NEXT_KEY, k.to_be_bytes());
         }
-        let meta = self.cf(META);
-        let state = serde_json::to_vec(engine).expect("state serializes");
-        batch.put_cf(meta, STATE_KEY, state);
-        batch.put_cf(meta, NEXT_KEY, next.to_be_bytes());
+        batch.put_cf(&meta, STATE_KEY, state);
+        batch.put_cf(&meta, NEXT_KEY, next.to_be_bytes());
         let cf = self.cf(OUTPUTS);
         for (offset, list) in outputs {
             for (index, output) in list.iter().enumerate() {
                 let key = output_key(*offset, index as u32);
                 batch.put_cf(
-                    cf,
+                    &cf,
                     key,
                     serde_json::to_vec(output).expect("outputs serialize"),
                 );
@@ -199,14 +367,74 @@ impl Store {
         }
         let mut write = WriteOptions::default();
         write.set_sync(self.sync);
-        self.db.write_opt(batch, &write).map_err(|e| self.error(e))
+        drop((meta, cf));
+        self.db
+            .write_opt(batch, &write)
+            .map_err(|e| self.error(e))?;
+        if let Some((version, _)) = site {
+            written.site_version = Some(version);
+        }
+        written.snapshots = snapshots;
+        for version in retired {
+            self.db
+                .drop_cf(&snapshot_family(version))
+                .map_err(|e| self.error(e))?;
+        }
+        Ok(())
+    }
+
+    /// Writes new snapshot families and says what the batch must switch: the site bytes
+    /// if changed, the versions in use, the versions to drop after the switch.
+    #[allow(clippy::type_complexity)]
+    fn prepare_config(
+        &self,
+        site_version: u64,
+        site: Option<&SiteConfig>,
+        validations: &BTreeMap<u64, Validation>,
+        written: &Written,
+    ) -> Result<(Option<(u64, Vec<u8>)>, BTreeSet<u64>, Vec<u64>), NodeError> {
+        let site = if written.site_version == Some(site_version) {
+            None
+        } else {
+            let site = site.ok_or_else(|| NodeError::Corrupt {
+                path: self.path.clone(),
+                detail: format!("site version {site_version} changed but was not given"),
+            })?;
+            Some((
+                site_version,
+                serde_json::to_vec(site).expect("the site serializes"),
+            ))
+        };
+        let snapshots: BTreeSet<u64> = validations.keys().copied().collect();
+        for (version, validation) in validations {
+            if written.snapshots.contains(version) {
+                continue;
+            }
+            let name = snapshot_family(*version);
+            if self.db.cf_handle(&name).is_some() {
+                // Left by a commit that failed before its switch: start it afresh.
+                self.db.drop_cf(&name).map_err(|e| self.error(e))?;
+            }
+            self.db
+                .create_cf(&name, &self.options)
+                .map_err(|e| self.error(e))?;
+            let cf = self.db.cf_handle(&name).expect("just created");
+            let bytes = serde_json::to_vec(validation).expect("a validation serializes");
+            let mut write = WriteOptions::default();
+            write.set_sync(self.sync);
+            self.db
+                .put_cf_opt(&cf, VALIDATION_KEY, bytes, &write)
+                .map_err(|e| self.error(e))?;
+        }
+        let retired = written.snapshots.difference(&snapshots).copied().collect();
+        Ok((site, snapshots, retired))
     }
 
     /// The next Kafka offset to read (Kafka mode), if one was stored.
     pub fn kafka_next(&self) -> Result<Option<u64>, NodeError> {
         let bytes = self
             .db
-            .get_cf(self.cf(META), KAFKA_NEXT_KEY)
+            .get_cf(&self.cf(META), KAFKA_NEXT_KEY)
             .map_err(|e| self.error(e))?;
         Ok(bytes.and_then(|b| b.as_slice().try_into().ok().map(u64::from_be_bytes)))
     }
@@ -214,7 +442,7 @@ impl Store {
     /// Hashes of the records this node wrote locally, with their engine offsets.
     pub fn local_hashes(&self) -> Result<Vec<([u8; 16], u64)>, NodeError> {
         let mut all = Vec::new();
-        for item in self.db.iterator_cf(self.cf(LOCAL), IteratorMode::Start) {
+        for item in self.db.iterator_cf(&self.cf(LOCAL), IteratorMode::Start) {
             let (key, value) = item.map_err(|e| self.error(e))?;
             if let (Ok(hash), Ok(offset)) = (
                 <[u8; 16]>::try_from(&key[..]),
@@ -257,7 +485,7 @@ impl Store {
             None => IteratorMode::Start,
         };
         let mut all = Vec::new();
-        for item in self.db.iterator_cf(self.cf(cf), mode) {
+        for item in self.db.iterator_cf(&self.cf(cf), mode) {
             let (key, value) = item.map_err(|e| self.error(e))?;
             let offset = u64::from_be_bytes(key[..8].try_into().expect("8-byte key"));
             all.push((offset, value.to_vec()));
@@ -281,7 +509,7 @@ impl Store {
             None => IteratorMode::Start,
         };
         let mut all = Vec::new();
-        for item in self.db.iterator_cf(self.cf(OUTPUTS), mode) {
+        for item in self.db.iterator_cf(&self.cf(OUTPUTS), mode) {
             let (key, value) = item.map_err(|e| self.error(e))?;
             if start.as_deref() == Some(&key[..]) {
                 continue;
@@ -299,7 +527,7 @@ impl Store {
     /// Every stored output in order: (input offset, output JSON).
     pub fn outputs(&self) -> Result<Vec<(u64, Vec<u8>)>, NodeError> {
         let mut all = Vec::new();
-        for item in self.db.iterator_cf(self.cf(OUTPUTS), IteratorMode::Start) {
+        for item in self.db.iterator_cf(&self.cf(OUTPUTS), IteratorMode::Start) {
             let (key, value) = item.map_err(|e| self.error(e))?;
             let offset = u64::from_be_bytes(key[..8].try_into().expect("8-byte prefix"));
             all.push((offset, value.to_vec()));
@@ -333,6 +561,18 @@ impl JournalChanges {
     }
 }
 
+/// A commit prepared on the fold thread (a copy of the state without its configuration
+/// part, which is shared or rarely changes) to be written by another thread.
+pub struct CommitJob {
+    state: Engine,
+    site_version: u64,
+    site: Option<SiteConfig>,
+    validations: BTreeMap<u64, Validation>,
+    next: u64,
+    outputs: Vec<(u64, Vec<Output>)>,
+    journal: JournalChanges,
+}
+
 /// Key of an output: input offset and index, big-endian so keys sort in log order.
 fn output_key(offset: u64, index: u32) -> Vec<u8> {
     let mut key = offset.to_be_bytes().to_vec();
@@ -350,18 +590,22 @@ pub struct Folder<S: Deref<Target = Store>> {
     journal: JournalChanges,
     uncommitted: usize,
     commits: u64,
+    /// Site version the last commit job carried (or the store holds).
+    sent_site_version: Option<u64>,
 }
 
 impl<S: Deref<Target = Store>> Folder<S> {
     /// Resumes from what the store holds.
     pub fn open(store: S) -> Result<Folder<S>, NodeError> {
         let (engine, next) = store.load()?;
+        let sent_site_version = store.written.lock().expect("written").site_version;
         Ok(Folder {
             store,
             engine: Arc::new(RwLock::new(engine)),
             next,
             pending: Vec::new(),
             journal: JournalChanges::default(),
+            sent_site_version,
             uncommitted: 0,
             commits: 0,
         })
@@ -376,6 +620,14 @@ impl<S: Deref<Target = Store>> Folder<S> {
     /// The store it commits to.
     pub fn store(&self) -> &Store {
         &self.store
+    }
+
+    /// A handle on the store (for a committer thread).
+    pub fn store_handle(&self) -> S
+    where
+        S: Clone,
+    {
+        self.store.clone()
     }
 
     /// Offset of the next record to apply.
@@ -435,14 +687,44 @@ impl<S: Deref<Target = Store>> Folder<S> {
         if self.uncommitted == 0 && self.journal.is_empty() {
             return Ok(Vec::new());
         }
-        let engine = self.engine.read().expect("engine lock");
+        let mut engine = self.engine.write().expect("engine lock");
         self.store
-            .commit(&engine, self.next, &self.pending, &self.journal)?;
+            .commit(&mut engine, self.next, &self.pending, &self.journal)?;
+        self.sent_site_version = Some(engine.site().version);
         drop(engine);
         self.journal = JournalChanges::default();
         self.commits += 1;
         self.uncommitted = 0;
         Ok(std::mem::take(&mut self.pending))
+    }
+
+    /// Takes what was applied since the last commit as a job for a committer thread: the
+    /// fold pays for a copy of the state (without its configuration part) instead of its
+    /// serialization and write. Jobs must be written in order.
+    pub fn commit_job(&mut self) -> Option<CommitJob> {
+        if !self.dirty() {
+            return None;
+        }
+        let mut engine = self.engine.write().expect("engine lock");
+        let part = engine.take_config();
+        let state = engine.clone();
+        let site_version = part.site.version;
+        let site = (self.sent_site_version != Some(site_version)).then(|| part.site.clone());
+        let validations = part.validations.clone();
+        engine.restore_config(part);
+        drop(engine);
+        self.sent_site_version = Some(site_version);
+        self.commits += 1;
+        self.uncommitted = 0;
+        Some(CommitJob {
+            state,
+            site_version,
+            site,
+            validations,
+            next: self.next,
+            outputs: std::mem::take(&mut self.pending),
+            journal: std::mem::take(&mut self.journal),
+        })
     }
 
     /// The engine, giving up anything not committed.

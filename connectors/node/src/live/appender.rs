@@ -181,7 +181,19 @@ fn reply_all(
 
 /// Handle to the appender thread.
 pub struct Appender {
-    jobs: mpsc::Sender<Message>,
+    jobs: Option<mpsc::Sender<Message>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Appender {
+    fn drop(&mut self) {
+        // Closing the queue ends the thread; waiting for it releases the log (and its
+        // Kafka clients) before the caller moves on.
+        self.jobs.take();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 /// Most records written in one append.
@@ -196,7 +208,7 @@ impl Appender {
         waiters: Arc<RecordWaiters>,
     ) -> Appender {
         let (jobs, inbox) = mpsc::channel::<Message>();
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("lhc-appender".into())
             .spawn(move || loop {
                 let first = match inbox.recv_timeout(Duration::from_millis(250)) {
@@ -231,12 +243,17 @@ impl Appender {
                 }
             })
             .expect("spawn the appender thread");
-        Appender { jobs }
+        Appender {
+            jobs: Some(jobs),
+            thread: Some(thread),
+        }
     }
 
     /// Hands the backlog of earlier runs to the appender (Kafka mode, after catch-up).
     pub(crate) fn backlog(&self, records: Vec<Vec<u8>>) {
-        let _ = self.jobs.send(Message::Backlog(records));
+        if let Some(jobs) = &self.jobs {
+            let _ = jobs.send(Message::Backlog(records));
+        }
     }
 
     /// Appends the record `make` builds at the current time; returns its offset in the log
@@ -247,6 +264,8 @@ impl Appender {
     ) -> Result<u64, String> {
         let (reply, answer) = oneshot::channel();
         self.jobs
+            .as_ref()
+            .ok_or_else(|| "the appender has stopped".to_string())?
             .send(Message::Job(Job {
                 make: Box::new(make),
                 reply,
@@ -267,6 +286,8 @@ impl Appender {
         let (reply, answer) = oneshot::channel();
         let (applied, done) = oneshot::channel();
         self.jobs
+            .as_ref()
+            .ok_or_else(|| "the appender has stopped".to_string())?
             .send(Message::Job(Job {
                 make: Box::new(make),
                 reply,

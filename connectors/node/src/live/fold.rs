@@ -18,7 +18,7 @@ use lhc_engine::{decode_record_at, Output, Record};
 use lhc_log::LogReader;
 
 use super::{record_hash, Applied, LaunchAnswer, LocalBatch, Shared};
-use crate::store::{Folder, NodeError, Store};
+use crate::store::{CommitJob, Folder, NodeError, Store};
 
 /// Most records applied between two looks at the clock and the local queue.
 const BURST: usize = 512;
@@ -83,18 +83,46 @@ pub(crate) fn fold_loop(
         }
         _ => Source::Direct(shared.log.reader(folder.next())?),
     };
+    // Serializing and writing the state happens on the committer thread, so answers never
+    // wait for a commit; the bound makes the fold wait if the disk falls behind.
+    let (jobs, pending_jobs) = std::sync::mpsc::sync_channel::<CommitJob>(2);
+    let store = folder.store_handle();
+    let committer = std::thread::Builder::new()
+        .name("lhc-commit".into())
+        .spawn(move || -> Result<(), NodeError> {
+            for job in pending_jobs {
+                store.write_job(&job)?;
+                let _ = committed.send(());
+            }
+            Ok(())
+        })
+        .map_err(|e| NodeError::Commit(e.to_string()))?;
+    let result = fold_on(shared, &mut folder, &mut source, &jobs);
+    drop(jobs);
+    let committed = committer
+        .join()
+        .unwrap_or_else(|_| Err(NodeError::Commit("the committer panicked".into())));
+    result.and(committed)
+}
+
+fn fold_on(
+    shared: &Shared,
+    folder: &mut Folder<Arc<Store>>,
+    source: &mut Source,
+    jobs: &std::sync::mpsc::SyncSender<CommitJob>,
+) -> Result<(), NodeError> {
     let mut last_commit = Instant::now();
     let interval = shared.config.commit_interval;
     loop {
         let seen = shared.bell.count();
-        let applied = match &mut source {
+        let applied = match source {
             Source::Direct(reader) => {
                 let mut applied = 0;
                 while applied < BURST {
                     let Some(entry) = reader.next(Duration::ZERO)? else {
                         break;
                     };
-                    apply_entry(shared, &mut folder, &entry.bytes, None);
+                    apply_entry(shared, folder, &entry.bytes, None);
                     applied += 1;
                 }
                 if applied > 0 {
@@ -124,7 +152,7 @@ pub(crate) fn fold_loop(
                             .lock()
                             .expect("unseen")
                             .insert(offset, bytes.clone());
-                        apply_entry(shared, &mut folder, &bytes, Some(hash));
+                        apply_entry(shared, folder, &bytes, Some(hash));
                         let _ = reply.send(Ok(offset));
                         applied += 1;
                     }
@@ -152,7 +180,7 @@ pub(crate) fn fold_loop(
                         .journal_mut()
                         .journal
                         .push((offset, entry.bytes.clone()));
-                    apply_entry(shared, &mut folder, &entry.bytes, Some(hash));
+                    apply_entry(shared, folder, &entry.bytes, Some(hash));
                     applied += 1;
                 }
                 if read > 0 {
@@ -169,16 +197,23 @@ pub(crate) fn fold_loop(
         let due = last_commit.elapsed() >= interval || folder.uncommitted() >= 4096;
         let stopping = shared.stopping.load(Ordering::SeqCst);
         if folder.dirty() && (due || stopping) {
-            folder.commit()?;
+            let started = Instant::now();
+            if let Some(job) = folder.commit_job() {
+                if jobs.send(job).is_err() {
+                    return Err(NodeError::Commit("the committer stopped".into()));
+                }
+            }
+            let took = started.elapsed();
+            if took > Duration::from_millis(5) {
+                tracing::debug!(ms = took.as_millis() as u64, "slow commit preparation");
+            }
             last_commit = Instant::now();
-            // The publisher thread takes it from here; a slow output log never stalls us.
-            let _ = committed.send(());
         }
         if applied == 0 {
             if stopping && !folder.dirty() {
                 return Ok(());
             }
-            if let Source::Direct(_) = source {
+            if let Source::Direct(_) = *source {
                 if let Ok(end) = shared.log.end_offset() {
                     shared.log_end.store(end, Ordering::Relaxed);
                 }

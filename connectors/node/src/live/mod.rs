@@ -85,7 +85,7 @@ impl NodeConfig {
             peers: BTreeMap::new(),
             admin_token: None,
             store: StoreOptions::default(),
-            commit_interval: Duration::from_millis(100),
+            commit_interval: Duration::from_secs(1),
             body_limit: 256 << 10,
         }
     }

@@ -1,0 +1,364 @@
+//! `lhc bench node`: the live node measured from outside — launch latency through the HTTP
+//! API at a sustained request rate (embedded log, then librdkafka's mock cluster), and the
+//! restart time of a node holding a large site's state.
+//!
+//! Latency is measured open-loop: request i is due at `start + i / rate` and its latency
+//! counts from that instant, so a server that falls behind shows it (no coordinated
+//! omission).
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener};
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use lhc_log::{EmbeddedLog, EmbeddedOptions, KafkaLog, KafkaOptions, Log};
+use lhc_node::live::{self, NodeConfig, SiteLog};
+use lhc_node::{Store, StoreOptions};
+
+const NODE: &str = "node1.zone1.corp.example";
+
+/// What to measure.
+pub struct NodeBench {
+    /// Launch requests per second.
+    pub rate: u32,
+    /// Seconds of sustained load.
+    pub seconds: u64,
+    /// VDAs of the site whose state the restart measurement loads.
+    pub restart_vdas: usize,
+    /// fsync policy of the embedded log.
+    pub fsync: lhc_log::FsyncPolicy,
+}
+
+/// Runs the three measurements and prints them.
+pub fn run(bench: NodeBench) -> anyhow::Result<ExitCode> {
+    let launches = (bench.rate as u64 * bench.seconds) as usize;
+    println!(
+        "lhc bench node: launches through POST /storefront/launch at {}/s for {} s ({} requests), open loop",
+        bench.rate, bench.seconds, launches
+    );
+    println!(
+        "{:<34} {:>9} {:>9} {:>9} {:>9} {:>10}",
+        "log", "p50 ms", "p99 ms", "max ms", "brokered", "achieved/s"
+    );
+    let embedded = latency(&bench, Backend::Embedded)?;
+    embedded.print(&format!("embedded (fsync {})", fsync_name(bench.fsync)));
+    let kafka = latency(&bench, Backend::KafkaMock)?;
+    kafka.print("kafka (librdkafka mock cluster)");
+    println!();
+    restart(bench.restart_vdas)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Clone, Copy)]
+enum Backend {
+    Embedded,
+    KafkaMock,
+}
+
+struct Latencies {
+    sorted_ms: Vec<f64>,
+    brokered: usize,
+    achieved: f64,
+}
+
+impl Latencies {
+    fn pct(&self, p: f64) -> f64 {
+        let i = ((self.sorted_ms.len() as f64 - 1.0) * p).round() as usize;
+        self.sorted_ms.get(i).copied().unwrap_or(f64::NAN)
+    }
+
+    fn print(&self, name: &str) {
+        println!(
+            "{name:<34} {:>9.2} {:>9.2} {:>9.2} {:>9} {:>10.0}",
+            self.pct(0.50),
+            self.pct(0.99),
+            self.sorted_ms.last().copied().unwrap_or(f64::NAN),
+            self.brokered,
+            self.achieved
+        );
+    }
+}
+
+/// A control plane that always answers 200.
+fn stub_cloud() -> anyhow::Result<u16> {
+    let listener = TcpListener::bind("127.0.0.1:0")?;
+    let port = listener.local_addr()?.port();
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            let mut buf = [0u8; 1024];
+            let _ = stream.read(&mut buf);
+            let _ = stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+        }
+    });
+    Ok(port)
+}
+
+fn free_addr() -> anyhow::Result<SocketAddr> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?)
+}
+
+/// One zone, this node, 200 multi-session VDAs and `users` users entitled to one app.
+fn config(users: usize) -> Vec<u8> {
+    let ts = lhc_engine::Ts(now_ms() - 5_000);
+    let mut ops = vec![
+        r#"{"op":"upsert","kind":"zone","id":"zone1","data":{"name":"Zone 1"}}"#.to_string(),
+        r#"{"op":"upsert","kind":"delivery_group","id":"dg1","data":{"kind":"multi_session"}}"#
+            .to_string(),
+        r#"{"op":"upsert","kind":"resource","id":"app","data":{"kind":"application","delivery_groups":["dg1"]}}"#.to_string(),
+        r#"{"op":"upsert","kind":"group","id":"staff"}"#.to_string(),
+        r#"{"op":"upsert","kind":"entitlement","id":"e","data":{"resource":"app","principals":["staff"]}}"#.to_string(),
+        format!(r#"{{"op":"upsert","kind":"connector","id":"{NODE}","data":{{"zone":"zone1"}}}}"#),
+    ];
+    for v in 0..200 {
+        ops.push(format!(r#"{{"op":"upsert","kind":"machine","id":"vda{v:03}.zone1.corp.example","data":{{"zone":"zone1","delivery_group":"dg1","max_sessions":500}}}}"#));
+    }
+    for u in 0..users {
+        ops.push(format!(
+            r#"{{"op":"upsert","kind":"user","id":"user{u:06}","data":{{"groups":["staff"]}}}}"#
+        ));
+    }
+    format!(
+        r#"{{"ts":"{ts}","type":"config.change","version":1,"ops":[{}]}}"#,
+        ops.join(",")
+    )
+    .into_bytes()
+}
+
+fn fsync_name(policy: lhc_log::FsyncPolicy) -> String {
+    match policy {
+        lhc_log::FsyncPolicy::Always => "always".into(),
+        lhc_log::FsyncPolicy::Never => "never".into(),
+        lhc_log::FsyncPolicy::IntervalMs(ms) => format!("every {ms} ms"),
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// Starts a node on its own runtime thread; returns its address and the stop switch.
+fn start_node(
+    config: NodeConfig,
+    site_log: SiteLog,
+    outputs: Arc<dyn Log>,
+) -> anyhow::Result<(
+    tokio::sync::oneshot::Sender<()>,
+    std::thread::JoinHandle<anyhow::Result<()>>,
+)> {
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let handle = std::thread::spawn(move || -> anyhow::Result<()> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()?;
+        runtime.block_on(live::run(config, site_log, outputs, async move {
+            let _ = stopped.await;
+        }))?;
+        Ok(())
+    });
+    Ok((stop, handle))
+}
+
+fn latency(bench: &NodeBench, backend: Backend) -> anyhow::Result<Latencies> {
+    let scratch = tempfile::tempdir()?;
+    let launches = (bench.rate as u64 * bench.seconds) as usize;
+    let cluster;
+    let (site_log, outputs): (SiteLog, Arc<dyn Log>) = match backend {
+        Backend::Embedded => {
+            let log = EmbeddedLog::open(
+                scratch.path().join("log"),
+                EmbeddedOptions {
+                    fsync: bench.fsync,
+                    ..EmbeddedOptions::default()
+                },
+            )?;
+            log.append(&[&config(launches)])?;
+            let outputs =
+                EmbeddedLog::open(scratch.path().join("out"), EmbeddedOptions::default())?;
+            (SiteLog::Direct(Arc::new(log)), Arc::new(outputs))
+        }
+        Backend::KafkaMock => {
+            cluster = rdkafka::mocking::MockCluster::new(1).context("starting the mock cluster")?;
+            cluster.create_topic("lhc.events", 1, 1)?;
+            cluster.create_topic("lhc.outputs", 1, 1)?;
+            let mut options = KafkaOptions::new(cluster.bootstrap_servers(), "bench");
+            options.timeout = Duration::from_secs(5);
+            let log = KafkaLog::open(options.clone())?;
+            log.append(&[&config(launches)])?;
+            options.topic = "lhc.outputs".into();
+            options.site = NODE.into();
+            let outputs = KafkaLog::open(options)?;
+            (SiteLog::Kafka(Arc::new(log)), Arc::new(outputs))
+        }
+    };
+    let addr = free_addr()?;
+    let mut config = NodeConfig::new(NODE, scratch.path().join("node"));
+    config.listen = addr;
+    config.cloud_url = format!("http://127.0.0.1:{}/", stub_cloud()?);
+    config.health_interval = Duration::from_secs(5);
+    config.launch_timeout = Duration::from_secs(30);
+    std::fs::create_dir_all(&config.data_dir)?;
+    let (stop, node) = start_node(config, site_log, outputs)?;
+
+    let client = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let result = client.block_on(async {
+        let http = reqwest::Client::builder()
+            .pool_max_idle_per_host(256)
+            .build()?;
+        let base = format!("http://{addr}");
+        // Serving, with StoreFront traffic and every VDA registered through the cloud.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok(r) = http.get(format!("{base}/healthz")).send().await {
+                if r.status().is_success() {
+                    break;
+                }
+            }
+            if Instant::now() > deadline {
+                bail!("the node did not start serving within 60 s");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        http.post(format!("{base}/storefront/heartbeat"))
+            .body(r#"{"storefront":"sf1"}"#)
+            .send()
+            .await?;
+        for v in 0..200 {
+            http.post(format!("{base}/vda/heartbeat"))
+                .body(format!(r#"{{"machine":"vda{v:03}.zone1.corp.example","sessions":[]}}"#))
+                .send()
+                .await?;
+        }
+        let mut tasks = tokio::task::JoinSet::new();
+        let started = tokio::time::Instant::now();
+        let period = Duration::from_secs_f64(1.0 / f64::from(bench.rate.max(1)));
+        for i in 0..launches {
+            let due = started + period * i as u32;
+            tokio::time::sleep_until(due).await;
+            let http = http.clone();
+            let url = format!("{base}/storefront/launch");
+            let body = format!(
+                r#"{{"request":"bench-{i}","user":"user{i:06}","resource":"app","client":{{"name":"pc{i}","ip":"10.0.0.1"}}}}"#
+            );
+            tasks.spawn(async move {
+                let answer = http.post(url).body(body).send().await;
+                let elapsed = due.elapsed();
+                let brokered = match answer {
+                    Ok(r) if r.status().is_success() => {
+                        r.text().await.unwrap_or_default().contains("\"brokered\"")
+                    }
+                    _ => false,
+                };
+                (elapsed, brokered)
+            });
+        }
+        let mut sorted_ms = Vec::with_capacity(launches);
+        let mut brokered = 0;
+        while let Some(done) = tasks.join_next().await {
+            let (elapsed, ok) = done?;
+            sorted_ms.push(elapsed.as_secs_f64() * 1000.0);
+            brokered += usize::from(ok);
+        }
+        let achieved = launches as f64 / started.elapsed().as_secs_f64();
+        sorted_ms.sort_by(f64::total_cmp);
+        Ok(Latencies {
+            sorted_ms,
+            brokered,
+            achieved,
+        })
+    });
+    let _ = stop.send(());
+    match node.join() {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => return Err(e.context("the benchmarked node failed")),
+        Err(_) => bail!("the benchmarked node panicked"),
+    }
+    result
+}
+
+/// A node holding the state of a `vdas`-VDA site (folded from an hour of heartbeats)
+/// restarts: time to open the store and load the state, and time until it serves.
+fn restart(vdas: usize) -> anyhow::Result<()> {
+    let scratch = tempfile::tempdir()?;
+    let log = EmbeddedLog::open(
+        scratch.path().join("log"),
+        EmbeddedOptions {
+            fsync: lhc_log::FsyncPolicy::Never,
+            ..EmbeddedOptions::default()
+        },
+    )?;
+    let records = crate::bench::site_log(vdas, 1, false);
+    for chunk in records.chunks(10_000) {
+        let refs: Vec<&[u8]> = chunk.iter().map(Vec::as_slice).collect();
+        log.append(&refs)?;
+    }
+    let data = scratch.path().join("node");
+    let store_dir = data.join("snapshot");
+    {
+        let store = Store::open(&store_dir, &StoreOptions::default())?;
+        lhc_node::fold(&store, &log, 100_000, None)?;
+    }
+    let state_bytes = dir_size(&store_dir);
+    let started = Instant::now();
+    let store = Store::open(&store_dir, &StoreOptions::default())?;
+    let (engine, next) = store.load()?;
+    let load = started.elapsed();
+    anyhow::ensure!(next == records.len() as u64, "the fold stopped early");
+    let machines = engine.machines().len();
+    drop((engine, store));
+
+    // The whole node: from start to answering /healthz, caught up.
+    let addr = free_addr()?;
+    let mut config = NodeConfig::new("cc1.zone1.corp.example", &data);
+    config.listen = addr;
+    config.cloud_url = format!("http://127.0.0.1:{}/", stub_cloud()?);
+    let outputs = EmbeddedLog::open(scratch.path().join("out"), EmbeddedOptions::default())?;
+    let started = Instant::now();
+    let (stop, node) = start_node(config, SiteLog::Direct(Arc::new(log)), Arc::new(outputs))?;
+    let serving = loop {
+        if std::net::TcpStream::connect(addr).is_ok_and(|mut s| {
+            let _ = s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+            let mut answer = String::new();
+            let _ = s.read_to_string(&mut answer);
+            answer.starts_with("HTTP/1.1 200")
+        }) {
+            break started.elapsed();
+        }
+        if started.elapsed() > Duration::from_secs(120) {
+            bail!("the restarted node did not serve within 120 s");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let _ = stop.send(());
+    let _ = node.join();
+    println!(
+        "restart of a node holding a {vdas}-VDA site ({machines} VDAs seen, {} records folded, store {:.1} MB):",
+        records.len(),
+        state_bytes as f64 / 1e6
+    );
+    println!(
+        "  open store + load state {:>8.0} ms\n  start to serving /healthz {:>7.0} ms",
+        load.as_secs_f64() * 1000.0,
+        serving.as_secs_f64() * 1000.0
+    );
+    Ok(())
+}
+
+fn dir_size(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter_map(|e| e.metadata().ok())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0)
+}
