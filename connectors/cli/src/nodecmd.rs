@@ -303,7 +303,10 @@ pub fn run(command: ConnectorCommand, quiet: bool) -> anyhow::Result<ExitCode> {
                 );
             }
             runtime
-                .block_on(live::run(config, site_log, outputs, shutdown_signal()))
+                .block_on(async move {
+                    let shutdown = shutdown_signal();
+                    live::run(config, site_log, outputs, shutdown).await
+                })
                 .with_context(|| format!("connector node {connector}"))?;
             Ok(ExitCode::SUCCESS)
         }
@@ -357,16 +360,20 @@ fn parse_peer(text: &str) -> Result<(String, String), String> {
     }
 }
 
-/// Resolves on Ctrl-C or SIGTERM.
-async fn shutdown_signal() {
-    let interrupt = tokio::signal::ctrl_c();
-    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .expect("installing a SIGTERM handler");
-    tokio::select! {
-        _ = interrupt => {}
-        _ = terminate.recv() => {}
+/// Resolves on Ctrl-C or SIGTERM. The handlers are installed when this is called (inside
+/// the runtime), not when first polled: a signal during catch-up still stops the node
+/// cleanly once it serves.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send + 'static {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut interrupt = signal(SignalKind::interrupt()).expect("installing a SIGINT handler");
+    let mut terminate = signal(SignalKind::terminate()).expect("installing a SIGTERM handler");
+    async move {
+        tokio::select! {
+            _ = interrupt.recv() => {}
+            _ = terminate.recv() => {}
+        }
+        tracing::info!("stopping");
     }
-    tracing::info!("stopping");
 }
 
 /// The store of a node data directory: `DIR/snapshot` for `connector run`, else `DIR`

@@ -197,6 +197,113 @@ fn kill_9_at_random_moments_loses_and_repeats_nothing() {
     );
 }
 
+/// The same for the live node (`lhc connector run`): killed at random moments while it
+/// catches up with a long log and while it serves, then left to finish; its stored outputs
+/// are an uninterrupted replay's, and so is its digest.
+#[test]
+fn kill_9_of_the_running_node_loses_and_repeats_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = import(tmp.path(), &site_log(100, 24));
+    let total = expected_records(&log);
+    let data = tmp.path().join("node").display().to_string();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let listen = format!("127.0.0.1:{port}");
+    let args = [
+        "connector",
+        "run",
+        "--connector",
+        "cc1.z1.example",
+        "--log",
+        &log,
+        "--data",
+        &data,
+        "--listen",
+        &listen,
+        "--cloud-url",
+        "http://127.0.0.1:9/",
+        "--commit-interval",
+        "1ms",
+        "--sync",
+        "--fsync",
+        "never",
+    ];
+    let mut seed: u64 = 0x0dd_ba11;
+    let mut kills = 0;
+    let mut mid_fold = 0;
+    let started = Instant::now();
+    while kills < 60 {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_lhc"))
+            .args(args)
+            .env("RUST_LOG", "error")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        std::thread::sleep(Duration::from_millis(20 + (seed >> 33) % 60));
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the node exited on its own"
+        );
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+        kills += 1;
+        let status = ok(lhc(&["connector", "status", "--data", &data]));
+        let next: u64 = status
+            .lines()
+            .next()
+            .unwrap()
+            .trim_start_matches("next offset ")
+            .parse()
+            .unwrap();
+        if next < total {
+            mid_fold += 1;
+        }
+        assert!(started.elapsed() < Duration::from_secs(240));
+    }
+    assert!(mid_fold >= 10, "only {mid_fold} kills landed mid-fold");
+    // A last run catches up and stops cleanly (SIGTERM), recording its stop.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_lhc"))
+        .args(args)
+        .env("RUST_LOG", "error")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "the node never served");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert!(child.wait().unwrap().success());
+
+    // The log now also holds what the node appended; the node folded all of it.
+    let expected = ok(lhc(&["replay", &log, "-q"]));
+    let digest_out = lhc(&["replay", &log, "--no-outputs", "--digest", "-q"]);
+    let expected_digest = String::from_utf8(digest_out.stderr).unwrap();
+    let expected_digest = expected_digest.split_whitespace().nth(1).unwrap();
+    let outputs = ok(lhc(&["connector", "outputs", "--data", &data]));
+    assert_eq!(
+        outputs.lines().count(),
+        expected.lines().count(),
+        "no output missing or repeated ({kills} kills, {mid_fold} mid-fold)"
+    );
+    assert_eq!(outputs, expected);
+    let status = ok(lhc(&["connector", "status", "--data", &data]));
+    assert!(
+        status.contains(&format!("digest {expected_digest}")),
+        "{status} vs {expected_digest}"
+    );
+}
+
 #[test]
 fn a_resumed_fold_applies_only_new_records() {
     let tmp = tempfile::tempdir().unwrap();
