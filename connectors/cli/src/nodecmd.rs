@@ -311,7 +311,7 @@ pub fn run(command: ConnectorCommand, quiet: bool) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         ConnectorCommand::Journal { data } => {
-            let store = Store::open(store_dir(&data), &StoreOptions::default())?;
+            let store = open_existing(&data)?;
             let mut out = std::io::BufWriter::new(std::io::stdout().lock());
             let mut after = None;
             loop {
@@ -329,7 +329,7 @@ pub fn run(command: ConnectorCommand, quiet: bool) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         ConnectorCommand::Outputs { data } => {
-            let store = Store::open(store_dir(&data), &StoreOptions::default())?;
+            let store = open_existing(&data)?;
             let mut out = std::io::BufWriter::new(std::io::stdout().lock());
             for (_, json) in store.outputs()? {
                 out.write_all(&json)?;
@@ -339,7 +339,7 @@ pub fn run(command: ConnectorCommand, quiet: bool) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         ConnectorCommand::Status { data } => {
-            let store = Store::open(store_dir(&data), &StoreOptions::default())?;
+            let store = open_existing(&data)?;
             let (engine, next) = store.load()?;
             println!("next offset {next}");
             println!("digest {}", engine.digest());
@@ -385,4 +385,19 @@ fn store_dir(data: &std::path::Path) -> PathBuf {
     } else {
         data.to_path_buf()
     }
+}
+
+/// Opens the cache snapshot of a data directory for reading; an error if there is none.
+fn open_existing(data: &std::path::Path) -> anyhow::Result<Store> {
+    let dir = store_dir(data);
+    if !dir.join("CURRENT").exists() {
+        anyhow::bail!(
+            "no cache snapshot in {} (create one with `lhc connector fold --data {}` or \
+             `lhc connector run --data {}`)",
+            data.display(),
+            data.display(),
+            data.display()
+        );
+    }
+    Ok(Store::open(&dir, &StoreOptions::default())?)
 }
