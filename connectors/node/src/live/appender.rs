@@ -75,15 +75,18 @@ impl Sink {
 
     /// Writes the records; in Kafka mode, to the journal while Kafka is down or a backlog
     /// waits.
-    fn write(&mut self, records: Vec<Vec<u8>>, replies: Vec<oneshot::Sender<Result<u64, String>>>) {
+    /// Returns whether the records were written (or handed to the fold).
+    fn write(
+        &mut self,
+        records: Vec<Vec<u8>>,
+        replies: Vec<oneshot::Sender<Result<u64, String>>>,
+    ) -> bool {
         let Some(link) = self.kafka.clone() else {
             let refs: Vec<&[u8]> = records.iter().map(Vec::as_slice).collect();
-            reply_all(
-                self.log.append(&refs).map_err(|e| e.to_string()),
-                replies,
-                &*self.log,
-            );
-            return;
+            let result = self.log.append(&refs).map_err(|e| e.to_string());
+            let written = result.is_ok();
+            reply_all(result, replies, &*self.log);
+            return written;
         };
         if self.backlog.is_empty() && link.up.load(Ordering::SeqCst) {
             let refs: Vec<&[u8]> = records.iter().map(Vec::as_slice).collect();
@@ -93,7 +96,7 @@ impl Sink {
                         link.end.fetch_max(last + 1, Ordering::SeqCst);
                     }
                     reply_all(Ok(offsets), replies, &*self.log);
-                    return;
+                    return true;
                 }
                 Err(e) => {
                     tracing::warn!(
@@ -112,9 +115,13 @@ impl Sink {
             .lock()
             .expect("local queue")
             .send(LocalBatch { records, replies });
-        if let Err(lost) = sent {
-            for reply in lost.0.replies {
-                let _ = reply.send(Err("the fold has stopped".into()));
+        match sent {
+            Ok(()) => true,
+            Err(lost) => {
+                for reply in lost.0.replies {
+                    let _ = reply.send(Err("the fold has stopped".into()));
+                }
+                false
             }
         }
     }
@@ -311,19 +318,26 @@ fn write(sink: &mut Sink, last_ts: &AtomicI64, waiters: &RecordWaiters, batch: V
     last_ts.fetch_max(ts.millis(), Ordering::SeqCst);
     let mut replies = Vec::with_capacity(batch.len());
     let mut records = Vec::with_capacity(batch.len());
+    let mut registered = Vec::new();
     for job in batch {
         let bytes = encode_record(&(job.make)(ts));
         if let Some(applied) = job.applied {
             // Registered before the write, so the fold cannot apply it unnoticed.
-            waiters
-                .map
-                .lock()
-                .expect("waiters")
-                .insert(record_hash(&bytes), applied);
+            let hash = record_hash(&bytes);
+            waiters.map.lock().expect("waiters").insert(hash, applied);
             waiters.count.fetch_add(1, Ordering::SeqCst);
+            registered.push(hash);
         }
         records.push(bytes);
         replies.push(job.reply);
     }
-    sink.write(records, replies);
+    if !sink.write(records, replies) {
+        // Never written: nobody will apply these, so stop waiting for them.
+        let mut map = waiters.map.lock().expect("waiters");
+        for hash in registered {
+            if map.remove(&hash).is_some() {
+                waiters.count.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+    }
 }

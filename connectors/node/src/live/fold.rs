@@ -251,12 +251,7 @@ fn apply_entry(
             Output::Quarantine(q) => {
                 quarantine = Some(q.error.clone());
                 stats.quarantined += 1;
-                stats
-                    .recent_quarantines
-                    .push_back((offset, q.error.clone()));
-                if stats.recent_quarantines.len() > 1024 {
-                    stats.recent_quarantines.pop_front();
-                }
+                stats.last_quarantine = Some((offset, q.error.clone()));
             }
             Output::LaunchDecision(d) if d.connector.eq_ignore_ascii_case(me) => {
                 let reason = d.reason.map(|r| snake(&r)).unwrap_or_default();

@@ -433,6 +433,13 @@ async fn healthz(State(shared): State<AppState>) -> Response {
         "applied_offset": applied,
         "log": shared.log.describe(),
     });
+    {
+        let stats = shared.stats.lock().expect("stats");
+        body["quarantined"] = json!(stats.quarantined);
+        if let Some((offset, error)) = &stats.last_quarantine {
+            body["last_quarantine"] = json!({ "offset": offset, "error": error });
+        }
+    }
     match &shared.kafka {
         None => {
             let end = shared.log_end.load(Ordering::Relaxed).max(position);

@@ -14,7 +14,7 @@ mod http;
 mod observe;
 mod publish;
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
@@ -136,8 +136,8 @@ pub(crate) struct FoldStats {
     pub quarantined: u64,
     /// Last successful import of this connector: (version, ts).
     pub last_import: Option<(u64, Ts)>,
-    /// Recent quarantines (offset, error), newest last, bounded.
-    pub recent_quarantines: VecDeque<(u64, String)>,
+    /// The latest quarantine: (engine offset, error).
+    pub last_quarantine: Option<(u64, String)>,
 }
 
 /// The site log a node works on.
