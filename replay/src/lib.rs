@@ -6,7 +6,9 @@
 //! nothing is skipped, so a bad record is quarantined at the offset it holds.
 
 pub mod run;
+pub mod sim;
 pub mod source;
 
 pub use run::{replay, ChainLink, Divergence, ReplayOptions, ReplaySummary};
+pub use sim::{BadConfig, Scenario, SimError, SimOptions, Simulator};
 pub use source::{Source, SourceError, SourceSpec};

@@ -16,6 +16,7 @@ mod logcmd;
 mod nodecmd;
 mod progress;
 mod replaycmd;
+mod simcmd;
 mod target;
 
 /// Citrix Local Host Cache, re-implemented as an event-sourced, log-driven engine.
@@ -52,6 +53,9 @@ enum Command {
     /// Fold a log through the engine and print every output (events, decisions,
     /// registrations, quarantine), optionally with state digests.
     Replay(replaycmd::ReplayArgs),
+    /// Generate a realistic site log from a seed (zones, connectors, VDAs, users, logons,
+    /// and scenarios: outages, flapping, partitions, stops, forced outage, bad config).
+    Simulate(simcmd::SimulateArgs),
     /// Measure throughput next to baselines from the same run (ratios, not wall-clock claims).
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -78,6 +82,7 @@ fn main() -> ExitCode {
         Command::Connector(command) => nodecmd::run(command, quiet),
         Command::Schema { out, check } => schema(out, check, quiet),
         Command::Bench(command) => bench::run(command),
+        Command::Simulate(args) => simcmd::run(args, quiet),
         Command::Replay(args) => replaycmd::run(args, quiet),
     };
     match result {

@@ -184,3 +184,44 @@ fn quick_benchmarks_run_and_report_their_ratios() {
     }
     assert!(node.contains("start to serving /healthz"), "{node}");
 }
+
+/// `lhc simulate` writes the same bytes for the same seed, to a file or to the embedded
+/// log, and refuses options it cannot honour with a message naming them.
+#[test]
+fn simulate_is_deterministic_across_destinations() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("a.jsonl").display().to_string();
+    let again = tmp.path().join("b.jsonl").display().to_string();
+    let log = tmp.path().join("log").display().to_string();
+    let common = [
+        "simulate",
+        "--seed",
+        "3",
+        "--vdas-per-zone",
+        "100",
+        "--users",
+        "200",
+        "--hours",
+        "1",
+        "--outage",
+        "20m+15m",
+        "--stop",
+        "z1c1@25m+5m",
+        "--bad-config",
+        "duplicate@10m",
+        "-q",
+    ];
+    ok(lhc(&[&common[..], &["--out", &file]].concat()));
+    ok(lhc(&[&common[..], &["--out", &again]].concat()));
+    let a = std::fs::read_to_string(&file).unwrap();
+    assert_eq!(a, std::fs::read_to_string(&again).unwrap());
+    ok(lhc(
+        &[&common[..], &["--log", &log, "--fsync", "never"]].concat()
+    ));
+    let (cat, _) = ok(lhc(&["log", "cat", "--log", &log]));
+    assert_eq!(cat, a, "the embedded log holds the same records");
+    assert!(a.contains("\"event\":\"stop\"") && a.contains("USER000000"));
+    let refused = lhc(&["simulate", "--vdas-per-zone", "20000", "--out", &file]);
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("10,000"));
+}
