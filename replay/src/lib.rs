@@ -5,10 +5,12 @@
 //! Invariant: a source yields every record exactly once, in log order, with its offset;
 //! nothing is skipped, so a bad record is quarantined at the offset it holds.
 
+pub mod query;
 pub mod run;
 pub mod sim;
 pub mod source;
 
+pub use query::{cut_at, Cut};
 pub use run::{replay, ChainLink, Divergence, ReplayOptions, ReplaySummary};
 pub use sim::{BadConfig, Scenario, SimError, SimOptions, Simulator};
 pub use source::{Source, SourceError, SourceSpec};

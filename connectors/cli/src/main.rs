@@ -15,6 +15,7 @@ mod demo;
 mod logcmd;
 mod nodecmd;
 mod progress;
+mod querycmd;
 mod replaycmd;
 mod simcmd;
 mod target;
@@ -53,6 +54,9 @@ enum Command {
     /// Fold a log through the engine and print every output (events, decisions,
     /// registrations, quarantine), optionally with state digests.
     Replay(replaycmd::ReplayArgs),
+    /// Time travel: the site as it was at an instant (connectors, registrations, sessions,
+    /// a machine's history, launches, LHC data), from a replay up to it.
+    Query(querycmd::QueryArgs),
     /// Generate a realistic site log from a seed (zones, connectors, VDAs, users, logons,
     /// and scenarios: outages, flapping, partitions, stops, forced outage, bad config).
     Simulate(simcmd::SimulateArgs),
@@ -83,6 +87,7 @@ fn main() -> ExitCode {
         Command::Schema { out, check } => schema(out, check, quiet),
         Command::Bench(command) => bench::run(command),
         Command::Simulate(args) => simcmd::run(args, quiet),
+        Command::Query(args) => querycmd::run(args),
         Command::Replay(args) => replaycmd::run(args, quiet),
     };
     match result {
