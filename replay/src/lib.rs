@@ -6,11 +6,13 @@
 //! nothing is skipped, so a bad record is quarantined at the offset it holds.
 
 pub mod query;
+pub mod report;
 pub mod run;
 pub mod sim;
 pub mod source;
 
 pub use query::{cut_at, Cut};
+pub use report::{outage_report, Episode, OutageReport};
 pub use run::{replay, ChainLink, Divergence, ReplayOptions, ReplaySummary};
 pub use sim::{BadConfig, Scenario, SimError, SimOptions, Simulator};
 pub use source::{Source, SourceError, SourceSpec};

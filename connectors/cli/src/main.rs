@@ -17,6 +17,7 @@ mod nodecmd;
 mod progress;
 mod querycmd;
 mod replaycmd;
+mod reportcmd;
 mod simcmd;
 mod target;
 
@@ -57,6 +58,9 @@ enum Command {
     /// Time travel: the site as it was at an instant (connectors, registrations, sessions,
     /// a machine's history, launches, LHC data), from a replay up to it.
     Query(querycmd::QueryArgs),
+    /// Reports computed by replaying a log (outage episodes; JSON, summary, HTML).
+    #[command(subcommand)]
+    Report(reportcmd::ReportCommand),
     /// Generate a realistic site log from a seed (zones, connectors, VDAs, users, logons,
     /// and scenarios: outages, flapping, partitions, stops, forced outage, bad config).
     Simulate(simcmd::SimulateArgs),
@@ -88,6 +92,7 @@ fn main() -> ExitCode {
         Command::Bench(command) => bench::run(command),
         Command::Simulate(args) => simcmd::run(args, quiet),
         Command::Query(args) => querycmd::run(args),
+        Command::Report(command) => reportcmd::run(command, quiet),
         Command::Replay(args) => replaycmd::run(args, quiet),
     };
     match result {

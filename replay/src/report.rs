@@ -1,0 +1,428 @@
+//! The outage report: every LHC episode of every zone, computed by replaying the log
+//! through the engine.
+//!
+//! Invariant: everything in the report comes from the engine's outputs and state during
+//! one replay; nothing is inferred from raw records, so the report says what the brokers
+//! decided, not what a second implementation thinks they should have.
+
+use std::collections::BTreeMap;
+
+use lhc_engine::engine::snake;
+use lhc_engine::output::{ConnectorState, EventData, Outcome};
+use lhc_engine::{Engine, Output, Ts};
+use serde::Serialize;
+
+use crate::source::{Source, SourceError};
+
+/// A span of one connector's state.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Segment {
+    /// Start.
+    pub from: Ts,
+    /// End (the episode's end for the last one).
+    pub to: Ts,
+    /// State (snake case) during the span.
+    pub state: String,
+    /// Whether it brokered (in LHC mode and elected in its own view).
+    pub brokering: bool,
+}
+
+/// An election view change (3504) during an episode.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ElectionChange {
+    /// When.
+    pub ts: Ts,
+    /// Whose view.
+    pub connector: String,
+    /// Elected in that view.
+    pub elected: Option<String>,
+}
+
+/// An interval during which several connectors of a zone brokered at once (R-ELECT-4).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SplitBrain {
+    /// Start.
+    pub from: Ts,
+    /// End.
+    pub to: Ts,
+    /// The connectors brokering.
+    pub brokers: Vec<String>,
+}
+
+/// Registrations of one connector at one instant.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RegistrationSample {
+    /// When.
+    pub ts: Ts,
+    /// Machines registered with each connector of the zone (cloud: with the cloud broker).
+    pub by_registrar: BTreeMap<String, u64>,
+}
+
+/// One LHC episode of one zone.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Episode {
+    /// The zone (lowercase id).
+    pub zone: String,
+    /// First failed health check (3001) that led to it: the detection gap starts here.
+    pub detected_from: Ts,
+    /// First entry of a connector of the zone into LHC mode.
+    pub start: Ts,
+    /// Last connector of the zone back out of LHC mode (`None`: still going at the end).
+    pub end: Option<Ts>,
+    /// Duration, seconds (to the end of the log when still going).
+    pub duration_s: i64,
+    /// Each connector's state lane from `detected_from` to the end.
+    pub lanes: BTreeMap<String, Vec<Segment>>,
+    /// Election view changes.
+    pub elections: Vec<ElectionChange>,
+    /// Split-brain intervals.
+    pub split_brain: Vec<SplitBrain>,
+    /// Registrations sampled every minute.
+    pub registrations: Vec<RegistrationSample>,
+    /// Launch decisions through the zone's connectors: "brokered" and each rejection
+    /// reason, with counts, from `detected_from` to the end.
+    pub launches: BTreeMap<String, u64>,
+    /// Launches lost in the detection gap (`cloud_unreachable`).
+    pub lost_in_detection_gap: u64,
+    /// Launch decisions per minute: (minute start, brokered, rejected).
+    pub launches_per_minute: Vec<(Ts, u64, u64)>,
+    /// The HA service's summaries (3507, 3508, 3509, 3510) as output.
+    pub summaries: Vec<Output>,
+}
+
+/// The whole report.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct OutageReport {
+    /// What was replayed.
+    pub source: String,
+    /// Records replayed.
+    pub records: u64,
+    /// First and last record time.
+    pub span: Option<(Ts, Ts)>,
+    /// Episodes in start order.
+    pub episodes: Vec<Episode>,
+}
+
+struct Open {
+    episode: Episode,
+    /// Current state and brokering flag of each connector of the zone.
+    current: BTreeMap<String, (ConnectorState, bool, Ts)>,
+    brokering_since: Option<(Ts, Vec<String>)>,
+}
+
+/// Replays `source` and builds the report.
+pub fn outage_report(source: &mut Source) -> Result<OutageReport, SourceError> {
+    let mut engine = Engine::new();
+    let mut out = Vec::new();
+    let mut records = 0u64;
+    let mut first_ts = None;
+    let mut last_ts = None;
+    // Zone → pending detection (first 3001 since the zone was last all normal).
+    let mut detection: BTreeMap<String, Ts> = BTreeMap::new();
+    // Zone → launches rejected `cloud_unreachable` in the detection gap, before the episode.
+    let mut gap: BTreeMap<String, u64> = BTreeMap::new();
+    let mut open: BTreeMap<String, Open> = BTreeMap::new();
+    let mut done: Vec<Episode> = Vec::new();
+    let mut next_sample: Option<i64> = None;
+    while let Some((offset, decoded)) = source.next_record()? {
+        let ts = decoded.as_ref().ok().map(|r| r.ts());
+        engine.apply(offset, decoded, &mut out);
+        records += 1;
+        if let Some(ts) = ts {
+            first_ts.get_or_insert(ts);
+            last_ts = Some(ts);
+        }
+        for o in out.drain(..) {
+            observe(&engine, &o, &mut detection, &mut gap, &mut open, &mut done);
+        }
+        // Registration samples, once a minute of log time, for open episodes.
+        if let Some(ts) = ts {
+            let due = next_sample.is_none_or(|n| ts.millis() >= n);
+            if due {
+                next_sample = Some((ts.millis() / 60_000 + 1) * 60_000);
+                for (zone, o) in open.iter_mut() {
+                    o.episode.registrations.push(sample(&engine, zone, ts));
+                }
+            }
+        }
+    }
+    let end = last_ts.unwrap_or_default();
+    for (_, mut o) in std::mem::take(&mut open) {
+        close_lanes(&mut o, end);
+        o.episode.duration_s = end.seconds_since(o.episode.start);
+        done.push(o.episode);
+    }
+    done.sort_by(|a, b| (a.start, &a.zone).cmp(&(b.start, &b.zone)));
+    Ok(OutageReport {
+        source: source.describe().to_string(),
+        records,
+        span: first_ts.zip(last_ts),
+        episodes: done,
+    })
+}
+
+fn sample(engine: &Engine, zone: &str, ts: Ts) -> RegistrationSample {
+    let mut by_registrar = BTreeMap::new();
+    for (name, c) in engine.connectors() {
+        if c.zone == zone {
+            by_registrar.insert(name.clone(), c.registrations.len() as u64);
+        }
+    }
+    let cloud = engine
+        .machines()
+        .sorted()
+        .into_iter()
+        .filter(|(m, r)| {
+            r.registrar == lhc_engine::engine::Registrar::Cloud
+                && engine
+                    .site()
+                    .machine_zone(m)
+                    .is_some_and(|z| z.eq_ignore_ascii_case(zone))
+        })
+        .count() as u64;
+    by_registrar.insert("cloud".into(), cloud);
+    RegistrationSample { ts, by_registrar }
+}
+
+fn in_lhc(state: ConnectorState) -> bool {
+    matches!(
+        state,
+        ConnectorState::InitialHa | ConnectorState::ExtendedHa | ConnectorState::PendingRecovery
+    )
+}
+
+fn observe(
+    engine: &Engine,
+    output: &Output,
+    detection: &mut BTreeMap<String, Ts>,
+    gap: &mut BTreeMap<String, u64>,
+    open: &mut BTreeMap<String, Open>,
+    done: &mut Vec<Episode>,
+) {
+    let zone_of = |connector: &str| {
+        engine
+            .connectors()
+            .get(connector)
+            .map(|c| c.zone.clone())
+            .unwrap_or_default()
+    };
+    match output {
+        Output::Event(e) => {
+            let zone = zone_of(&e.connector);
+            match (&e.data, e.event_id) {
+                (_, 3001) => {
+                    detection.entry(zone).or_insert(e.ts);
+                }
+                (EventData::Transition(t), 3003) => {
+                    if in_lhc(t.to) && !open.contains_key(&zone) {
+                        let detected_from = detection.get(&zone).copied().unwrap_or(e.ts);
+                        let current = engine
+                            .connectors()
+                            .iter()
+                            .filter(|(_, c)| c.zone == zone)
+                            .map(|(n, c)| {
+                                let state = if n == &e.connector { t.from } else { c.state };
+                                (n.clone(), (state, false, detected_from))
+                            })
+                            .collect();
+                        let lanes = engine
+                            .connectors()
+                            .iter()
+                            .filter(|(_, c)| c.zone == zone)
+                            .map(|(n, _)| (n.clone(), Vec::new()))
+                            .collect();
+                        open.insert(
+                            zone.clone(),
+                            Open {
+                                episode: Episode {
+                                    zone: zone.clone(),
+                                    detected_from,
+                                    start: e.ts,
+                                    end: None,
+                                    duration_s: 0,
+                                    lanes,
+                                    elections: Vec::new(),
+                                    split_brain: Vec::new(),
+                                    registrations: vec![sample(engine, &zone, e.ts)],
+                                    launches: BTreeMap::new(),
+                                    lost_in_detection_gap: 0,
+                                    launches_per_minute: Vec::new(),
+                                    summaries: Vec::new(),
+                                },
+                                current,
+                                brokering_since: None,
+                            },
+                        );
+                        // Launches lost before the episode opened belong to it.
+                        let lost = gap.remove(&zone).unwrap_or(0);
+                        if lost > 0 {
+                            let ep = &mut open.get_mut(&zone).expect("just opened").episode;
+                            ep.lost_in_detection_gap += lost;
+                            *ep.launches.entry("cloud_unreachable".into()).or_default() += lost;
+                        }
+                    }
+                    if let Some(o) = open.get_mut(&zone) {
+                        let brokering = in_lhc(t.to)
+                            && engine
+                                .connectors()
+                                .get(&e.connector)
+                                .is_some_and(|c| c.elected.as_deref() == Some(&e.connector));
+                        set_state(o, &e.connector, t.to, brokering, e.ts);
+                        let all_out = o.current.values().all(|(s, _, _)| !in_lhc(*s));
+                        if all_out {
+                            let mut o = open.remove(&zone).expect("open");
+                            close_lanes(&mut o, e.ts);
+                            o.episode.end = Some(e.ts);
+                            o.episode.duration_s = e.ts.seconds_since(o.episode.start);
+                            o.episode.registrations.push(sample(engine, &zone, e.ts));
+                            done.push(o.episode);
+                            detection.remove(&zone);
+                        }
+                    } else if t.to == ConnectorState::WorkingNormally {
+                        // A false alarm (pending_ha and back): the detection restarts.
+                        let zone_normal = engine
+                            .connectors()
+                            .values()
+                            .filter(|c| c.zone == zone)
+                            .all(|c| c.state == ConnectorState::WorkingNormally);
+                        if zone_normal {
+                            detection.remove(&zone);
+                        }
+                    }
+                }
+                (EventData::ElectionView(v), 3504) => {
+                    if let Some(o) = open.get_mut(&zone) {
+                        o.episode.elections.push(ElectionChange {
+                            ts: e.ts,
+                            connector: e.connector.clone(),
+                            elected: v.elected.clone(),
+                        });
+                        let (state, _, _) = o.current[&e.connector];
+                        let brokering = in_lhc(state) && v.elected.as_deref() == Some(&e.connector);
+                        set_state(o, &e.connector, state, brokering, e.ts);
+                    }
+                }
+                (_, 3507..=3510) => {
+                    if let Some(o) = open.get_mut(&zone) {
+                        o.episode.summaries.push(output.clone());
+                    } else if let Some(last) = done.iter_mut().rev().find(|d| d.zone == zone) {
+                        // 3508/3510 come with the transition that closed the episode.
+                        last.summaries.push(output.clone());
+                    }
+                }
+                _ => {}
+            }
+        }
+        Output::LaunchDecision(d) => {
+            let zone = zone_of(&d.connector);
+            let key = match d.outcome {
+                Outcome::Brokered => "brokered".to_string(),
+                Outcome::Rejected => d.reason.map(|r| snake(&r)).unwrap_or_default(),
+            };
+            let target = open.get_mut(&zone).map(|o| &mut o.episode);
+            match target {
+                Some(ep) => {
+                    *ep.launches.entry(key.clone()).or_default() += 1;
+                    let minute = Ts(d.ts.millis() / 60_000 * 60_000);
+                    match ep.launches_per_minute.last_mut() {
+                        Some((m, b, r)) if *m == minute => {
+                            if d.outcome == Outcome::Brokered {
+                                *b += 1
+                            } else {
+                                *r += 1
+                            }
+                        }
+                        _ => ep.launches_per_minute.push((
+                            minute,
+                            u64::from(d.outcome == Outcome::Brokered),
+                            u64::from(d.outcome != Outcome::Brokered),
+                        )),
+                    }
+                    if key == "cloud_unreachable" {
+                        ep.lost_in_detection_gap += 1;
+                    }
+                }
+                None if key == "cloud_unreachable" && detection.contains_key(&zone) => {
+                    // In the detection gap: counted when the episode opens.
+                    *gap.entry(zone).or_default() += 1;
+                }
+                None => {}
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Records a connector's new state in its lane and updates the split-brain tracking.
+fn set_state(o: &mut Open, connector: &str, state: ConnectorState, brokering: bool, ts: Ts) {
+    let Some(entry) = o.current.get_mut(connector) else {
+        return;
+    };
+    let (old_state, old_brokering, since) = *entry;
+    if old_state == state && old_brokering == brokering {
+        return;
+    }
+    let from = since.max(o.episode.detected_from);
+    if ts > from {
+        o.episode
+            .lanes
+            .get_mut(connector)
+            .expect("lane")
+            .push(Segment {
+                from,
+                to: ts,
+                state: snake(&old_state),
+                brokering: old_brokering,
+            });
+    }
+    *entry = (state, brokering, ts);
+    let brokers: Vec<String> = o
+        .current
+        .iter()
+        .filter(|(_, (_, b, _))| *b)
+        .map(|(n, _)| n.clone())
+        .collect();
+    match (&o.brokering_since, brokers.len() >= 2) {
+        (None, true) => o.brokering_since = Some((ts, brokers)),
+        (Some((from, who)), false) => {
+            o.episode.split_brain.push(SplitBrain {
+                from: *from,
+                to: ts,
+                brokers: who.clone(),
+            });
+            o.brokering_since = None;
+        }
+        (Some((from, who)), true) if *who != brokers => {
+            o.episode.split_brain.push(SplitBrain {
+                from: *from,
+                to: ts,
+                brokers: who.clone(),
+            });
+            o.brokering_since = Some((ts, brokers));
+        }
+        _ => {}
+    }
+}
+
+fn close_lanes(o: &mut Open, end: Ts) {
+    let names: Vec<String> = o.current.keys().cloned().collect();
+    for n in names {
+        let (state, brokering, since) = o.current[&n];
+        let from = since.max(o.episode.detected_from);
+        if end > from {
+            o.episode.lanes.get_mut(&n).expect("lane").push(Segment {
+                from,
+                to: end,
+                state: snake(&state),
+                brokering,
+            });
+        }
+    }
+    if let Some((from, who)) = o.brokering_since.take() {
+        o.episode.split_brain.push(SplitBrain {
+            from,
+            to: end,
+            brokers: who,
+        });
+    }
+}
