@@ -108,3 +108,107 @@ fn a_partition_shows_as_split_brain_and_the_html_has_a_lane_per_connector() {
     assert!(!page.contains("<script"));
     assert!(!page.contains("src=") && !page.contains("href="));
 }
+
+/// The HTML report opens in headless Chromium without console errors, its rendered DOM has
+/// one SVG lane per connector, and a screenshot shows the timeline's colours (the brokering
+/// green and the LHC orange cover a visible area).
+#[test]
+fn the_html_report_renders_in_headless_chromium() {
+    let chromium = ["chromium", "chromium-browser"]
+        .into_iter()
+        .find(|c| Command::new(c).arg("--version").output().is_ok())
+        .expect("chromium is needed for this test: run .ci/deps (installs Debian's chromium)");
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("sim.jsonl").display().to_string();
+    lhc(&[
+        "simulate",
+        "--seed",
+        "4",
+        "--zones",
+        "1",
+        "--vdas-per-zone",
+        "100",
+        "--users",
+        "200",
+        "--hours",
+        "1",
+        "--outage",
+        "10m+30m",
+        "--out",
+        &log,
+        "-q",
+    ]);
+    let html = tmp.path().join("report.html");
+    lhc(&[
+        "report",
+        "outage",
+        &log,
+        "--out",
+        html.to_str().unwrap(),
+        "-q",
+    ]);
+    let url = format!("file://{}", html.display());
+    let profile = tmp.path().join("profile");
+    let common = [
+        "--headless=new".to_string(),
+        "--no-sandbox".into(),
+        "--disable-gpu".into(),
+        "--enable-logging=stderr".into(),
+        format!("--user-data-dir={}", profile.display()),
+    ];
+    let dom = Command::new(chromium)
+        .args(&common)
+        .args(["--dump-dom", &url])
+        .output()
+        .unwrap();
+    assert!(
+        dom.status.success(),
+        "{}",
+        String::from_utf8_lossy(&dom.stderr)
+    );
+    let stderr = String::from_utf8_lossy(&dom.stderr);
+    let console: Vec<&str> = stderr.lines().filter(|l| l.contains("CONSOLE")).collect();
+    assert!(console.is_empty(), "console messages: {console:?}");
+    let rendered = String::from_utf8_lossy(&dom.stdout);
+    assert_eq!(
+        rendered.matches("class=\"lane\"").count(),
+        3,
+        "one lane per connector"
+    );
+
+    let shot = tmp.path().join("shot.png");
+    let out = Command::new(chromium)
+        .args(&common)
+        .args([
+            format!("--screenshot={}", shot.display()),
+            "--window-size=1200,700".into(),
+            url,
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&shot).unwrap()));
+    let mut reader = decoder.read_info().unwrap();
+    let mut pixels = vec![0; reader.output_buffer_size()];
+    let info = reader.next_frame(&mut pixels).unwrap();
+    let channels = info.color_type.samples();
+    let count = |rgb: [u8; 3]| {
+        pixels[..info.buffer_size()]
+            .chunks(channels)
+            .filter(|p| {
+                p[..3]
+                    .iter()
+                    .zip(rgb)
+                    .all(|(a, b)| (i16::from(*a) - i16::from(b)).abs() <= 3)
+            })
+            .count()
+    };
+    let brokering = count([0x1b, 0x7f, 0x3b]);
+    let lhc = count([0xe0, 0x7a, 0x5f]);
+    assert!(brokering > 2_000, "brokering lane visible: {brokering} px");
+    assert!(lhc > 2_000, "LHC lanes visible: {lhc} px");
+}
