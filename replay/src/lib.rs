@@ -5,12 +5,14 @@
 //! Invariant: a source yields every record exactly once, in log order, with its offset;
 //! nothing is skipped, so a bad record is quarantined at the offset it holds.
 
+pub mod forensics;
 pub mod query;
 pub mod report;
 pub mod run;
 pub mod sim;
 pub mod source;
 
+pub use forensics::{sync_forensics, SyncForensics};
 pub use query::{cut_at, Cut};
 pub use report::{outage_report, Episode, OutageReport};
 pub use run::{replay, ChainLink, Divergence, ReplayOptions, ReplaySummary};

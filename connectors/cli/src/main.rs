@@ -12,6 +12,7 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod benchnode;
 mod demo;
+mod forensicscmd;
 mod logcmd;
 mod nodecmd;
 mod progress;
@@ -61,6 +62,9 @@ enum Command {
     /// Reports computed by replaying a log (outage episodes; JSON, summary, HTML).
     #[command(subcommand)]
     Report(reportcmd::ReportCommand),
+    /// Forensics computed by replaying a log (config sync failures: 505).
+    #[command(subcommand)]
+    Forensics(forensicscmd::ForensicsCommand),
     /// Generate a realistic site log from a seed (zones, connectors, VDAs, users, logons,
     /// and scenarios: outages, flapping, partitions, stops, forced outage, bad config).
     Simulate(simcmd::SimulateArgs),
@@ -93,6 +97,7 @@ fn main() -> ExitCode {
         Command::Simulate(args) => simcmd::run(args, quiet),
         Command::Query(args) => querycmd::run(args),
         Command::Report(command) => reportcmd::run(command, quiet),
+        Command::Forensics(command) => forensicscmd::run(command, quiet),
         Command::Replay(args) => replaycmd::run(args, quiet),
     };
     match result {

@@ -212,3 +212,89 @@ fn the_html_report_renders_in_headless_chromium() {
     assert!(brokering > 2_000, "brokering lane visible: {brokering} px");
     assert!(lhc > 2_000, "LHC lanes visible: {lhc} px");
 }
+
+/// R-CSS-4 forensics: every 505 of the scenario names the object, the rule and the
+/// offset of the config.change that introduced it (golden file), and the first names the
+/// machine with the dangling reference added at offset 5, version 2.
+#[test]
+fn sync_forensics_of_the_505_scenario_match_the_golden_file() {
+    let log = root().join("engine/tests/scenarios/r-css-4.jsonl");
+    let (json, _) = lhc(&["forensics", "sync", log.to_str().unwrap(), "--json"]);
+    let mut report: Value = serde_json::from_str(&json).unwrap();
+    report["source"] = Value::String("r-css-4.jsonl".into());
+    let text = serde_json::to_string_pretty(&report).unwrap() + "\n";
+    let golden = root().join("connectors/cli/tests/golden/sync-forensics-r-css-4.json");
+    if std::env::var_os("LHC_BLESS").is_some() {
+        std::fs::write(&golden, &text).unwrap();
+    }
+    let expected = std::fs::read_to_string(&golden).expect("golden file (LHC_BLESS=1 writes it)");
+    assert_eq!(text, expected, "forensics differ from {}", golden.display());
+    let first = &report["failures"][0];
+    assert_eq!(first["version"], 2);
+    assert_eq!(first["fallback_version"], 1);
+    let culprit = &first["culprits"][0];
+    assert_eq!(culprit["failure"]["kind"], "machine");
+    assert_eq!(culprit["failure"]["id"], "vda-9.z1.example");
+    assert_eq!(culprit["failure"]["rule"], "dangling_reference");
+    assert_eq!(culprit["failure"]["introduced_by"]["offset"], 5);
+    assert_eq!(culprit["introduced_at"], "2026-01-05T09:01:40.000Z");
+    // A storage fault is named as such, with its offset.
+    let storage = report["failures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|f| f["culprits"].as_array().unwrap())
+        .find(|c| c["failure"]["rule"] == "storage_fault")
+        .expect("the scenario's storage fault");
+    assert_eq!(storage["failure"]["introduced_by"]["version"], Value::Null);
+}
+
+/// A launch decided in LHC mode on a snapshot older than the site's configuration, which
+/// the current configuration would refuse, is named with the difference.
+#[test]
+fn sync_forensics_name_launches_decided_on_a_stale_snapshot() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = r#"{"ts":"2026-01-05T09:00:00.000Z","type":"config.change","version":1,"ops":[{"op":"upsert","kind":"zone","id":"z1","data":{"name":"Z"}},{"op":"upsert","kind":"connector","id":"cc1.z1","data":{"zone":"z1"}},{"op":"upsert","kind":"delivery_group","id":"g","data":{"kind":"multi_session"}},{"op":"upsert","kind":"machine","id":"vda1.z1","data":{"zone":"z1","delivery_group":"g"}},{"op":"upsert","kind":"resource","id":"app","data":{"kind":"application","delivery_groups":["g"]}},{"op":"upsert","kind":"user","id":"alice"},{"op":"upsert","kind":"entitlement","id":"e","data":{"resource":"app","principals":["alice"]}}]}"#;
+    let lines = [
+        config.to_string(),
+        r#"{"ts":"2026-01-05T09:00:01.000Z","type":"health.check","connector":"cc1.z1","ok":true}"#.into(),
+        r#"{"ts":"2026-01-05T09:00:02.000Z","type":"storefront.heartbeat","connector":"cc1.z1","storefront":"sf"}"#.into(),
+        r#"{"ts":"2026-01-05T09:01:00.000Z","type":"health.check","connector":"cc1.z1","ok":false}"#.into(),
+        r#"{"ts":"2026-01-05T09:02:00.000Z","type":"health.check","connector":"cc1.z1","ok":false}"#.into(),
+        r#"{"ts":"2026-01-05T09:02:10.000Z","type":"vda.heartbeat","machine":"vda1.z1","sessions":[]}"#.into(),
+        // The entitlement is removed in the cloud while the connector brokers from LHC.
+        r#"{"ts":"2026-01-05T09:03:00.000Z","type":"config.change","version":2,"ops":[{"op":"delete","kind":"entitlement","id":"e"}]}"#.into(),
+        r#"{"ts":"2026-01-05T09:04:00.000Z","type":"launch.request","request":"r1","connector":"cc1.z1","user":"alice","resource":"app","client":{"name":"pc","ip":"10.0.0.1"}}"#.into(),
+    ];
+    let log = tmp.path().join("stale.jsonl");
+    std::fs::write(&log, lines.join("\n") + "\n").unwrap();
+    let (json, _) = lhc(&["forensics", "sync", log.to_str().unwrap(), "--json"]);
+    let report: Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(report["decided_on_stale"], 1);
+    let s = &report["stale_decisions"][0];
+    assert_eq!(s["decision"]["request"], "r1");
+    assert_eq!(s["decision"]["outcome"], "brokered");
+    assert_eq!(
+        (s["decided_on"].as_u64(), s["current"].as_u64()),
+        (Some(1), Some(2))
+    );
+    assert!(
+        s["difference"]
+            .as_str()
+            .unwrap()
+            .contains("no longer launch app"),
+        "{s}"
+    );
+    let html = tmp.path().join("f.html");
+    lhc(&[
+        "forensics",
+        "sync",
+        log.to_str().unwrap(),
+        "--out",
+        html.to_str().unwrap(),
+        "-q",
+    ]);
+    assert!(std::fs::read_to_string(&html)
+        .unwrap()
+        .contains("no longer launch app"));
+}

@@ -1,0 +1,271 @@
+//! Config-sync forensics: every failed import (505) explained after the fact — the objects
+//! at fault and the rule each breaks, the `config.change` that introduced each, what changed
+//! between the last good version and the failing one, how stale the fallback was, and the
+//! LHC-mode launches decided on a stale snapshot that the current configuration would have
+//! decided differently.
+//!
+//! Invariant: computed from one replay through the engine; the failures are the engine's
+//! own (505 data), never re-validated here.
+
+use std::collections::BTreeMap;
+
+use lhc_engine::config::ConfigOp;
+use lhc_engine::engine::snake;
+use lhc_engine::output::{EventData, ImportFailure, LaunchDecision, Outcome, Via};
+use lhc_engine::{snapshot, Engine, Output, Record, Ts};
+use serde::Serialize;
+
+use crate::source::{Source, SourceError};
+
+/// A `config.change` as the forensics see it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Change {
+    /// Log offset.
+    pub offset: u64,
+    /// Version it made.
+    pub version: u64,
+    /// When.
+    pub ts: Ts,
+    /// Its operations: ("upsert" | "delete", kind, id).
+    pub ops: Vec<(String, String, String)>,
+}
+
+/// A failing object with where it came from.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Culprit {
+    /// The engine's failure (kind, id, rule, introduced_by).
+    pub failure: ImportFailure,
+    /// Time of the change that introduced it (none for a storage fault).
+    pub introduced_at: Option<Ts>,
+}
+
+/// A launch decided on a stale snapshot that the current configuration would change.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct StaleDecision {
+    /// The decision as made.
+    pub decision: LaunchDecision,
+    /// Snapshot version it was decided on.
+    pub decided_on: u64,
+    /// Site version at the time.
+    pub current: u64,
+    /// What the current configuration says differently.
+    pub difference: String,
+}
+
+/// One failed import.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct FailedImport {
+    /// When the 505 was reported.
+    pub ts: Ts,
+    /// Connector.
+    pub connector: String,
+    /// Version that failed.
+    pub version: u64,
+    /// The snapshot kept.
+    pub fallback_version: Option<u64>,
+    /// The objects at fault.
+    pub culprits: Vec<Culprit>,
+    /// The changes between the fallback and the failing version, in order.
+    pub diff: Vec<Change>,
+    /// The last repeat of this 505 (the same connector and version).
+    pub last_ts: Ts,
+    /// When the first version newer than the fallback appeared.
+    pub first_newer: Option<Ts>,
+    /// Versions the fallback is behind.
+    pub versions_behind: u64,
+    /// How stale the fallback had grown by the last repeat: seconds since the first newer
+    /// version appeared.
+    pub stale_for_s: Option<i64>,
+}
+
+/// The forensics report.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SyncForensics {
+    /// What was replayed.
+    pub source: String,
+    /// Every 505, in log order, consecutive repeats of the same (connector, version)
+    /// folded into the first.
+    pub failures: Vec<FailedImport>,
+    /// Repeats folded: (connector, version) → 505 count.
+    pub repeats: BTreeMap<String, u64>,
+    /// LHC-mode launches decided on a stale snapshot that the current configuration
+    /// would decide differently.
+    pub stale_decisions: Vec<StaleDecision>,
+    /// LHC-mode launches decided on a stale snapshot in all.
+    pub decided_on_stale: u64,
+}
+
+/// Replays `source` and explains every failed import.
+pub fn sync_forensics(source: &mut Source) -> Result<SyncForensics, SourceError> {
+    let mut engine = Engine::new();
+    let mut out = Vec::new();
+    let mut changes: BTreeMap<u64, Change> = BTreeMap::new();
+    let mut offsets_ts: BTreeMap<u64, Ts> = BTreeMap::new();
+    let mut failures: Vec<FailedImport> = Vec::new();
+    let mut repeats: BTreeMap<String, u64> = BTreeMap::new();
+    let mut stale = Vec::new();
+    let mut decided_on_stale = 0u64;
+    let mut current_catalog: Option<(u64, snapshot::Snapshot)> = None;
+    // Request id → (user, resource), until its decision.
+    let mut requests: BTreeMap<String, (String, String)> = BTreeMap::new();
+    while let Some((offset, decoded)) = source.next_record()? {
+        if let Ok(Record::ConfigChange(c)) = &decoded {
+            offsets_ts.insert(offset, c.ts);
+            changes.insert(
+                c.version,
+                Change {
+                    offset,
+                    version: c.version,
+                    ts: c.ts,
+                    ops: c
+                        .ops
+                        .iter()
+                        .map(|op| match op {
+                            ConfigOp::Upsert(o) => {
+                                ("upsert".into(), snake(&o.kind()), o.id().to_string())
+                            }
+                            ConfigOp::Delete(r) => ("delete".into(), snake(&r.kind), r.id.clone()),
+                        })
+                        .collect(),
+                },
+            );
+        }
+        if let Ok(Record::LaunchRequest(l)) = &decoded {
+            requests.insert(l.request.clone(), (l.user.clone(), l.resource.clone()));
+        }
+        if let Ok(Record::StorageFault(f)) = &decoded {
+            offsets_ts.insert(offset, f.ts);
+        }
+        engine.apply(offset, decoded, &mut out);
+        for o in out.drain(..) {
+            match &o {
+                Output::Event(e) if e.event_id == 505 => {
+                    let EventData::ImportFailed(data) = &e.data else {
+                        continue;
+                    };
+                    let key = format!("{} v{}", e.connector, data.version);
+                    let count = repeats.entry(key).or_default();
+                    *count += 1;
+                    if *count > 1 {
+                        // A repeat: the fallback has only grown staler.
+                        if let Some(f) = failures
+                            .iter_mut()
+                            .rev()
+                            .find(|f| f.connector == e.connector && f.version == data.version)
+                        {
+                            f.last_ts = e.ts;
+                            f.stale_for_s = f.first_newer.map(|t| e.ts.seconds_since(t));
+                        }
+                        continue;
+                    }
+                    let fallback = data.fallback_version.unwrap_or(0);
+                    let diff: Vec<Change> = changes
+                        .range(fallback + 1..=data.version)
+                        .map(|(_, c)| c.clone())
+                        .collect();
+                    let first_newer = diff.first().map(|c| c.ts);
+                    failures.push(FailedImport {
+                        ts: e.ts,
+                        last_ts: e.ts,
+                        first_newer,
+                        connector: e.connector.clone(),
+                        version: data.version,
+                        fallback_version: data.fallback_version,
+                        culprits: data
+                            .failures
+                            .iter()
+                            .map(|f| Culprit {
+                                failure: f.clone(),
+                                introduced_at: offsets_ts.get(&f.introduced_by.offset).copied(),
+                            })
+                            .collect(),
+                        diff,
+                        versions_behind: data.version.saturating_sub(fallback),
+                        stale_for_s: first_newer.map(|t| e.ts.seconds_since(t)),
+                    });
+                }
+                Output::LaunchDecision(d) if d.via == Via::Lhc => {
+                    let Some(asked) = requests.remove(&d.request) else {
+                        continue;
+                    };
+                    let Some(c) = engine.connectors().get(&d.connector) else {
+                        continue;
+                    };
+                    let (Some(decided_on), current) = (c.snapshot, engine.site().version) else {
+                        continue;
+                    };
+                    if decided_on >= current {
+                        continue;
+                    }
+                    decided_on_stale += 1;
+                    if current_catalog.as_ref().is_none_or(|(v, _)| *v != current) {
+                        current_catalog = Some((current, snapshot::index(engine.site())));
+                    }
+                    let (_, now) = current_catalog.as_ref().expect("just set");
+                    if let Some(difference) = difference(&engine, d, &asked, now) {
+                        stale.push(StaleDecision {
+                            decision: d.clone(),
+                            decided_on,
+                            current,
+                            difference,
+                        });
+                    }
+                }
+                Output::LaunchDecision(d) => {
+                    requests.remove(&d.request);
+                }
+                _ => {}
+            }
+        }
+    }
+    repeats.retain(|_, n| *n > 1);
+    Ok(SyncForensics {
+        source: source.describe().to_string(),
+        failures,
+        repeats,
+        stale_decisions: stale,
+        decided_on_stale,
+    })
+}
+
+/// What the current configuration says differently about a decision made on a stale
+/// snapshot, if anything.
+fn difference(
+    engine: &Engine,
+    d: &LaunchDecision,
+    (user, resource): &(String, String),
+    now: &snapshot::Snapshot,
+) -> Option<String> {
+    let entitled = |list: Vec<lhc_engine::broker::Enumerated>| {
+        list.iter()
+            .any(|e| e.resource.eq_ignore_ascii_case(resource))
+    };
+    let then = entitled(engine.enumerate(user, Some(&d.connector)));
+    let current = entitled(engine.enumerate(user, None));
+    match (then, current) {
+        (true, false) => {
+            return Some(format!(
+                "{user} may no longer launch {resource} in the current configuration"
+            ))
+        }
+        (false, true) => return Some(format!(
+            "{user} may launch {resource} in the current configuration (rejected on the stale one)"
+        )),
+        _ => {}
+    }
+    if d.outcome == Outcome::Brokered {
+        let machine = d.machine.as_deref()?;
+        let stale = engine.snapshot_of(&d.connector)?.machine(machine)?;
+        return match now.machine(machine) {
+            None => Some(format!(
+                "machine {machine} is no longer in the current configuration"
+            )),
+            Some(m) if m.delivery_group != stale.delivery_group => Some(format!(
+                "machine {machine} moved from delivery group {} to {}",
+                stale.delivery_group, m.delivery_group
+            )),
+            Some(_) => None,
+        };
+    }
+    None
+}
