@@ -248,9 +248,11 @@ fn difference(
                 "{user} may no longer launch {resource} in the current configuration"
             ))
         }
-        (false, true) => return Some(format!(
+        (false, true) => {
+            return Some(format!(
             "{user} may launch {resource} in the current configuration (rejected on the stale one)"
-        )),
+        ))
+        }
         _ => {}
     }
     if d.outcome == Outcome::Brokered {

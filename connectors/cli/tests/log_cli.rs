@@ -346,7 +346,7 @@ fn demo_imports_and_prints_the_example() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("demo");
     for _ in 0..2 {
-        let out = run(&["demo", "--dir", dir.to_str().unwrap()]);
+        let out = run(&["demo", "--example", "--dir", dir.to_str().unwrap()]);
         assert!(out.status.success(), "{}", text(&out.stderr));
         let stdout = text(&out.stdout);
         assert!(stdout.contains("imported 471 records"), "{stdout}");
@@ -355,6 +355,30 @@ fn demo_imports_and_prints_the_example() {
             stdout.contains("ddc1.corp.example          HA 3502       Brokering in LHC mode"),
             "{stdout}"
         );
+    }
+}
+
+/// The README's first command: a simulated site through an outage, summarized, with
+/// both HTML reports written.
+#[test]
+fn demo_simulates_an_outage_and_writes_the_reports() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("demo");
+    for _ in 0..2 {
+        let out = run(&["demo", "--dir", dir.to_str().unwrap()]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let stdout = text(&out.stdout);
+        assert!(stdout.contains("2 LHC episode(s)"), "{stdout}");
+        assert!(stdout.contains("dangling_reference"), "{stdout}");
+        // The stopped broker's peers elect the next one (R-ELECT-5).
+        assert!(
+            stdout.contains("cc3.z1.sim.example → cc2.z1.sim.example"),
+            "failover shown: {stdout}"
+        );
+        for report in ["outage-report.html", "sync-forensics.html"] {
+            let page = std::fs::read_to_string(dir.join(report)).unwrap();
+            assert!(page.starts_with("<!DOCTYPE html>"), "{report}");
+        }
     }
 }
 
