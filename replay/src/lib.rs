@@ -6,6 +6,7 @@
 //! nothing is skipped, so a bad record is quarantined at the offset it holds.
 
 pub mod forensics;
+pub mod lint;
 pub mod query;
 pub mod report;
 pub mod run;
@@ -13,6 +14,7 @@ pub mod sim;
 pub mod source;
 
 pub use forensics::{sync_forensics, SyncForensics};
+pub use lint::{lint, Finding, LintReport, Severity};
 pub use query::{cut_at, Cut};
 pub use report::{outage_report, Episode, OutageReport};
 pub use run::{replay, ChainLink, Divergence, ReplayOptions, ReplaySummary};

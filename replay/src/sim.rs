@@ -51,7 +51,8 @@ pub enum Scenario {
         start_s: u64,
         duration_s: u64,
     },
-    /// Forced outage on some connectors (a zone's, or all when `zone` is None).
+    /// Forced outage on some connectors: a zone's (`z1`), one connector's (`z1c2` or its
+    /// FQDN), or all when `zone` is None.
     ForcedOutage {
         zone: Option<String>,
         start_s: u64,
@@ -601,16 +602,19 @@ impl Simulator {
                 )?;
             }
             Scenario::ForcedOutage { zone, .. } => {
-                let zone = match zone {
-                    Some(z) => Some(self.zone_index(z)?),
-                    None => None,
+                // A zone (z1), all (None), or one connector (z1c2 or its FQDN).
+                let targets: Vec<String> = match zone {
+                    Some(name) => match self.zone_index(name) {
+                        Ok(z) => self
+                            .connectors
+                            .iter()
+                            .filter(|(_, cz)| *cz == z)
+                            .map(|(n, _)| n.clone())
+                            .collect(),
+                        Err(_) => vec![self.connectors[self.connector_index(name)?].0.clone()],
+                    },
+                    None => self.connectors.iter().map(|(n, _)| n.clone()).collect(),
                 };
-                let targets: Vec<String> = self
-                    .connectors
-                    .iter()
-                    .filter(|(_, z)| zone.is_none_or(|want| *z == want))
-                    .map(|(n, _)| n.clone())
-                    .collect();
                 let command = if end {
                     AdminCommandName::DisableForcedOutage
                 } else {

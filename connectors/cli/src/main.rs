@@ -13,6 +13,7 @@ mod bench;
 mod benchnode;
 mod demo;
 mod forensicscmd;
+mod lintcmd;
 mod logcmd;
 mod nodecmd;
 mod progress;
@@ -65,6 +66,10 @@ enum Command {
     /// Forensics computed by replaying a log (config sync failures: 505).
     #[command(subcommand)]
     Forensics(forensicscmd::ForensicsCommand),
+    /// Check a log's configuration and behaviour against the seeds' LHC advice (StoreFront
+    /// traffic, forced outage on whole zones, pooled groups, zone sizes, flapping, probes,
+    /// tag restrictions); exit 1 on errors.
+    Lint(lintcmd::LintArgs),
     /// Generate a realistic site log from a seed (zones, connectors, VDAs, users, logons,
     /// and scenarios: outages, flapping, partitions, stops, forced outage, bad config).
     Simulate(simcmd::SimulateArgs),
@@ -98,6 +103,7 @@ fn main() -> ExitCode {
         Command::Query(args) => querycmd::run(args),
         Command::Report(command) => reportcmd::run(command, quiet),
         Command::Forensics(command) => forensicscmd::run(command, quiet),
+        Command::Lint(args) => lintcmd::run(args),
         Command::Replay(args) => replaycmd::run(args, quiet),
     };
     match result {

@@ -58,7 +58,8 @@ pub struct SimulateArgs {
     /// z1c2 for zone 1, connector 2).
     #[arg(long = "stop", value_name = "CONNECTOR@START+DURATION")]
     stops: Vec<String>,
-    /// Forced outage on a zone's connectors (z1) or on all: ZONE|all@START+DURATION.
+    /// Forced outage on a zone's connectors (z1), on one connector (z1c2 or an FQDN), or on
+    /// all: TARGET|all@START+DURATION.
     #[arg(long = "forced-outage", value_name = "ZONE@START+DURATION")]
     forced: Vec<String>,
     /// A config change that breaks imports (505): KIND@AT with KIND dangling, orphan or

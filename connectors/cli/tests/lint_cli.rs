@@ -1,0 +1,160 @@
+//! `lhc lint`: each check fires on a log that breaks its advice, cites where the advice
+//! comes from, and stays quiet on the example site; errors make the exit code 1.
+
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn lhc(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_lhc"))
+        .args(args)
+        .output()
+        .expect("lhc runs")
+}
+
+fn findings(path: &str) -> (Vec<Value>, bool) {
+    let out = lhc(&["lint", path, "--json"]);
+    let report: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    (
+        report["findings"].as_array().unwrap().clone(),
+        out.status.success(),
+    )
+}
+
+fn has(findings: &[Value], check: &str, subject: &str) -> bool {
+    findings
+        .iter()
+        .any(|f| f["check"] == check && f["subject"].as_str().unwrap().contains(subject))
+}
+
+#[test]
+fn the_example_site_is_clean() {
+    let example = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/examples/site-outage.jsonl"
+    );
+    let (found, ok) = findings(example);
+    assert!(found.is_empty(), "{found:?}");
+    assert!(ok);
+}
+
+#[test]
+fn configuration_checks_fire_and_cite_their_source() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Zone z1: 10,001 VDAs and one connector that no StoreFront talks to; a group restricted
+    // to a tag with machines in two zones.
+    let mut ops = vec![
+        r#"{"op":"upsert","kind":"zone","id":"z1","data":{"name":"One"}}"#.to_string(),
+        r#"{"op":"upsert","kind":"zone","id":"z2","data":{"name":"Two"}}"#.to_string(),
+        r#"{"op":"upsert","kind":"connector","id":"a.z1","data":{"zone":"z1"}}"#.to_string(),
+        r#"{"op":"upsert","kind":"connector","id":"a.z2","data":{"zone":"z2"}}"#.to_string(),
+        r#"{"op":"upsert","kind":"connector","id":"b.z2","data":{"zone":"z2"}}"#.to_string(),
+        r#"{"op":"upsert","kind":"delivery_group","id":"g","data":{"kind":"multi_session"}}"#.to_string(),
+        r#"{"op":"upsert","kind":"delivery_group","id":"tagged","data":{"kind":"multi_session","restrict_to_tag":"gpu"}}"#.to_string(),
+        r#"{"op":"upsert","kind":"machine","id":"t1.z1","data":{"zone":"z1","delivery_group":"tagged","tags":["gpu"]}}"#.to_string(),
+        r#"{"op":"upsert","kind":"machine","id":"t1.z2","data":{"zone":"z2","delivery_group":"tagged"}}"#.to_string(),
+    ];
+    for v in 0..10_000 {
+        ops.push(format!(
+            r#"{{"op":"upsert","kind":"machine","id":"m{v}.z1","data":{{"zone":"z1","delivery_group":"g"}}}}"#
+        ));
+    }
+    let lines = [
+        format!(
+            r#"{{"ts":"2026-01-05T09:00:00.000Z","type":"config.change","version":1,"ops":[{}]}}"#,
+            ops.join(",")
+        ),
+        r#"{"ts":"2026-01-05T09:00:01.000Z","type":"storefront.heartbeat","connector":"a.z2","storefront":"sf"}"#.into(),
+        r#"{"ts":"2026-01-05T09:00:01.000Z","type":"storefront.heartbeat","connector":"b.z2","storefront":"sf"}"#.into(),
+    ];
+    let path = tmp.path().join("site.jsonl");
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    let (found, ok) = findings(path.to_str().unwrap());
+    assert!(!ok, "an error finding fails the command");
+    assert!(has(&found, "no-storefront-traffic", "a.z1"), "{found:?}");
+    assert!(!has(&found, "no-storefront-traffic", "a.z2"));
+    assert!(has(&found, "single-connector-zone", "z1"));
+    assert!(!has(&found, "single-connector-zone", "z2"));
+    assert!(has(&found, "zone-above-10000-vdas", "z1"));
+    assert!(has(&found, "tag-restriction-across-zones", "tagged"));
+    for f in &found {
+        assert!(
+            f["cites"].as_str().unwrap().contains("R-")
+                || f["cites"].as_str().unwrap().contains("§"),
+            "every finding cites the spec: {f}"
+        );
+        assert!(
+            f["cites"].as_str().unwrap().contains("seed"),
+            "and the seeds: {f}"
+        );
+    }
+}
+
+#[test]
+fn behaviour_checks_fire_on_simulated_scenarios() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("sim.jsonl").display().to_string();
+    let out = lhc(&[
+        "simulate",
+        "--seed",
+        "9",
+        "--zones",
+        "1",
+        "--vdas-per-zone",
+        "200",
+        "--users",
+        "300",
+        "--hours",
+        "2",
+        "--flap",
+        "10m+40m/1m",
+        "--partition",
+        "70m+5m",
+        "--forced-outage",
+        "z1c2@90m+20m",
+        "--out",
+        &log,
+        "-q",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (found, ok) = findings(&log);
+    assert!(!ok);
+    assert!(has(&found, "network-flapping", "cc1.z1"), "{found:?}");
+    assert!(has(
+        &found,
+        "peers-cannot-probe",
+        "cc1.z1.sim.example -> cc2.z1"
+    ));
+    assert!(has(&found, "forced-outage-on-part-of-zone", "z1"));
+    assert!(has(&found, "pooled-fails-in-outage", "pool-z1"));
+    // Forcing a whole zone at once is not a finding.
+    let whole = tmp.path().join("whole.jsonl").display().to_string();
+    lhc(&[
+        "simulate",
+        "--seed",
+        "9",
+        "--zones",
+        "1",
+        "--vdas-per-zone",
+        "200",
+        "--users",
+        "300",
+        "--hours",
+        "2",
+        "--forced-outage",
+        "z1@90m+20m",
+        "--out",
+        &whole,
+        "-q",
+    ]);
+    let (found, _) = findings(&whole);
+    assert!(
+        !has(&found, "forced-outage-on-part-of-zone", "z1"),
+        "{found:?}"
+    );
+}
