@@ -40,7 +40,13 @@ pub enum SourceError {
 pub struct Source {
     inner: Inner,
     description: String,
+    /// Called with the number of records read so far, every `PROGRESS_EVERY` records.
+    progress: Option<Box<dyn FnMut(u64) + Send>>,
+    read: u64,
 }
+
+/// Records between two progress callbacks.
+const PROGRESS_EVERY: u64 = 16_384;
 
 enum Inner {
     /// Offset = 0-based index among the file's non-blank lines, as `lhc log import` into an
@@ -83,6 +89,8 @@ impl Source {
                 next: 0,
             },
             description: format!("JSONL file {}", path.display()),
+            progress: None,
+            read: 0,
         })
     }
 
@@ -93,6 +101,8 @@ impl Source {
         Ok(Source {
             inner: Inner::Log { _log: log, reader },
             description,
+            progress: None,
+            read: 0,
         })
     }
 
@@ -101,8 +111,27 @@ impl Source {
         &self.description
     }
 
+    /// Calls `progress` with the number of records read, now and then (for progress bars).
+    pub fn with_progress(mut self, progress: impl FnMut(u64) + Send + 'static) -> Source {
+        self.progress = Some(Box::new(progress));
+        self
+    }
+
     /// The next record's bytes and offset; `None` at the end.
     pub fn next_entry(&mut self) -> Result<Option<LogEntry>, SourceError> {
+        let entry = self.read_entry()?;
+        if entry.is_some() {
+            self.read += 1;
+            if self.read.is_multiple_of(PROGRESS_EVERY) {
+                if let Some(progress) = self.progress.as_mut() {
+                    progress(self.read);
+                }
+            }
+        }
+        Ok(entry)
+    }
+
+    fn read_entry(&mut self) -> Result<Option<LogEntry>, SourceError> {
         match &mut self.inner {
             Inner::Jsonl { lines, path, next } => loop {
                 match lines.next() {

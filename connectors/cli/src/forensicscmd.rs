@@ -35,9 +35,10 @@ pub enum ForensicsCommand {
 pub fn run(command: ForensicsCommand, quiet: bool) -> anyhow::Result<ExitCode> {
     match command {
         ForensicsCommand::Sync { source, out, json } => {
-            let mut source = source.open()?;
+            let (mut source, bar) = source.open_with_progress("replaying", quiet)?;
             let report = lhc_replay::sync_forensics(&mut source)
                 .with_context(|| format!("replaying {}", source.describe()))?;
+            bar.finish_and_clear();
             if json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {

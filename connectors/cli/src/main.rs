@@ -100,10 +100,10 @@ fn main() -> ExitCode {
         Command::Schema { out, check } => schema(out, check, quiet),
         Command::Bench(command) => bench::run(command),
         Command::Simulate(args) => simcmd::run(args, quiet),
-        Command::Query(args) => querycmd::run(args),
+        Command::Query(args) => querycmd::run(args, quiet),
         Command::Report(command) => reportcmd::run(command, quiet),
         Command::Forensics(command) => forensicscmd::run(command, quiet),
-        Command::Lint(args) => lintcmd::run(args),
+        Command::Lint(args) => lintcmd::run(args, quiet),
         Command::Replay(args) => replaycmd::run(args, quiet),
     };
     match result {

@@ -62,11 +62,12 @@ pub enum What {
 }
 
 /// Runs `lhc query`.
-pub fn run(args: QueryArgs) -> anyhow::Result<ExitCode> {
+pub fn run(args: QueryArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     let at = Ts::parse(&args.at).map_err(anyhow::Error::msg)?;
-    let mut source = args.source.open()?;
+    let (mut source, bar) = args.source.open_with_progress("replaying", quiet)?;
     let cut = lhc_replay::cut_at(&mut source, at)
         .with_context(|| format!("replaying {}", source.describe()))?;
+    bar.finish_and_clear();
     let engine = &cut.engine;
     let what = args.what.clone().unwrap_or(What::Connectors);
     let value = match &what {

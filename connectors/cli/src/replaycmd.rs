@@ -55,7 +55,7 @@ pub struct ReplayArgs {
 
 /// Runs `lhc replay`.
 pub fn run(args: ReplayArgs, quiet: bool) -> anyhow::Result<ExitCode> {
-    let mut source = args.source.open()?;
+    let (mut source, bar) = args.source.open_with_progress("replaying", quiet)?;
     let mut options = ReplayOptions {
         digest_every: args.digest_every,
         digest_at: None,
@@ -93,6 +93,7 @@ pub fn run(args: ReplayArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         },
     )?;
     sink.flush()?;
+    bar.finish_and_clear();
     if let (Some(path), Some(_)) = (&args.chain, args.digest_every) {
         let mut file = BufWriter::new(
             File::create(path).with_context(|| format!("creating {}", path.display()))?,

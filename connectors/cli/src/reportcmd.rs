@@ -34,9 +34,10 @@ pub enum ReportCommand {
 pub fn run(command: ReportCommand, quiet: bool) -> anyhow::Result<ExitCode> {
     match command {
         ReportCommand::Outage { source, out, json } => {
-            let mut source = source.open()?;
+            let (mut source, bar) = source.open_with_progress("replaying", quiet)?;
             let report = lhc_replay::outage_report(&mut source)
                 .with_context(|| format!("replaying {}", source.describe()))?;
+            bar.finish_and_clear();
             if json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {

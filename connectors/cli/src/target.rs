@@ -118,6 +118,19 @@ pub struct SourceArgs {
 }
 
 impl SourceArgs {
+    /// Opens the source with a spinner counting records on stderr (hidden with --quiet);
+    /// finish the returned bar when done.
+    pub fn open_with_progress(
+        &self,
+        what: &str,
+        quiet: bool,
+    ) -> anyhow::Result<(lhc_replay::Source, indicatif::ProgressBar)> {
+        let bar = crate::progress::bar(None, what, quiet);
+        let tick = bar.clone();
+        let source = self.open()?.with_progress(move |n| tick.set_position(n));
+        Ok((source, bar))
+    }
+
     /// Opens the source at its first record.
     pub fn open(&self) -> anyhow::Result<lhc_replay::Source> {
         let spec = match self.kafka.options()? {
