@@ -39,6 +39,20 @@ pub enum BenchCommand {
         #[arg(long)]
         quick: bool,
     },
+    /// Replay at the seeds' scale: a 12-hour site of 4 zones x 10,000 VDAs, 8 connectors,
+    /// 10 logons/s, an outage in the middle; next to decoding alone, with peak memory.
+    Replay {
+        /// Zones (10,000 VDAs each).
+        #[arg(long, default_value_t = 4)]
+        zones: usize,
+        /// Hours of site time.
+        #[arg(long, default_value_t = 12.0)]
+        hours: f64,
+        /// A reduced run (1 zone of 1,000 VDAs, 1 hour, 1 logon/s) that keeps the benchmark
+        /// working in CI.
+        #[arg(long)]
+        quick: bool,
+    },
     /// The live node: launch latency through the HTTP API at a sustained rate (embedded
     /// log and librdkafka's mock cluster), and restart time with a large site's state.
     Node {
@@ -96,6 +110,25 @@ pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
             };
             launch_bench(vdas, launches)
         }
+        BenchCommand::Replay {
+            zones,
+            hours,
+            quick,
+        } => crate::benchreplay::run(if quick {
+            crate::benchreplay::ReplayBench {
+                zones: 1,
+                vdas_per_zone: 1_000,
+                hours: 1.0,
+                logon_rate: 1.0,
+            }
+        } else {
+            crate::benchreplay::ReplayBench {
+                zones,
+                vdas_per_zone: 10_000,
+                hours,
+                logon_rate: 10.0,
+            }
+        }),
         BenchCommand::Node {
             rate,
             seconds,

@@ -11,6 +11,7 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod benchnode;
+mod benchreplay;
 mod demo;
 mod forensicscmd;
 mod lintcmd;

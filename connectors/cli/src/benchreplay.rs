@@ -1,0 +1,142 @@
+//! `lhc bench replay`: the seeds' scale — a 12-hour site of 4 zones x 10,000 VDAs, 8
+//! connectors, 10 logons a second, VDA heartbeats every 5 minutes and an outage in the
+//! middle — replayed, next to serde_json decoding of the same records, with the replay's
+//! peak memory.
+
+use std::io::BufRead;
+use std::process::{Command, ExitCode, Stdio};
+use std::time::Instant;
+
+use anyhow::{bail, Context};
+use lhc_replay::{Scenario, SimOptions, Simulator};
+
+/// The workload.
+pub struct ReplayBench {
+    /// Zones (10,000 VDAs each in the full run).
+    pub zones: usize,
+    /// VDAs per zone.
+    pub vdas_per_zone: usize,
+    /// Hours of site time.
+    pub hours: f64,
+    /// Logons per second.
+    pub logon_rate: f64,
+}
+
+/// Runs the benchmark and prints the figures.
+pub fn run(bench: ReplayBench) -> anyhow::Result<ExitCode> {
+    let scratch = tempfile::tempdir()?;
+    let file = scratch.path().join("site.jsonl");
+    let options = SimOptions {
+        seed: 12,
+        zones: bench.zones,
+        connectors_per_zone: 2,
+        vdas_per_zone: bench.vdas_per_zone,
+        users: bench.zones * bench.vdas_per_zone,
+        hours: bench.hours,
+        logon_rate: bench.logon_rate,
+        heartbeat_period_ms: 600_000,
+        scenarios: vec![Scenario::CloudOutage {
+            start_s: (bench.hours * 3600.0 / 2.0) as u64,
+            duration_s: 3600.min((bench.hours * 3600.0 / 4.0) as u64),
+        }],
+        ..SimOptions::default()
+    };
+    println!(
+        "lhc bench replay: {} h, {} zones x {} VDAs, {} connectors, {} logons/s, VDA heartbeats every 5 min, an outage in the middle",
+        bench.hours,
+        bench.zones,
+        bench.vdas_per_zone,
+        bench.zones * 2,
+        bench.logon_rate
+    );
+    let started = Instant::now();
+    let mut out = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&file)?);
+    let records = Simulator::new(options)?
+        .run(
+            &mut |bytes| {
+                use std::io::Write;
+                out.write_all(bytes)
+                    .and_then(|()| out.write_all(b"\n"))
+                    .map_err(|e| e.to_string())
+            },
+            &mut |_| {},
+        )
+        .map_err(anyhow::Error::msg)?;
+    {
+        use std::io::Write;
+        out.flush()?;
+    }
+    drop(out);
+    let bytes = std::fs::metadata(&file)?.len();
+    println!(
+        "simulated {records} records ({:.0} MB) in {:.1} s\n",
+        bytes as f64 / 1e6,
+        started.elapsed().as_secs_f64()
+    );
+
+    // Baseline: read and decode every record (serde_json into typed records), best of 2.
+    let mut decode_s = f64::MAX;
+    for _ in 0..2 {
+        let started = Instant::now();
+        let reader = std::io::BufReader::with_capacity(1 << 20, std::fs::File::open(&file)?);
+        let mut n = 0u64;
+        for line in reader.lines() {
+            let line = line?;
+            if lhc_engine::decode_record(line.as_bytes()).is_ok() {
+                n += 1;
+            }
+        }
+        anyhow::ensure!(n == records, "decoded {n} of {records}");
+        decode_s = decode_s.min(started.elapsed().as_secs_f64());
+    }
+
+    // The replay, as a user runs it, in a child process so its peak memory is its own.
+    let exe = std::env::current_exe().context("finding the lhc binary")?;
+    let mut replay_s = f64::MAX;
+    let mut peak_kb = 0i64;
+    for _ in 0..2 {
+        let started = Instant::now();
+        let status = Command::new(&exe)
+            .args(["replay", "--no-outputs", "-q"])
+            .arg(&file)
+            .stdout(Stdio::null())
+            .status()
+            .context("running lhc replay")?;
+        if !status.success() {
+            bail!("lhc replay failed: {status}");
+        }
+        replay_s = replay_s.min(started.elapsed().as_secs_f64());
+        peak_kb = peak_kb.max(children_peak_rss_kb());
+    }
+    let decode_rate = records as f64 / decode_s;
+    let replay_rate = records as f64 / replay_s;
+    println!("{:<48} {:>12} {:>10}", "measure", "records/s", "seconds");
+    println!(
+        "{:<48} {:>12.0} {:>10.2}",
+        "decode only (read + serde_json into records)", decode_rate, decode_s
+    );
+    println!(
+        "{:<48} {:>12.0} {:>10.2}",
+        "lhc replay --no-outputs (read, decode, fold)", replay_rate, replay_s
+    );
+    println!(
+        "\nratio replay / decode: {:.2}  (target >= 0.5)\nwhole replay: {:.1} s  (target <= 15 s for the 12-hour, 40,000-VDA site)\npeak RSS of the replay: {:.0} MB  (target <= 300 MB; the seeds' broker needs ~2.2 GB)",
+        replay_rate / decode_rate,
+        replay_s,
+        peak_kb as f64 / 1024.0
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Largest resident set of any waited-for child so far, KiB (Linux reports KiB).
+fn children_peak_rss_kb() -> i64 {
+    // SAFETY: getrusage writes into the zeroed struct we pass and reads nothing else.
+    unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        if libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage) == 0 {
+            usage.ru_maxrss
+        } else {
+            0
+        }
+    }
+}
