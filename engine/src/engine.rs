@@ -1051,17 +1051,30 @@ impl Engine {
             validations,
             ..
         } = self;
-        let cached = machines
-            .get(hb.machine.as_str())
+        // One map lookup on the hot path: the runtime found here serves the whole heartbeat
+        // (each lookup of a 40,000-entry map costs a cache miss on the key's bytes).
+        let mut found = machines.get_mut(hb.machine.as_str());
+        let cached = found
+            .as_ref()
             .and_then(|rt| rt.resolved)
             .filter(|(version, _)| *version == site.version);
         let resolved: Option<(&str, u32)> = match cached {
             Some((_, zone)) => zone.map(|z| (hb.machine.as_str(), z)),
             None => site.machine(&hb.machine).map(|e| (e.id.as_str(), e.zone)),
         };
+        if let Some((id, _)) = resolved {
+            if id != hb.machine {
+                // Named in another case than the configuration's id: the runtime is keyed
+                // by the id.
+                found = machines.get_mut(id);
+            }
+        }
         let Some((machine, zone)) = resolved else {
             // Not in the site configuration: the cloud broker refuses it.
-            let runtime = machines.entry(hb.machine.clone()).or_default();
+            let runtime = match found {
+                Some(r) => r,
+                None => machines.entry(hb.machine.clone()).or_default(),
+            };
             // Deleted from the configuration while registered with a broker: the broker
             // still holds it, so its session count follows.
             let (before, after) = (runtime.sessions.len(), hb.sessions.len());
@@ -1096,7 +1109,7 @@ impl Engine {
                 ConnectorState::WorkingNormally | ConnectorState::PendingHa
             ) && !matches!(c.last_check, Some((_, false)))
         });
-        let current = machines.get(machine).map(|r| &r.registrar);
+        let current = found.as_deref().map(|r| &r.registrar);
         let held_by = |name: &str| matches!(current, Some(Registrar::Connector(n)) if n == name);
         let mut refusals = Vec::new();
         let mut target: Option<&str> = None; // None: the cloud (when `cloud`) or nobody
@@ -1123,7 +1136,7 @@ impl Engine {
                 }
             }
         }
-        let runtime = match machines.get_mut(machine) {
+        let runtime = match found {
             Some(r) => r,
             None => machines.entry(machine.to_string()).or_default(),
         };
