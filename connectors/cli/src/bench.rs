@@ -53,6 +53,22 @@ pub enum BenchCommand {
         #[arg(long)]
         quick: bool,
     },
+    /// A full configuration import into the cache snapshot (40,000 VDAs, 100,000 users,
+    /// 1,000 delivery groups), next to a raw RocksDB WriteBatch of the same bytes.
+    Import {
+        /// VDAs.
+        #[arg(long, default_value_t = 40_000)]
+        vdas: usize,
+        /// Users.
+        #[arg(long, default_value_t = 100_000)]
+        users: usize,
+        /// Delivery groups (each with a resource, a user group and an entitlement).
+        #[arg(long, default_value_t = 1_000)]
+        groups: usize,
+        /// A reduced run (2,000 VDAs, 5,000 users, 50 groups) that keeps it working in CI.
+        #[arg(long)]
+        quick: bool,
+    },
     /// The live node: launch latency through the HTTP API at a sustained rate (embedded
     /// log and librdkafka's mock cluster), and restart time with a large site's state.
     Node {
@@ -110,6 +126,24 @@ pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
             };
             launch_bench(vdas, launches)
         }
+        BenchCommand::Import {
+            vdas,
+            users,
+            groups,
+            quick,
+        } => crate::benchimport::run(if quick {
+            crate::benchimport::ImportBench {
+                vdas: 2_000,
+                users: 5_000,
+                groups: 50,
+            }
+        } else {
+            crate::benchimport::ImportBench {
+                vdas,
+                users,
+                groups,
+            }
+        }),
         BenchCommand::Replay {
             zones,
             hours,

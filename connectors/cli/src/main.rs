@@ -10,6 +10,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod benchimport;
 mod benchnode;
 mod benchreplay;
 mod demo;

@@ -183,6 +183,13 @@ fn quick_benchmarks_run_and_report_their_ratios() {
         );
     }
     assert!(node.contains("start to serving /healthz"), "{node}");
+    let (replay, _) = ok(lhc(&["bench", "replay", "--quick"]));
+    assert!(
+        replay.contains("ratio replay / decode") && replay.contains("peak RSS"),
+        "{replay}"
+    );
+    let (import, _) = ok(lhc(&["bench", "import", "--quick"]));
+    assert!(import.contains("ratio raw / import"), "{import}");
 }
 
 /// `lhc simulate` writes the same bytes for the same seed, to a file or to the embedded

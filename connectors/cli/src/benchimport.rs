@@ -1,0 +1,159 @@
+//! `lhc bench import`: a full configuration import into the cache snapshot — the
+//! `config.change` decoded and applied, the import validated and built (503/504), and the
+//! commit that writes it into a fresh column family and switches to it — next to a raw
+//! RocksDB WriteBatch of the same bytes.
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::Context;
+use lhc_engine::Output;
+use lhc_log::LogEntry;
+use lhc_node::{Folder, Store, StoreOptions};
+
+/// The configuration's size.
+pub struct ImportBench {
+    /// VDAs (over 4 zones).
+    pub vdas: usize,
+    /// Users.
+    pub users: usize,
+    /// Delivery groups.
+    pub groups: usize,
+}
+
+/// The site configuration as one `config.change`, then a health check that names the
+/// connector (its first sync check imports at once).
+fn records(b: &ImportBench) -> Vec<Vec<u8>> {
+    let zones = 4;
+    let mut ops = vec![r#"{"op":"upsert","kind":"site","id":"site"}"#.to_string()];
+    for z in 0..zones {
+        ops.push(format!(
+            r#"{{"op":"upsert","kind":"zone","id":"z{z}","data":{{"name":"Zone {z}"}}}}"#
+        ));
+        ops.push(format!(r#"{{"op":"upsert","kind":"connector","id":"cc1.z{z}.example","data":{{"zone":"z{z}"}}}}"#));
+    }
+    for g in 0..b.groups {
+        let kind = match g % 3 {
+            0 => "multi_session",
+            1 => "single_session_pooled",
+            _ => "single_session_static",
+        };
+        ops.push(format!(
+            r#"{{"op":"upsert","kind":"delivery_group","id":"dg{g}","data":{{"kind":"{kind}"}}}}"#
+        ));
+        ops.push(format!(r#"{{"op":"upsert","kind":"resource","id":"res{g}","data":{{"kind":"desktop","delivery_groups":["dg{g}"]}}}}"#));
+        ops.push(format!(r#"{{"op":"upsert","kind":"group","id":"grp{g}"}}"#));
+        ops.push(format!(r#"{{"op":"upsert","kind":"entitlement","id":"ent{g}","data":{{"resource":"res{g}","principals":["grp{g}"]}}}}"#));
+    }
+    for v in 0..b.vdas {
+        let g = v % b.groups.max(1);
+        ops.push(format!(r#"{{"op":"upsert","kind":"machine","id":"vda{v:05}.example","data":{{"zone":"z{}","delivery_group":"dg{g}"}}}}"#, v % zones));
+    }
+    // Static groups: each user gets the next machine of their group while machines last.
+    let groups = b.groups.max(1);
+    let mut next_in_group = vec![0usize; groups];
+    for u in 0..b.users {
+        let g = u % groups;
+        ops.push(format!(
+            r#"{{"op":"upsert","kind":"user","id":"user{u:06}","data":{{"groups":["grp{g}"]}}}}"#
+        ));
+        if g % 3 == 2 {
+            let v = g + next_in_group[g] * groups;
+            if v < b.vdas {
+                next_in_group[g] += 1;
+                ops.push(format!(r#"{{"op":"upsert","kind":"assignment","id":"as{u}","data":{{"machine":"vda{v:05}.example","user":"user{u:06}"}}}}"#));
+            }
+        }
+    }
+    let config = format!(
+        r#"{{"ts":"2026-01-05T09:00:00.000Z","type":"config.change","version":1,"ops":[{}]}}"#,
+        ops.join(",")
+    );
+    let check = r#"{"ts":"2026-01-05T09:00:01.000Z","type":"health.check","connector":"cc1.z0.example","ok":true}"#;
+    vec![config.into_bytes(), check.as_bytes().to_vec()]
+}
+
+/// Runs the benchmark.
+pub fn run(b: ImportBench) -> anyhow::Result<ExitCode> {
+    let records = records(&b);
+    let bytes: usize = records.iter().map(Vec::len).sum();
+    println!(
+        "lhc bench import: {} VDAs, {} users, {} delivery groups (with resources, groups, entitlements): one config.change of {:.1} MB",
+        b.vdas,
+        b.users,
+        b.groups,
+        bytes as f64 / 1e6
+    );
+    let mut best = f64::MAX;
+    let mut written = 0u64;
+    for _ in 0..3 {
+        let dir = tempfile::tempdir()?;
+        let store = Store::open(dir.path(), &StoreOptions::default())?;
+        let mut folder = Folder::open(&store)?;
+        let started = Instant::now();
+        let mut imported = false;
+        for (offset, r) in records.iter().enumerate() {
+            let outputs = folder.apply(&LogEntry {
+                offset: offset as u64,
+                bytes: r.clone(),
+            });
+            imported |= outputs
+                .iter()
+                .any(|o| matches!(o, Output::Event(e) if e.event_id == 504));
+        }
+        folder.commit()?;
+        let took = started.elapsed().as_secs_f64();
+        anyhow::ensure!(imported, "the connector did not import (no 504)");
+        anyhow::ensure!(
+            store.snapshot_families() == vec!["snapshot-v1".to_string()],
+            "the import's column family is missing"
+        );
+        best = best.min(took);
+        written = dir_size(dir.path());
+    }
+    // Baseline: the same number of bytes through one raw WriteBatch into a fresh family.
+    let mut raw_best = f64::MAX;
+    let payload = vec![b'x'; written.max(bytes as u64) as usize];
+    for _ in 0..3 {
+        let dir = tempfile::tempdir()?;
+        let mut options = rocksdb::Options::default();
+        options.create_if_missing(true);
+        let db = rocksdb::DB::open(&options, dir.path()).context("raw RocksDB")?;
+        let started = Instant::now();
+        let mut batch = rocksdb::WriteBatch::default();
+        for (i, chunk) in payload.chunks(64 << 10).enumerate() {
+            batch.put((i as u64).to_be_bytes(), chunk);
+        }
+        db.write(batch)?;
+        db.flush()?;
+        raw_best = raw_best.min(started.elapsed().as_secs_f64());
+    }
+    println!("{:<58} {:>10}", "measure", "seconds");
+    println!(
+        "{:<58} {:>10.3}",
+        "import: decode, apply, validate, build, commit + switch", best
+    );
+    println!(
+        "{:<58} {:>10.3}",
+        format!("raw WriteBatch of {:.1} MB + flush", written as f64 / 1e6),
+        raw_best
+    );
+    println!(
+        "\nratio raw / import: {:.2}  (target >= 0.5)\nimport: {:.2} s  (target <= 2 s; the seeds: 5,000 VDAs can take more than 10 minutes)",
+        raw_best / best,
+        best
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn dir_size(dir: &std::path::Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter_map(|e| e.metadata().ok())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0)
+}
