@@ -109,7 +109,7 @@ pub fn run(b: ImportBench) -> anyhow::Result<ExitCode> {
             "the import's column family is missing"
         );
         best = best.min(took);
-        written = dir_size(dir.path());
+        written = crate::render::dir_size(dir.path());
     }
     // Baseline: the same number of bytes through one raw WriteBatch into a fresh family.
     let mut raw_best = f64::MAX;
@@ -144,16 +144,4 @@ pub fn run(b: ImportBench) -> anyhow::Result<ExitCode> {
         best
     );
     Ok(ExitCode::SUCCESS)
-}
-
-fn dir_size(dir: &std::path::Path) -> u64 {
-    std::fs::read_dir(dir)
-        .map(|entries| {
-            entries
-                .flatten()
-                .filter_map(|e| e.metadata().ok())
-                .map(|m| m.len())
-                .sum()
-        })
-        .unwrap_or(0)
 }

@@ -8,7 +8,6 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener};
-use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -305,7 +304,7 @@ fn restart(vdas: usize) -> anyhow::Result<()> {
         let store = Store::open(&store_dir, &StoreOptions::default())?;
         lhc_node::fold(&store, &log, 100_000, None)?;
     }
-    let state_bytes = dir_size(&store_dir);
+    let state_bytes = crate::render::dir_size(&store_dir);
     let started = Instant::now();
     let store = Store::open(&store_dir, &StoreOptions::default())?;
     let (engine, next) = store.load()?;
@@ -349,16 +348,4 @@ fn restart(vdas: usize) -> anyhow::Result<()> {
         serving.as_secs_f64() * 1000.0
     );
     Ok(())
-}
-
-fn dir_size(dir: &Path) -> u64 {
-    std::fs::read_dir(dir)
-        .map(|entries| {
-            entries
-                .flatten()
-                .filter_map(|e| e.metadata().ok())
-                .map(|m| m.len())
-                .sum()
-        })
-        .unwrap_or(0)
 }

@@ -10,6 +10,7 @@ use clap::Subcommand;
 use lhc_engine::engine::snake;
 use lhc_replay::SyncForensics;
 
+use crate::render::escape;
 use crate::target::SourceArgs;
 
 /// Forensics computed by replaying a log.
@@ -45,11 +46,7 @@ pub fn run(command: ForensicsCommand, quiet: bool) -> anyhow::Result<ExitCode> {
                 print!("{}", summary(&report));
             }
             if let Some(path) = out {
-                std::fs::write(&path, html(&report))
-                    .with_context(|| format!("writing {}", path.display()))?;
-                if !quiet {
-                    eprintln!("wrote {}", path.display());
-                }
+                crate::render::write_page(&path, &html(&report), quiet)?;
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -169,13 +166,6 @@ pub fn summary(report: &SyncForensics) -> String {
         );
     }
     t
-}
-
-fn escape(text: &str) -> String {
-    text.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
 }
 
 /// The self-contained HTML page.

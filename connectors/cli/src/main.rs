@@ -20,6 +20,7 @@ mod logcmd;
 mod nodecmd;
 mod progress;
 mod querycmd;
+mod render;
 mod replaycmd;
 mod reportcmd;
 mod simcmd;

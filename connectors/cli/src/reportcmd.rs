@@ -10,6 +10,7 @@ use clap::Subcommand;
 use lhc_engine::Ts;
 use lhc_replay::{Episode, OutageReport};
 
+use crate::render::escape;
 use crate::target::SourceArgs;
 
 /// Reports computed by replaying a log.
@@ -44,11 +45,7 @@ pub fn run(command: ReportCommand, quiet: bool) -> anyhow::Result<ExitCode> {
                 print!("{}", summary(&report));
             }
             if let Some(path) = out {
-                std::fs::write(&path, html(&report))
-                    .with_context(|| format!("writing {}", path.display()))?;
-                if !quiet {
-                    eprintln!("wrote {}", path.display());
-                }
+                crate::render::write_page(&path, &html(&report), quiet)?;
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -170,13 +167,6 @@ pub fn summary(report: &OutageReport) -> String {
         }
     }
     t
-}
-
-fn escape(text: &str) -> String {
-    text.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
 }
 
 fn color(state: &str, brokering: bool) -> &'static str {

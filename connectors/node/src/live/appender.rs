@@ -269,19 +269,7 @@ impl Appender {
         &self,
         make: impl FnOnce(Ts) -> Record + Send + 'static,
     ) -> Result<u64, String> {
-        let (reply, answer) = oneshot::channel();
-        self.jobs
-            .as_ref()
-            .ok_or_else(|| "the appender has stopped".to_string())?
-            .send(Message::Job(Job {
-                make: Box::new(make),
-                reply,
-                applied: None,
-            }))
-            .map_err(|_| "the appender has stopped".to_string())?;
-        answer
-            .await
-            .map_err(|_| "the appender has stopped".to_string())?
+        self.submit(Box::new(make), None).await
     }
 
     /// Appends like [`Appender::append`], then waits until the node's fold has applied the
@@ -290,22 +278,30 @@ impl Appender {
         &self,
         make: impl FnOnce(Ts) -> Record + Send + 'static,
     ) -> Result<Applied, String> {
-        let (reply, answer) = oneshot::channel();
         let (applied, done) = oneshot::channel();
-        self.jobs
-            .as_ref()
-            .ok_or_else(|| "the appender has stopped".to_string())?
-            .send(Message::Job(Job {
-                make: Box::new(make),
-                reply,
-                applied: Some(applied),
-            }))
-            .map_err(|_| "the appender has stopped".to_string())?;
-        answer
-            .await
-            .map_err(|_| "the appender has stopped".to_string())??;
+        self.submit(Box::new(make), Some(applied)).await?;
         done.await
             .map_err(|_| "the node stopped before applying the record".to_string())
+    }
+
+    /// Queues a job and waits until the record is written.
+    async fn submit(
+        &self,
+        make: Make,
+        applied: Option<oneshot::Sender<Applied>>,
+    ) -> Result<u64, String> {
+        let stopped = || "the appender has stopped".to_string();
+        let (reply, answer) = oneshot::channel();
+        self.jobs
+            .as_ref()
+            .ok_or_else(stopped)?
+            .send(Message::Job(Job {
+                make,
+                reply,
+                applied,
+            }))
+            .map_err(|_| stopped())?;
+        answer.await.map_err(|_| stopped())?
     }
 }
 

@@ -54,20 +54,7 @@ async fn health_checks(shared: Arc<Shared>) {
             // Peers recorded this node's stop while it was unreachable, or it stopped
             // cleanly before: it is running, so say so first.
             tracing::warn!("the log says this connector is stopped: recording its start");
-            let name = me.clone();
-            let appended = shared
-                .appender
-                .append(move |ts| {
-                    Record::ConnectorLifecycle(ConnectorLifecycle {
-                        ts,
-                        connector: name,
-                        event: LifecycleEvent::Start,
-                    })
-                })
-                .await;
-            if let Err(e) = appended {
-                tracing::error!("start not recorded: {e}");
-            }
+            record_lifecycle(&shared, me.clone(), LifecycleEvent::Start).await;
         }
         let (ok, detail) = match http.get(&shared.config.cloud_url).send().await {
             Ok(answer) => (
@@ -163,21 +150,8 @@ async fn peer_probes(shared: Arc<Shared>) {
                 since.is_some_and(|t| t.elapsed() >= shared.config.peer_dead_after);
             if unreachable_long && peer_is_dead(&shared, &peer) {
                 failing_since.remove(&peer);
-                let dead = peer.clone();
-                tracing::warn!(peer = %dead, "peer unreachable and silent in the log: recording its stop");
-                let appended = shared
-                    .appender
-                    .append(move |ts| {
-                        Record::ConnectorLifecycle(ConnectorLifecycle {
-                            ts,
-                            connector: dead,
-                            event: LifecycleEvent::Stop,
-                        })
-                    })
-                    .await;
-                if let Err(e) = appended {
-                    tracing::error!("peer stop not recorded: {e}");
-                }
+                tracing::warn!(peer = %peer, "peer unreachable and silent in the log: recording its stop");
+                record_lifecycle(&shared, peer.clone(), LifecycleEvent::Stop).await;
             }
             let appended = shared
                 .appender
@@ -194,6 +168,23 @@ async fn peer_probes(shared: Arc<Shared>) {
                 tracing::error!("peer probe not recorded: {e}");
             }
         }
+    }
+}
+
+/// Appends a `connector.lifecycle` record about `connector`.
+async fn record_lifecycle(shared: &Shared, connector: String, event: LifecycleEvent) {
+    let appended = shared
+        .appender
+        .append(move |ts| {
+            Record::ConnectorLifecycle(ConnectorLifecycle {
+                ts,
+                connector,
+                event,
+            })
+        })
+        .await;
+    if let Err(e) = appended {
+        tracing::error!("connector.lifecycle {event:?} not recorded: {e}");
     }
 }
 
