@@ -49,9 +49,11 @@ struct Cli {
 // Parsed once per process; boxing the large variant would buy nothing.
 #[allow(clippy::large_enum_variant)]
 enum Command {
-    /// Import the example outage log into ./lhc-demo/log and print it.
+    /// Simulate a site through an outage into ./lhc-demo/log, replay it, print what
+    /// happened and write the HTML reports (--example: the small bundled example).
     Demo(demo::DemoArgs),
-    /// The connector node: fold the log into its RocksDB cache snapshot, exactly once.
+    /// The connector node: run it (HTTP API, observers, Kafka or embedded log), or fold the
+    /// log into its RocksDB cache snapshot, exactly once.
     #[command(subcommand)]
     Connector(nodecmd::ConnectorCommand),
     /// Work with a site log: import, export, cat, append, stats, check.
