@@ -112,11 +112,53 @@ impl std::error::Error for DecodeError {}
 
 /// Decodes one record from its JSON bytes.
 pub fn decode_record(bytes: &[u8]) -> Result<Record, DecodeError> {
+    if let Some(record) = decode_tag_first(bytes) {
+        return Ok(record);
+    }
     match serde_json::from_slice::<Record>(bytes) {
         Ok(record) => Ok(record),
         Err(fast) => Err(explain(bytes)
             .unwrap_or_else(|| DecodeError::new("", DecodeErrorKind::BadValue, fast.to_string()))),
     }
+}
+
+/// The fast path for records whose first key is `type` (as `lhc` writes them): the tag is
+/// read directly and the rest decoded straight into its variant, instead of buffering the
+/// whole object as serde's internally tagged enums do (about twice the work). Anything it
+/// cannot take — another key order, whitespace, an error — returns `None` and goes the
+/// general way, which also produces the located error; a record it accepts decodes to
+/// the same value the general way would.
+fn decode_tag_first(bytes: &[u8]) -> Option<Record> {
+    use crate::record::*;
+    let rest = bytes.strip_prefix(b"{\"type\":\"")?;
+    let end = rest.iter().position(|&b| b == b'"' || b == b'\\')?;
+    if rest[end] != b'"' {
+        return None;
+    }
+    let after = &rest[end + 1..];
+    let body: std::borrow::Cow<[u8]> = match after.first()? {
+        b',' => {
+            let mut object = Vec::with_capacity(after.len());
+            object.push(b'{');
+            object.extend_from_slice(&after[1..]);
+            std::borrow::Cow::Owned(object)
+        }
+        _ => return None,
+    };
+    fn de<T: serde::de::DeserializeOwned>(body: &[u8]) -> Option<T> {
+        serde_json::from_slice(body).ok()
+    }
+    Some(match &rest[..end] {
+        b"vda.heartbeat" => Record::VdaHeartbeat(de::<VdaHeartbeat>(&body)?),
+        b"session.event" => Record::SessionEvent(de::<SessionEvent>(&body)?),
+        b"launch.request" => Record::LaunchRequest(de::<LaunchRequest>(&body)?),
+        b"health.check" => Record::HealthCheck(de::<HealthCheck>(&body)?),
+        b"peer.probe" => Record::PeerProbe(de::<PeerProbe>(&body)?),
+        b"storefront.heartbeat" => Record::StorefrontHeartbeat(de::<StorefrontHeartbeat>(&body)?),
+        b"clock.tick" => Record::ClockTick(de::<ClockTick>(&body)?),
+        // The rare kinds take the general path.
+        _ => return None,
+    })
 }
 
 /// Decodes one record and locates any error at `offset`.

@@ -203,3 +203,42 @@ fn canonical_timestamps_survive_round_trip() {
     );
     assert!(matches!(record, Record::ClockTick(_)));
 }
+
+/// Records written type-first (as lhc writes them) take a faster path; its errors and
+/// edge cases are still the general path's.
+#[test]
+fn type_first_records_decode_the_same_and_fail_the_same() {
+    let (path, kind, _) = err(
+        r#"{"type":"health.check","ts":"2026-01-05T09:00:00.000Z","connector":"c","ok":true,"okay":1}"#,
+    );
+    assert_eq!(
+        (path.as_str(), kind),
+        ("okay", DecodeErrorKind::UnknownField)
+    );
+    let (path, kind, _) = err(
+        r#"{"type":"vda.heartbeat","ts":"2026-01-05T09:00:00.000Z","machine":"m","sessions":[{"id":"s","user":"u","state":"away"}]}"#,
+    );
+    assert_eq!(path, "sessions[0].state");
+    assert_eq!(kind, DecodeErrorKind::BadValue);
+    // A second `type` key is refused as the general path refuses it.
+    assert!(decode_record(
+        br#"{"type":"clock.tick","ts":"2026-01-05T09:00:00.000Z","type":"clock.tick"}"#
+    )
+    .is_err());
+    // Whitespace, escapes in the tag, or another key order: same value either way.
+    let plain = decode_record(
+        br#"{"type":"peer.probe","ts":"2026-01-05T09:00:00.000Z","connector":"a","peer":"b","ok":true}"#,
+    )
+    .unwrap();
+    for variant in [
+        r#"{ "type" : "peer.probe", "ts":"2026-01-05T09:00:00.000Z","connector":"a","peer":"b","ok":true}"#,
+        r#"{"type":"peer\u002eprobe","ts":"2026-01-05T09:00:00.000Z","connector":"a","peer":"b","ok":true}"#,
+        r#"{"ts":"2026-01-05T09:00:00.000Z","connector":"a","peer":"b","ok":true,"type":"peer.probe"}"#,
+    ] {
+        assert_eq!(
+            decode_record(variant.as_bytes()).unwrap(),
+            plain,
+            "{variant}"
+        );
+    }
+}
