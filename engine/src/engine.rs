@@ -42,6 +42,17 @@ pub enum Registrar {
     Connector(String),
 }
 
+impl Registrar {
+    /// Who holds the registration, as outputs name it: "cloud", a connector id, or nobody.
+    pub fn name(&self) -> Option<&str> {
+        match self {
+            Registrar::None => None,
+            Registrar::Cloud => Some("cloud"),
+            Registrar::Connector(c) => Some(c),
+        }
+    }
+}
+
 /// What the engine knows of a VDA at run time.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MachineRuntime {

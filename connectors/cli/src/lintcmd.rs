@@ -2,7 +2,6 @@
 
 use std::process::ExitCode;
 
-use anyhow::Context;
 use lhc_replay::Severity;
 
 use crate::target::SourceArgs;
@@ -22,10 +21,7 @@ pub struct LintArgs {
 
 /// Runs `lhc lint`: exit 1 when a finding is an error (or a warning, with --strict).
 pub fn run(args: LintArgs, quiet: bool) -> anyhow::Result<ExitCode> {
-    let (mut source, bar) = args.source.open_with_progress("replaying", quiet)?;
-    let report = lhc_replay::lint(&mut source)
-        .with_context(|| format!("replaying {}", source.describe()))?;
-    bar.finish_and_clear();
+    let report = args.source.replay_with(quiet, lhc_replay::lint)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

@@ -38,15 +38,8 @@ pub enum ConnectorCommand {
         /// Keep folding records as they are appended (stop with Ctrl-C).
         #[arg(long)]
         follow: bool,
-        /// fsync each commit (survives power loss; kill -9 is survived either way).
-        #[arg(long)]
-        sync: bool,
-        /// RocksDB block cache, MiB (bounds read memory).
-        #[arg(long, value_name = "MIB", default_value_t = 32)]
-        block_cache_mb: usize,
-        /// RocksDB write buffer, MiB (bounds memtable memory; two are kept).
-        #[arg(long, value_name = "MIB", default_value_t = 16)]
-        write_buffer_mb: usize,
+        #[command(flatten)]
+        store: StoreArgs,
     },
     /// Run the connector node: fold the log, observe, and serve the HTTP API.
     ///
@@ -116,15 +109,8 @@ pub enum ConnectorCommand {
         /// Largest request body accepted, KiB.
         #[arg(long, value_name = "KIB", default_value_t = 256)]
         body_limit_kb: usize,
-        /// fsync each commit of the cache snapshot.
-        #[arg(long)]
-        sync: bool,
-        /// RocksDB block cache, MiB.
-        #[arg(long, value_name = "MIB", default_value_t = 32)]
-        block_cache_mb: usize,
-        /// RocksDB write buffer, MiB.
-        #[arg(long, value_name = "MIB", default_value_t = 16)]
-        write_buffer_mb: usize,
+        #[command(flatten)]
+        store: StoreArgs,
     },
     /// Print the outputs stored in the node's cache snapshot, in order (JSONL).
     Outputs {
@@ -149,6 +135,30 @@ pub enum ConnectorCommand {
     },
 }
 
+/// RocksDB settings of the cache snapshot (memory bounds, durability).
+#[derive(clap::Args, Clone, Debug)]
+pub struct StoreArgs {
+    /// fsync each commit (survives power loss; kill -9 is survived either way).
+    #[arg(long)]
+    sync: bool,
+    /// RocksDB block cache, MiB (bounds read memory).
+    #[arg(long, value_name = "MIB", default_value_t = 32)]
+    block_cache_mb: usize,
+    /// RocksDB write buffer, MiB (bounds memtable memory; two are kept).
+    #[arg(long, value_name = "MIB", default_value_t = 16)]
+    write_buffer_mb: usize,
+}
+
+impl StoreArgs {
+    fn options(&self) -> StoreOptions {
+        StoreOptions {
+            block_cache_bytes: self.block_cache_mb.max(1) << 20,
+            write_buffer_bytes: self.write_buffer_mb.max(1) << 20,
+            sync: self.sync,
+        }
+    }
+}
+
 /// Runs one `lhc connector` command.
 pub fn run(command: ConnectorCommand, quiet: bool) -> anyhow::Result<ExitCode> {
     match command {
@@ -157,15 +167,9 @@ pub fn run(command: ConnectorCommand, quiet: bool) -> anyhow::Result<ExitCode> {
             data,
             batch,
             follow,
-            sync,
-            block_cache_mb,
-            write_buffer_mb,
+            store,
         } => {
-            let options = StoreOptions {
-                block_cache_bytes: block_cache_mb.max(1) << 20,
-                write_buffer_bytes: write_buffer_mb.max(1) << 20,
-                sync,
-            };
+            let options = store.options();
             let store = Store::open(&data, &options)?;
             let log = target.open_for_read()?;
             // Following runs until the process is stopped (Ctrl-C); nothing else ends it.
@@ -208,9 +212,7 @@ pub fn run(command: ConnectorCommand, quiet: bool) -> anyhow::Result<ExitCode> {
             admin_token_file,
             site_name,
             body_limit_kb,
-            sync,
-            block_cache_mb,
-            write_buffer_mb,
+            store,
         } => {
             let data = data.unwrap_or_else(|| PathBuf::from(format!("lhc-data/node-{connector}")));
             let admin_token = match admin_token_file {
@@ -246,11 +248,7 @@ pub fn run(command: ConnectorCommand, quiet: bool) -> anyhow::Result<ExitCode> {
             config.peers = peers.into_iter().collect();
             config.admin_token = admin_token;
             config.body_limit = body_limit_kb.max(1) << 10;
-            config.store = StoreOptions {
-                block_cache_bytes: block_cache_mb.max(1) << 20,
-                write_buffer_bytes: write_buffer_mb.max(1) << 20,
-                sync,
-            };
+            config.store = store.options();
             std::fs::create_dir_all(&data)
                 .with_context(|| format!("creating {}", data.display()))?;
             let site_log = match target.kafka.options()? {
@@ -331,9 +329,17 @@ pub fn run(command: ConnectorCommand, quiet: bool) -> anyhow::Result<ExitCode> {
         ConnectorCommand::Outputs { data } => {
             let store = open_existing(&data)?;
             let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-            for (_, json) in store.outputs()? {
-                out.write_all(&json)?;
-                out.write_all(b"\n")?;
+            let mut after = None;
+            loop {
+                let chunk = store.outputs_after(after, 10_000)?;
+                let Some(&(offset, index, _)) = chunk.last() else {
+                    break;
+                };
+                for (_, _, json) in &chunk {
+                    out.write_all(json)?;
+                    out.write_all(b"\n")?;
+                }
+                after = Some((offset, index));
             }
             out.flush()?;
             Ok(ExitCode::SUCCESS)

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Subcommand;
-use lhc_engine::engine::{snake, Registrar};
+use lhc_engine::engine::snake;
 use lhc_engine::{Output, Ts};
 use serde_json::{json, Value};
 
@@ -64,10 +64,9 @@ pub enum What {
 /// Runs `lhc query`.
 pub fn run(args: QueryArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     let at = Ts::parse(&args.at).map_err(anyhow::Error::msg)?;
-    let (mut source, bar) = args.source.open_with_progress("replaying", quiet)?;
-    let cut = lhc_replay::cut_at(&mut source, at)
-        .with_context(|| format!("replaying {}", source.describe()))?;
-    bar.finish_and_clear();
+    let cut = args
+        .source
+        .replay_with(quiet, |source| lhc_replay::cut_at(source, at))?;
     let engine = &cut.engine;
     let what = args.what.clone().unwrap_or(What::Connectors);
     let value = match &what {
@@ -100,7 +99,7 @@ pub fn run(args: QueryArgs, quiet: bool) -> anyhow::Result<ExitCode> {
                 .map(|(name, m)| {
                     json!({
                         "machine": name,
-                        "registered_with": registrar(&m.registrar),
+                        "registered_with": m.registrar.name(),
                         "sessions": m.sessions.len(),
                     })
                 })
@@ -127,7 +126,7 @@ pub fn run(args: QueryArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         What::Machine { name } => {
             let now = engine.machines().get(name.as_str()).map(|m| {
                 json!({
-                    "registered_with": registrar(&m.registrar),
+                    "registered_with": m.registrar.name(),
                     "sessions": m.sessions,
                 })
             });
@@ -181,14 +180,6 @@ pub fn run(args: QueryArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         print_table(&what, &value);
     }
     Ok(ExitCode::SUCCESS)
-}
-
-fn registrar(r: &Registrar) -> Value {
-    match r {
-        Registrar::None => Value::Null,
-        Registrar::Cloud => json!("cloud"),
-        Registrar::Connector(c) => json!(c),
-    }
 }
 
 fn text(v: &Value) -> String {

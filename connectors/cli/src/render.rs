@@ -12,6 +12,26 @@ pub fn escape(text: &str) -> String {
         .replace('"', "&quot;")
 }
 
+/// Prints a report as JSON or as its terminal summary, and writes its HTML page if asked.
+pub fn publish<R: serde::Serialize>(
+    report: &R,
+    json: bool,
+    summary: fn(&R) -> String,
+    html: fn(&R) -> String,
+    out: Option<&Path>,
+    quiet: bool,
+) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(report)?);
+    } else {
+        print!("{}", summary(report));
+    }
+    match out {
+        Some(path) => write_page(path, &html(report), quiet),
+        None => Ok(()),
+    }
+}
+
 /// Writes an HTML page and says so unless quiet.
 pub fn write_page(path: &Path, html: &str, quiet: bool) -> anyhow::Result<()> {
     std::fs::write(path, html).with_context(|| format!("writing {}", path.display()))?;

@@ -5,7 +5,6 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::Context;
 use clap::Subcommand;
 use lhc_engine::Ts;
 use lhc_replay::{Episode, OutageReport};
@@ -35,18 +34,8 @@ pub enum ReportCommand {
 pub fn run(command: ReportCommand, quiet: bool) -> anyhow::Result<ExitCode> {
     match command {
         ReportCommand::Outage { source, out, json } => {
-            let (mut source, bar) = source.open_with_progress("replaying", quiet)?;
-            let report = lhc_replay::outage_report(&mut source)
-                .with_context(|| format!("replaying {}", source.describe()))?;
-            bar.finish_and_clear();
-            if json {
-                println!("{}", serde_json::to_string_pretty(&report)?);
-            } else {
-                print!("{}", summary(&report));
-            }
-            if let Some(path) = out {
-                crate::render::write_page(&path, &html(&report), quiet)?;
-            }
+            let report = source.replay_with(quiet, lhc_replay::outage_report)?;
+            crate::render::publish(&report, json, summary, html, out.as_deref(), quiet)?;
             Ok(ExitCode::SUCCESS)
         }
     }

@@ -131,6 +131,19 @@ impl SourceArgs {
         Ok((source, bar))
     }
 
+    /// Replays the source through `compute` (a report, a cut, a lint) with the spinner.
+    pub fn replay_with<T>(
+        &self,
+        quiet: bool,
+        compute: impl FnOnce(&mut lhc_replay::Source) -> Result<T, lhc_replay::SourceError>,
+    ) -> anyhow::Result<T> {
+        let (mut source, bar) = self.open_with_progress("replaying", quiet)?;
+        let result =
+            compute(&mut source).with_context(|| format!("replaying {}", source.describe()))?;
+        bar.finish_and_clear();
+        Ok(result)
+    }
+
     /// Opens the source at its first record.
     pub fn open(&self) -> anyhow::Result<lhc_replay::Source> {
         let spec = match self.kafka.options()? {

@@ -523,17 +523,6 @@ impl Store {
         }
         Ok(all)
     }
-
-    /// Every stored output in order: (input offset, output JSON).
-    pub fn outputs(&self) -> Result<Vec<(u64, Vec<u8>)>, NodeError> {
-        let mut all = Vec::new();
-        for item in self.db.iterator_cf(&self.cf(OUTPUTS), IteratorMode::Start) {
-            let (key, value) = item.map_err(|e| self.error(e))?;
-            let offset = u64::from_be_bytes(key[..8].try_into().expect("8-byte prefix"));
-            all.push((offset, value.to_vec()));
-        }
-        Ok(all)
-    }
 }
 
 /// Journal changes written with a commit (Kafka mode; empty otherwise).

@@ -14,7 +14,7 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{mpsc, Arc};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use lhc_engine::{encode_record, Record, Ts};
 use lhc_log::Log;
@@ -306,9 +306,7 @@ impl Appender {
 }
 
 fn write(sink: &mut Sink, last_ts: &AtomicI64, waiters: &RecordWaiters, batch: Vec<Job>) {
-    let wall = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64);
+    let wall = super::wall_ms();
     // Equal stamps are fine: records with equal ts apply in log order (R-STATE-9).
     let ts = Ts(wall.max(last_ts.load(Ordering::SeqCst)));
     last_ts.fetch_max(ts.millis(), Ordering::SeqCst);

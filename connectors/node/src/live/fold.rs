@@ -213,11 +213,6 @@ fn fold_on(
             if stopping && !folder.dirty() {
                 return Ok(());
             }
-            if let Source::Direct(_) = *source {
-                if let Ok(end) = shared.log.end_offset() {
-                    shared.log_end.store(end, Ordering::Relaxed);
-                }
-            }
             // Other processes' appends are seen by polling; ours ring the bell.
             shared.bell.wait(seen, Duration::from_millis(5));
         }

@@ -6,7 +6,6 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::body::Bytes;
 use axum::extract::rejection::QueryRejection;
@@ -15,7 +14,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use lhc_engine::engine::{snake, Registrar};
+use lhc_engine::engine::snake;
 use lhc_engine::output::ConnectorState;
 use lhc_engine::record::{
     AdminCommand, AdminCommandName, Client, LaunchRequest, SessionEvent, SessionEventKind,
@@ -306,9 +305,7 @@ async fn launch(
 /// A request id unique to this node's run.
 fn request_id(connector: &str) -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let started = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis());
+    let started = super::wall_ms();
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     format!("{connector}-{started}-{n}")
 }
@@ -440,22 +437,32 @@ async fn healthz(State(shared): State<AppState>) -> Response {
             body["last_quarantine"] = json!({ "offset": offset, "error": error });
         }
     }
-    match &shared.kafka {
-        None => {
-            let end = shared.log_end.load(Ordering::Relaxed).max(position);
-            body["log_end"] = json!(end);
-            body["lag"] = json!(end - position);
-        }
-        Some(link) => {
-            let end = link.end.load(Ordering::SeqCst).max(position);
-            body["kafka_next"] = json!(position);
-            body["log_end"] = json!(end);
-            body["lag"] = json!(end - position);
-            body["kafka_up"] = json!(link.up.load(Ordering::SeqCst));
-            body["outbox"] = json!(link.outbox_len.load(Ordering::SeqCst));
-        }
+    let end = log_end(&shared, position).await;
+    body["log_end"] = json!(end);
+    body["lag"] = json!(end - position);
+    if let Some(link) = &shared.kafka {
+        body["kafka_next"] = json!(position);
+        body["kafka_up"] = json!(link.up.load(Ordering::SeqCst));
+        body["outbox"] = json!(link.outbox_len.load(Ordering::SeqCst));
     }
     Json(body).into_response()
+}
+
+/// End of the site log, asked when someone wants it (never below the fold's position):
+/// the embedded log's end is read from disk, Kafka's is what the appender last saw.
+async fn log_end(shared: &AppState, position: u64) -> u64 {
+    let end = match &shared.kafka {
+        Some(link) => link.end.load(Ordering::SeqCst),
+        None => {
+            let log = shared.log.clone();
+            tokio::task::spawn_blocking(move || log.end_offset())
+                .await
+                .ok()
+                .and_then(Result::ok)
+                .unwrap_or(position)
+        }
+    };
+    end.max(position)
 }
 
 type Labels = Vec<(String, String)>;
@@ -555,12 +562,8 @@ async fn metrics(State(shared): State<AppState>) -> Response {
     );
     let applied = *shared.applied.borrow();
     let position = *shared.site_pos.borrow();
-    let end = match &shared.kafka {
-        Some(link) => link.end.load(Ordering::SeqCst),
-        None => shared.log_end.load(Ordering::Relaxed),
-    };
     let lag = Gauge::<i64>::default();
-    lag.set(end.saturating_sub(position) as i64);
+    lag.set((log_end(&shared, position).await - position) as i64);
     registry.register("fold_lag_records", "Records in the log not folded yet", lag);
     let offset = Gauge::<i64>::default();
     offset.set(applied as i64);
@@ -741,14 +744,6 @@ fn sdk(shared: &Shared, f: impl FnOnce(&Engine, &str) -> Value) -> Result<Respon
     Ok(Json(f(&engine, &me)).into_response())
 }
 
-fn registrar_text(r: &Registrar) -> Value {
-    match r {
-        Registrar::None => Value::Null,
-        Registrar::Cloud => json!("cloud"),
-        Registrar::Connector(c) => json!(c),
-    }
-}
-
 async fn sdk_machines(State(shared): State<AppState>) -> Result<Response, ApiError> {
     sdk(&shared, |engine, me| {
         let zone = engine
@@ -769,7 +764,7 @@ async fn sdk_machines(State(shared): State<AppState>) -> Result<Response, ApiErr
             .map(|(name, m)| {
                 json!({
                     "machine": name,
-                    "registered_with": registrar_text(&m.registrar),
+                    "registered_with": m.registrar.name(),
                     "sessions": m.sessions.len(),
                 })
             })

@@ -181,6 +181,14 @@ pub(crate) struct RecordWaiters {
     pub map: Mutex<HashMap<[u8; 16], oneshot::Sender<Applied>>>,
 }
 
+/// Milliseconds since the Unix epoch by the wall clock (the only clock the daemon reads;
+/// the engine reads none).
+pub(crate) fn wall_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
 /// Content hash of a record (first 16 bytes of SHA-256): stable across versions and hosts.
 pub(crate) fn record_hash(bytes: &[u8]) -> [u8; 16] {
     use sha2::Digest;
@@ -207,8 +215,6 @@ pub(crate) struct Shared {
     /// Launch handlers waiting for their decision, by request id.
     pub waiters: Mutex<HashMap<String, oneshot::Sender<LaunchAnswer>>>,
     pub stats: Mutex<FoldStats>,
-    /// Log end offset when last looked at (for lag).
-    pub log_end: AtomicU64,
     pub stopping: AtomicBool,
 }
 
@@ -312,7 +318,6 @@ pub async fn run(
         kafka,
         waiters: Mutex::new(HashMap::new()),
         stats: Mutex::new(FoldStats::default()),
-        log_end: AtomicU64::new(0),
         stopping: AtomicBool::new(false),
     });
 

@@ -7,13 +7,13 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use lhc_engine::record::{ClockTick, ConnectorLifecycle, HealthCheck, LifecycleEvent, PeerProbe};
-use lhc_engine::Record;
+use lhc_engine::{Record, Ts};
 use tokio::task::JoinHandle;
 
-use super::Shared;
+use super::{wall_ms, Shared};
 
 /// Starts the observers; abort the handles to stop them.
 pub(crate) fn spawn(shared: Arc<Shared>) -> Vec<JoinHandle<()>> {
@@ -63,20 +63,15 @@ async fn health_checks(shared: Arc<Shared>) {
             ),
             Err(e) => (false, error_text(&e)),
         };
-        let appended = shared
-            .appender
-            .append(move |ts| {
-                Record::HealthCheck(HealthCheck {
-                    ts,
-                    connector: me,
-                    ok,
-                    detail: Some(detail),
-                })
+        record(&shared, "health check", move |ts| {
+            Record::HealthCheck(HealthCheck {
+                ts,
+                connector: me,
+                ok,
+                detail: Some(detail),
             })
-            .await;
-        if let Err(e) = appended {
-            tracing::error!("health check not recorded: {e}");
-        }
+        })
+        .await;
     }
 }
 
@@ -153,39 +148,37 @@ async fn peer_probes(shared: Arc<Shared>) {
                 tracing::warn!(peer = %peer, "peer unreachable and silent in the log: recording its stop");
                 record_lifecycle(&shared, peer.clone(), LifecycleEvent::Stop).await;
             }
-            let appended = shared
-                .appender
-                .append(move |ts| {
-                    Record::PeerProbe(PeerProbe {
-                        ts,
-                        connector: me,
-                        peer,
-                        ok,
-                    })
+            record(&shared, "peer probe", move |ts| {
+                Record::PeerProbe(PeerProbe {
+                    ts,
+                    connector: me,
+                    peer,
+                    ok,
                 })
-                .await;
-            if let Err(e) = appended {
-                tracing::error!("peer probe not recorded: {e}");
-            }
+            })
+            .await;
         }
+    }
+}
+
+/// Appends an observation. A failure is logged and not retried: the next period observes
+/// again.
+async fn record(shared: &Shared, what: &str, make: impl FnOnce(Ts) -> Record + Send + 'static) {
+    if let Err(e) = shared.appender.append(make).await {
+        tracing::error!("{what} not recorded: {e}");
     }
 }
 
 /// Appends a `connector.lifecycle` record about `connector`.
 async fn record_lifecycle(shared: &Shared, connector: String, event: LifecycleEvent) {
-    let appended = shared
-        .appender
-        .append(move |ts| {
-            Record::ConnectorLifecycle(ConnectorLifecycle {
-                ts,
-                connector,
-                event,
-            })
+    record(shared, "connector.lifecycle", move |ts| {
+        Record::ConnectorLifecycle(ConnectorLifecycle {
+            ts,
+            connector,
+            event,
         })
-        .await;
-    if let Err(e) = appended {
-        tracing::error!("connector.lifecycle {event:?} not recorded: {e}");
-    }
+    })
+    .await;
 }
 
 /// A peer that does not answer probes and whose own records (health checks) stopped
@@ -206,12 +199,6 @@ fn peer_is_dead(shared: &Shared, peer: &str) -> bool {
     wall_ms() - last_heard.millis() >= shared.config.peer_dead_after.as_millis() as i64
 }
 
-fn wall_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
-
 async fn ticks(shared: Arc<Shared>) {
     let period = shared.config.tick_interval;
     let mut every = interval(period);
@@ -221,12 +208,9 @@ async fn ticks(shared: Arc<Shared>) {
         if quiet_ms < period.as_millis() as i64 {
             continue;
         }
-        if let Err(e) = shared
-            .appender
-            .append(|ts| Record::ClockTick(ClockTick { ts }))
-            .await
-        {
-            tracing::error!("clock tick not recorded: {e}");
-        }
+        record(&shared, "clock tick", |ts| {
+            Record::ClockTick(ClockTick { ts })
+        })
+        .await;
     }
 }
