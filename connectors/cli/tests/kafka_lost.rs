@@ -3,13 +3,16 @@
 //! the topic holds every record; replaying the node's journal reproduces every decision it
 //! answered.
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
 
 use lhc_engine::Ts;
 use serde_json::Value;
+
+mod live;
+use live::{free_port, now_ms, stub_cloud, wait_until};
 
 const NODE: &str = "a.z1.test";
 
@@ -18,22 +21,7 @@ fn lhc() -> Command {
 }
 
 fn http(port: u16, method: &str, path: &str, body: &str) -> Option<(u16, Value)> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    stream
-        .set_read_timeout(Some(Duration::from_secs(20)))
-        .ok()?;
-    let request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\
-         Content-Length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    stream.write_all(request.as_bytes()).ok()?;
-    let mut answer = Vec::new();
-    stream.read_to_end(&mut answer).ok()?;
-    let text = String::from_utf8_lossy(&answer);
-    let status = text.split(' ').nth(1)?.parse().ok()?;
-    let body = text.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
-    Some((status, serde_json::from_str(body).unwrap_or(Value::Null)))
+    live::http(port, method, path, Some(body), None)
 }
 
 /// Kills the node if the test fails halfway.
@@ -45,35 +33,6 @@ impl Drop for KillOnDrop {
             let _ = child.kill();
             let _ = child.wait();
         }
-    }
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
-}
-
-/// An always-healthy control plane.
-fn stub_cloud() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for mut stream in listener.incoming().flatten() {
-            let mut buf = [0u8; 2048];
-            let _ = stream.read(&mut buf);
-            let _ = stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
-        }
-    });
-    port
-}
-
-fn wait_until(what: &str, limit: Duration, mut check: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !check() {
-        assert!(start.elapsed() < limit, "timed out waiting until {what}");
-        std::thread::sleep(Duration::from_millis(100));
     }
 }
 
@@ -145,12 +104,8 @@ fn brokering_goes_on_while_kafka_is_down_and_nothing_is_lost() {
             .unwrap(),
     );
 
-    let cloud = stub_cloud();
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let cloud = stub_cloud(Arc::new(AtomicBool::new(true)));
+    let port = free_port();
     let data = dir.path().join("node");
     let node = lhc()
         .args(["connector", "run", "--connector", NODE])

@@ -10,16 +10,17 @@
 //! Also: admin endpoints refuse a missing or wrong token; malformed bodies get 4xx and the
 //! log is unchanged; the SDK answers only while enabled.
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use lhc_engine::Ts;
 use serde_json::Value;
+
+mod live;
+use live::{free_port, http, now_ms, stub_cloud, wait_until};
 
 const A: &str = "a.z1.test";
 const B: &str = "b.z1.test";
@@ -30,74 +31,8 @@ fn lhc() -> Command {
     Command::new(env!("CARGO_BIN_EXE_lhc"))
 }
 
-/// One HTTP/1.1 exchange; `None` when nothing answers.
-fn http(
-    port: u16,
-    method: &str,
-    path: &str,
-    body: Option<&str>,
-    token: Option<&str>,
-) -> Option<(u16, Value)> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    stream
-        .set_read_timeout(Some(Duration::from_secs(15)))
-        .ok()?;
-    let body = body.unwrap_or("");
-    let auth = token
-        .map(|t| format!("Authorization: Bearer {t}\r\n"))
-        .unwrap_or_default();
-    let request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n{auth}\
-         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    stream.write_all(request.as_bytes()).ok()?;
-    let mut answer = Vec::new();
-    stream.read_to_end(&mut answer).ok()?;
-    let text = String::from_utf8_lossy(&answer);
-    let status = text.split(' ').nth(1)?.parse().ok()?;
-    let body = text.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
-    let json = serde_json::from_str(body).unwrap_or(Value::String(body.to_string()));
-    Some((status, json))
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// A control plane that answers 200 while `up`, else 503.
-fn stub_cloud(up: Arc<AtomicBool>) -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { continue };
-            let mut buf = [0u8; 2048];
-            let _ = stream.read(&mut buf);
-            let answer = if up.load(Ordering::SeqCst) {
-                "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"
-            } else {
-                "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 4\r\nConnection: close\r\n\r\ndown"
-            };
-            let _ = stream.write_all(answer.as_bytes());
-        }
-    });
-    port
-}
-
 fn iso(ms: i64) -> String {
     Ts(ms).to_rfc3339()
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
 }
 
 /// The site: one zone, three connectors, two multi-session VDAs, one app for alice; and
@@ -181,18 +116,6 @@ impl Drop for Node {
             let _ = child.kill();
             let _ = child.wait();
         }
-    }
-}
-
-/// Polls `check` until it holds or `limit` passes; the panic names `what`.
-fn wait_until(what: &str, limit: Duration, mut check: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !check() {
-        assert!(
-            start.elapsed() < limit,
-            "timed out after {limit:?} waiting until {what}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
     }
 }
 
