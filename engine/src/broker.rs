@@ -15,6 +15,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::config::DeliveryGroupKind;
+use crate::detmap::DetMap;
 use crate::engine::{Engine, Registrar};
 use crate::output::{
     IneligibleReason, LaunchDecision, MachineMaintenance, MaintenanceReason, Outcome, Output,
@@ -85,9 +86,9 @@ pub struct Activity {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LhcData {
     /// Users who launched through this connector, with their last launch.
-    pub recent_users: BTreeMap<String, Ts>,
+    pub recent_users: DetMap<String, Ts>,
     /// Client machines: name → (IP, last seen).
-    pub clients: BTreeMap<String, (String, Ts)>,
+    pub clients: DetMap<String, (String, Ts)>,
     /// Recent activity during LHC mode, oldest first, at most `ACTIVITY_KEPT`.
     pub activity: VecDeque<Activity>,
     /// Launches rejected `cloud_unreachable` (the detection gap before LHC mode).
@@ -262,9 +263,27 @@ impl Engine {
         let Some(runtime) = self.machines.get_mut(machine) else {
             return;
         };
-        // A registration change alone leaves the user index as it is.
-        let same = runtime.sessions.as_slice() == old;
-        for s in old.iter().filter(|_| !same) {
+        // The user index counts sessions by user and state, so a session reported alike
+        // before and after (same user, same state) leaves it as it is: only the difference
+        // moves. (A multi-session server's heartbeat typically changes one of its sessions.)
+        let mut kept = vec![false; runtime.sessions.len()];
+        let mut gone = Vec::new();
+        if runtime.sessions.as_slice() != old {
+            for s in old {
+                let same = runtime
+                    .sessions
+                    .iter()
+                    .enumerate()
+                    .position(|(i, n)| !kept[i] && n.state == s.state && n.user == s.user);
+                match same {
+                    Some(i) => kept[i] = true,
+                    None => gone.push(s),
+                }
+            }
+        } else {
+            kept.fill(true);
+        }
+        for s in gone {
             let user = s.user.to_lowercase();
             if let Some(machines) = self.user_sessions.get_mut(&user) {
                 if let Some(t) = machines.get_mut(machine) {
@@ -283,7 +302,12 @@ impl Engine {
                 }
             }
         }
-        for s in runtime.sessions.iter().filter(|_| !same) {
+        for (s, _) in runtime
+            .sessions
+            .iter()
+            .zip(&kept)
+            .filter(|(_, kept)| !**kept)
+        {
             let t = self
                 .user_sessions
                 .entry(s.user.to_lowercase())
@@ -824,11 +848,7 @@ impl Engine {
 }
 
 /// Removes one pending launch of `user` on `machine` from the user index.
-fn forget_pending(
-    index: &mut BTreeMap<String, BTreeMap<String, Tally>>,
-    user: &str,
-    machine: &str,
-) {
+fn forget_pending(index: &mut DetMap<String, BTreeMap<String, Tally>>, user: &str, machine: &str) {
     if let Some(machines) = index.get_mut(user) {
         if let Some(t) = machines.get_mut(machine) {
             t.pending = t.pending.saturating_sub(1);

@@ -1,20 +1,22 @@
 //! A hash map for hot lookups that still serializes canonically.
 //!
-//! Lookups of machine names happen once per VDA heartbeat; a B-tree of 40,000 names costs
-//! ~16 string comparisons per lookup, a hash map one hash and one comparison. The hasher is
-//! fixed (SipHash with zero keys: no randomness in the engine), and serialization sorts by
-//! key, so digests and saved states are identical whatever the insertion history. Never
-//! iterate one of these to produce output; use [`DetMap::sorted`].
+//! Lookups of machine and user names happen on every VDA heartbeat and launch; a B-tree of
+//! 40,000 names costs ~16 string comparisons per lookup (each a likely cache miss on the
+//! key's bytes), a hash map one hash and one comparison. The hasher is fixed (FxHash: no
+//! random seed in the engine), and serialization sorts by key, so digests and saved states
+//! are identical whatever the insertion history. Never iterate one of these to produce
+//! output; use [`DetMap::sorted`].
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, DefaultHasher, Hash};
+use std::hash::Hash;
 use std::ops::{Deref, DerefMut};
 
+use rustc_hash::FxBuildHasher;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// A `HashMap` with a fixed hasher and key-sorted serialization.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DetMap<K: Eq + Hash, V>(HashMap<K, V, BuildHasherDefault<DefaultHasher>>);
+pub struct DetMap<K: Eq + Hash, V>(HashMap<K, V, FxBuildHasher>);
 
 impl<K: Eq + Hash, V> Default for DetMap<K, V> {
     fn default() -> Self {
@@ -32,7 +34,7 @@ impl<K: Eq + Hash + Ord, V> DetMap<K, V> {
 }
 
 impl<K: Eq + Hash, V> Deref for DetMap<K, V> {
-    type Target = HashMap<K, V, BuildHasherDefault<DefaultHasher>>;
+    type Target = HashMap<K, V, FxBuildHasher>;
     fn deref(&self) -> &Self::Target {
         &self.0
     }

@@ -244,7 +244,7 @@ pub struct Engine {
     /// Brokering pools by registrar, group and zone (see `broker`).
     pub(crate) pools: BTreeMap<String, crate::broker::Pool>,
     /// Sessions per user (lowercased) per machine: reconnects and session limits.
-    pub(crate) user_sessions: BTreeMap<String, BTreeMap<String, crate::broker::Tally>>,
+    pub(crate) user_sessions: crate::detmap::DetMap<String, BTreeMap<String, crate::broker::Tally>>,
     /// Static assignments the cloud broker made that no config.change records yet:
     /// group → user → machine (lowercased).
     pub(crate) cloud_assignments: BTreeMap<String, BTreeMap<String, String>>,
@@ -371,6 +371,40 @@ impl Engine {
                     c.session_count
                 ));
             }
+        }
+        // The user index counts exactly the sessions and pending launches the machines hold.
+        let mut counted: BTreeMap<String, BTreeMap<String, crate::broker::Tally>> = BTreeMap::new();
+        for (machine, runtime) in self.machines.sorted() {
+            for s in &runtime.sessions {
+                let t = counted
+                    .entry(s.user.to_lowercase())
+                    .or_default()
+                    .entry(machine.clone())
+                    .or_default();
+                match s.state {
+                    SessionState::Active => t.active += 1,
+                    SessionState::Disconnected => t.disconnected += 1,
+                }
+            }
+            for p in &runtime.pending {
+                let t = counted
+                    .entry(p.user.clone())
+                    .or_default()
+                    .entry(machine.clone())
+                    .or_default();
+                t.pending += 1;
+            }
+        }
+        let kept: BTreeMap<String, BTreeMap<String, crate::broker::Tally>> = self
+            .user_sessions
+            .sorted()
+            .into_iter()
+            .map(|(user, machines)| (user.clone(), machines.clone()))
+            .collect();
+        if kept != counted {
+            return Err(format!(
+                "the user index differs from the machines' sessions: kept {kept:?}, counted {counted:?}"
+            ));
         }
         // The pools, kept in step incrementally, equal pools rebuilt from scratch.
         let mut rebuilt = self.clone();

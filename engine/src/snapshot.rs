@@ -88,7 +88,7 @@ pub struct Snapshot {
     /// Resources by lowercased id.
     pub resources: BTreeMap<String, ResourceEntry>,
     /// Groups of each user (lowercased ids).
-    pub user_groups: BTreeMap<String, Vec<String>>,
+    pub user_groups: crate::detmap::DetMap<String, Vec<String>>,
     /// Static assignments: group → user → machine, all lowercased.
     pub assignments: BTreeMap<String, BTreeMap<String, String>>,
     /// Machines (lowercased) with an assignment.
@@ -319,7 +319,7 @@ pub fn index(config: &SiteConfig) -> Snapshot {
         by_rank: Vec::new(),
         groups: BTreeMap::new(),
         resources: BTreeMap::new(),
-        user_groups: BTreeMap::new(),
+        user_groups: Default::default(),
         assignments: BTreeMap::new(),
         assigned: BTreeSet::new(),
         group_zone_machines: BTreeMap::new(),

@@ -1135,7 +1135,11 @@ fn r_data_connectors_keep_users_clients_storefronts_and_lhc_activity() {
     let engine = engine_after("r-launch-1", at(900.0));
     let data = engine.lhc_data(A).unwrap();
     assert_eq!(
-        data.recent_users.keys().collect::<Vec<_>>(),
+        data.recent_users
+            .sorted()
+            .into_iter()
+            .map(|(user, _)| user)
+            .collect::<Vec<_>>(),
         vec!["alice", "dave"]
     );
     assert_eq!(data.recent_users["alice"], at(802.0));

@@ -3,6 +3,7 @@
 use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
+use std::sync::mpsc::{sync_channel, Receiver};
 use std::time::Duration;
 
 use lhc_engine::{decode_record_at, DecodeError, Record};
@@ -37,16 +38,57 @@ pub enum SourceError {
 }
 
 /// Reads records in log order, each with its offset.
+///
+/// Reading and decoding run on a thread of their own, a few batches ahead of the caller:
+/// a replay then costs about the larger of decoding and applying instead of their sum.
+/// Records still arrive one by one and in log order, so what the caller computes does not
+/// depend on the thread.
 pub struct Source {
-    inner: Inner,
+    state: State,
     description: String,
+}
+
+enum State {
+    /// Not read from yet: the reader is still here, so options can be set.
+    Idle(Reader),
+    /// Read and decoded ahead on a thread.
+    Ahead(Ahead),
+    /// The end, or an error was returned.
+    Done,
+}
+
+/// The reading side, on the caller's thread until the first record is asked for.
+struct Reader {
+    inner: Inner,
     /// Called with the number of records read so far, every `PROGRESS_EVERY` records.
     progress: Option<Box<dyn FnMut(u64) + Send>>,
     read: u64,
 }
 
+/// Batches of decoded records coming from the reading thread.
+struct Ahead {
+    batches: Receiver<Result<Vec<Decoded>, SourceError>>,
+    batch: std::vec::IntoIter<Decoded>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Ahead {
+    fn drop(&mut self) {
+        // Closing the channel first makes the reading thread's next send fail, so it stops.
+        let (_, closed) = sync_channel(0);
+        drop(std::mem::replace(&mut self.batches, closed));
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
 /// Records between two progress callbacks.
 const PROGRESS_EVERY: u64 = 16_384;
+/// Records decoded per batch handed to the caller (amortizes the channel).
+const BATCH: usize = 1024;
+/// Batches the reading thread may be ahead by (bounds memory).
+const BATCHES_AHEAD: usize = 4;
 
 enum Inner {
     /// Offset = 0-based index among the file's non-blank lines, as `lhc log import` into an
@@ -82,28 +124,32 @@ impl Source {
             path: path.to_path_buf(),
             source,
         })?;
-        Ok(Source {
-            inner: Inner::Jsonl {
+        Ok(Source::idle(
+            Inner::Jsonl {
                 lines: BufReader::with_capacity(1 << 20, file).lines(),
                 path: path.to_path_buf(),
                 next: 0,
             },
-            description: format!("JSONL file {}", path.display()),
-            progress: None,
-            read: 0,
-        })
+            format!("JSONL file {}", path.display()),
+        ))
     }
 
     /// A source over an open log, from its first offset.
     pub fn from_log(log: Box<dyn Log>) -> Result<Source, SourceError> {
         let reader = log.reader(log.start_offset()?)?;
         let description = log.describe();
-        Ok(Source {
-            inner: Inner::Log { _log: log, reader },
+        Ok(Source::idle(Inner::Log { _log: log, reader }, description))
+    }
+
+    fn idle(inner: Inner, description: String) -> Source {
+        Source {
+            state: State::Idle(Reader {
+                inner,
+                progress: None,
+                read: 0,
+            }),
             description,
-            progress: None,
-            read: 0,
-        })
+        }
     }
 
     /// Where the records come from, for messages.
@@ -112,13 +158,88 @@ impl Source {
     }
 
     /// Calls `progress` with the number of records read, now and then (for progress bars).
+    /// Set it before the first record is read; later, it is ignored.
     pub fn with_progress(mut self, progress: impl FnMut(u64) + Send + 'static) -> Source {
-        self.progress = Some(Box::new(progress));
+        if let State::Idle(reader) = &mut self.state {
+            reader.progress = Some(Box::new(progress));
+        }
         self
     }
 
+    /// The next record decoded, or the decode error located at its offset; `None` at the
+    /// end. An error reading the source ends it.
+    pub fn next_record(&mut self) -> Result<Option<Decoded>, SourceError> {
+        loop {
+            match &mut self.state {
+                State::Idle(_) => {
+                    let State::Idle(reader) = std::mem::replace(&mut self.state, State::Done)
+                    else {
+                        unreachable!("matched above")
+                    };
+                    self.state = State::Ahead(reader.spawn());
+                }
+                State::Ahead(ahead) => {
+                    if let Some(decoded) = ahead.batch.next() {
+                        return Ok(Some(decoded));
+                    }
+                    match ahead.batches.recv() {
+                        Ok(Ok(batch)) => ahead.batch = batch.into_iter(),
+                        Ok(Err(error)) => {
+                            self.state = State::Done;
+                            return Err(error);
+                        }
+                        // The thread ends after sending the last batch.
+                        Err(_) => self.state = State::Done,
+                    }
+                }
+                State::Done => return Ok(None),
+            }
+        }
+    }
+}
+
+impl Reader {
+    /// Moves reading and decoding to a thread that sends batches in order.
+    fn spawn(mut self) -> Ahead {
+        let (send, batches) = sync_channel(BATCHES_AHEAD);
+        let thread = std::thread::Builder::new()
+            .name("lhc-source".into())
+            .spawn(move || loop {
+                let mut batch = Vec::with_capacity(BATCH);
+                let end = loop {
+                    match self.next_entry() {
+                        Ok(Some(entry)) => {
+                            let record = decode_record_at(&entry.bytes, entry.offset);
+                            batch.push((entry.offset, record));
+                            if batch.len() == BATCH {
+                                break Ok(false);
+                            }
+                        }
+                        Ok(None) => break Ok(true),
+                        Err(error) => break Err(error),
+                    }
+                };
+                let stop = !matches!(end, Ok(false));
+                if !batch.is_empty() && send.send(Ok(batch)).is_err() {
+                    return; // the caller stopped reading
+                }
+                if let Err(error) = end {
+                    let _ = send.send(Err(error));
+                }
+                if stop {
+                    return;
+                }
+            })
+            .expect("spawning the source's reading thread");
+        Ahead {
+            batches,
+            batch: Vec::new().into_iter(),
+            thread: Some(thread),
+        }
+    }
+
     /// The next record's bytes and offset; `None` at the end.
-    pub fn next_entry(&mut self) -> Result<Option<LogEntry>, SourceError> {
+    fn next_entry(&mut self) -> Result<Option<LogEntry>, SourceError> {
         let entry = self.read_entry()?;
         if entry.is_some() {
             self.read += 1;
@@ -155,13 +276,6 @@ impl Source {
             },
             Inner::Log { reader, .. } => Ok(reader.next(Duration::ZERO)?),
         }
-    }
-
-    /// The next record decoded, or the decode error located at its offset.
-    pub fn next_record(&mut self) -> Result<Option<Decoded>, SourceError> {
-        Ok(self
-            .next_entry()?
-            .map(|entry| (entry.offset, decode_record_at(&entry.bytes, entry.offset))))
     }
 }
 

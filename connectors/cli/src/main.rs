@@ -92,6 +92,11 @@ enum Command {
     },
 }
 
+// mimalloc: replay decodes records on one thread and frees them on another, which
+// glibc's per-thread arenas handle slowly; and the engine allocates many small strings.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_tracing(cli.verbose);
