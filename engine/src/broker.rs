@@ -284,7 +284,7 @@ impl Engine {
             kept.fill(true);
         }
         for s in gone {
-            let user = s.user.to_lowercase();
+            let user = s.user.as_str().to_lowercase();
             if let Some(machines) = self.user_sessions.get_mut(&user) {
                 if let Some(t) = machines.get_mut(machine) {
                     match s.state {
@@ -310,7 +310,7 @@ impl Engine {
         {
             let t = self
                 .user_sessions
-                .entry(s.user.to_lowercase())
+                .entry(s.user.as_str().to_lowercase())
                 .or_default()
                 .entry(machine.to_string())
                 .or_default();

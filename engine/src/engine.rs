@@ -377,7 +377,7 @@ impl Engine {
         for (machine, runtime) in self.machines.sorted() {
             for s in &runtime.sessions {
                 let t = counted
-                    .entry(s.user.to_lowercase())
+                    .entry(s.user.as_str().to_lowercase())
                     .or_default()
                     .entry(machine.clone())
                     .or_default();
@@ -1273,8 +1273,8 @@ impl Engine {
                 match i {
                     Some(i) => runtime.sessions[i].state = state,
                     None => runtime.sessions.push(SessionReport {
-                        id: ev.session.clone(),
-                        user: ev.user.clone(),
+                        id: ev.session.as_str().into(),
+                        user: ev.user.as_str().into(),
                         state,
                     }),
                 }

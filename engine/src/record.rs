@@ -4,6 +4,7 @@
 //! typo is an error at append time (R-LOG-3), never a silently ignored setting. These types
 //! are the single source of the JSON Schemas in `schemas/`.
 
+use compact_str::CompactString;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -301,10 +302,12 @@ pub enum SessionState {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SessionReport {
-    /// Session id, unique on its machine.
-    pub id: String,
+    /// Session id, unique on its machine. (Compact strings: ids and user names up to 24
+    /// bytes live inline, so comparing a heartbeat's sessions with the last ones reads one
+    /// buffer instead of chasing two pointers per session.)
+    pub id: CompactString,
     /// User who owns the session.
-    pub user: String,
+    pub user: CompactString,
     /// Active or disconnected.
     pub state: SessionState,
 }

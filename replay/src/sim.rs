@@ -396,8 +396,8 @@ impl Simulator {
                     SessionEventKind::Reconnect
                 } else {
                     m.sessions.push(SessionReport {
-                        id: session.clone(),
-                        user: user.clone(),
+                        id: session.as_str().into(),
+                        user: user.as_str().into(),
                         state: SessionState::Active,
                     });
                     SessionEventKind::Logon
@@ -425,8 +425,8 @@ impl Simulator {
                 let record = Record::SessionEvent(SessionEvent {
                     ts,
                     machine: m.name.clone(),
-                    session: s.id,
-                    user: s.user,
+                    session: s.id.into(),
+                    user: s.user.into(),
                     event: SessionEventKind::Logoff,
                 });
                 self.emit(record, sink)?;
@@ -507,7 +507,7 @@ impl Simulator {
                 .sessions
                 .iter()
                 .find(|s| s.user == user_id && s.state == SessionState::Disconnected)
-                .map(|s| s.id.clone())
+                .map(|s| s.id.to_string())
         } else {
             None
         };
