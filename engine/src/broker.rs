@@ -246,11 +246,12 @@ impl Engine {
     pub(crate) fn place_all(&mut self) {
         let catalog = self.cloud_catalog();
         for entry in catalog.machines.sorted().into_iter().map(|(_, m)| m) {
-            if !self.machines.contains_key(&entry.id) {
-                self.machines.insert(entry.id.clone(), Default::default());
+            if !self.machines.contains_key(entry.id.as_str()) {
+                self.machines
+                    .insert(entry.id.as_str().into(), Default::default());
             }
         }
-        let mut names: Vec<String> = self.machines.keys().cloned().collect();
+        let mut names: Vec<String> = self.machines.keys().map(|k| k.to_string()).collect();
         names.sort_unstable();
         for name in names {
             self.place(&name);
@@ -470,7 +471,7 @@ impl Engine {
         if let (Some(machine), Some(SessionKind::New)) = (&result.machine, result.session) {
             if let Some(p) = self
                 .machines
-                .get_mut(machine)
+                .get_mut(machine.as_str())
                 .and_then(|r| r.pending.last_mut())
             {
                 p.request.clone_from(&result.request);
@@ -514,7 +515,7 @@ impl Engine {
         // registrar holds, of one of the resource's groups.
         let reconnect_to = self.user_sessions.get(user).and_then(|machines| {
             machines.iter().find_map(|(machine, tally)| {
-                let runtime = self.machines.get(machine)?;
+                let runtime = self.machines.get(machine.as_str())?;
                 let entry = catalog.machines.get(&machine.to_lowercase())?;
                 let held = registrar_name(&runtime.registrar) == registrar;
                 let fits =
@@ -581,7 +582,7 @@ impl Engine {
                     let held = !lhc
                         || self
                             .machines
-                            .get(*machine)
+                            .get(machine.as_str())
                             .is_some_and(|r| registrar_name(&r.registrar) == registrar);
                     in_group && held
                 })
@@ -735,7 +736,7 @@ impl Engine {
             .get(&machine)
             .ok_or(Reason::NoRegisteredMachine)?;
         let exact = entry.id.clone();
-        let runtime = self.machines.get(&exact);
+        let runtime = self.machines.get(exact.as_str());
         let held = runtime.is_some_and(|r| registrar_name(&r.registrar) == registrar);
         let powered_on = !lhc
             && catalog
@@ -769,10 +770,13 @@ impl Engine {
             .machines
             .get(&machine)
             .map_or(machine.clone(), |m| m.id.clone());
-        self.machines.entry(exact.clone()).or_default();
+        self.machines.entry(exact.as_str().into()).or_default();
         let tally = self.user_sessions.entry(user.to_string()).or_default();
         tally.entry(exact.clone()).or_default().pending += 1;
-        let runtime = self.machines.get_mut(&exact).expect("just inserted");
+        let runtime = self
+            .machines
+            .get_mut(exact.as_str())
+            .expect("just inserted");
         runtime.pending.push(PendingLaunch {
             request: String::new(),
             user: user.to_string(),

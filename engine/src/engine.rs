@@ -240,7 +240,7 @@ pub struct Engine {
     pub(crate) connectors: BTreeMap<String, Connector>,
     /// Connector ids in FQDN order (lowercase, byte order): the order of equal deadlines.
     pub(crate) connector_order: Vec<String>,
-    pub(crate) machines: crate::detmap::DetMap<String, MachineRuntime>,
+    pub(crate) machines: crate::detmap::DetMap<compact_str::CompactString, MachineRuntime>,
     /// Brokering pools by registrar, group and zone (see `broker`).
     pub(crate) pools: BTreeMap<String, crate::broker::Pool>,
     /// Sessions per user (lowercased) per machine: reconnects and session limits.
@@ -298,7 +298,7 @@ impl Engine {
     }
 
     /// VDAs seen, by exact id.
-    pub fn machines(&self) -> &crate::detmap::DetMap<String, MachineRuntime> {
+    pub fn machines(&self) -> &crate::detmap::DetMap<compact_str::CompactString, MachineRuntime> {
         &self.machines
     }
 
@@ -356,7 +356,7 @@ impl Engine {
             for machine in &c.registrations {
                 let runtime = self
                     .machines
-                    .get(machine)
+                    .get(machine.as_str())
                     .ok_or(format!("{machine} has no runtime"))?;
                 if runtime.registrar != Registrar::Connector(name.clone()) {
                     return Err(format!(
@@ -379,7 +379,7 @@ impl Engine {
                 let t = counted
                     .entry(s.user.as_str().to_lowercase())
                     .or_default()
-                    .entry(machine.clone())
+                    .entry(machine.to_string())
                     .or_default();
                 match s.state {
                     SessionState::Active => t.active += 1,
@@ -390,7 +390,7 @@ impl Engine {
                 let t = counted
                     .entry(p.user.clone())
                     .or_default()
-                    .entry(machine.clone())
+                    .entry(machine.to_string())
                     .or_default();
                 t.pending += 1;
             }
@@ -436,7 +436,7 @@ impl Engine {
                 if !self
                     .connectors
                     .get(name)
-                    .is_some_and(|c| c.registrations.contains(machine))
+                    .is_some_and(|c| c.registrations.contains(machine.as_str()))
                 {
                     return Err(format!(
                         "{machine} says it is registered with {name}, which does not list it"
@@ -1064,7 +1064,7 @@ impl Engine {
         let c = self.connectors.get_mut(name).expect("exists");
         c.session_count = 0;
         for machine in std::mem::take(&mut c.registrations) {
-            if let Some(m) = self.machines.get_mut(&machine) {
+            if let Some(m) = self.machines.get_mut(machine.as_str()) {
                 m.registrar = Registrar::None;
             }
             self.place(&machine);
@@ -1118,7 +1118,7 @@ impl Engine {
             // Not in the site configuration: the cloud broker refuses it.
             let runtime = match found {
                 Some(r) => r,
-                None => machines.entry(hb.machine.clone()).or_default(),
+                None => machines.entry(hb.machine.as_str().into()).or_default(),
             };
             // Deleted from the configuration while registered with a broker: the broker
             // still holds it, so its session count follows.
@@ -1183,7 +1183,7 @@ impl Engine {
         }
         let runtime = match found {
             Some(r) => r,
-            None => machines.entry(machine.to_string()).or_default(),
+            None => machines.entry(machine.into()).or_default(),
         };
         let (old_sessions, new_sessions) =
             (runtime.sessions.len() as u64, hb.sessions.len() as u64);
@@ -1256,7 +1256,7 @@ impl Engine {
             .machine_id(&ev.machine)
             .unwrap_or(&ev.machine)
             .to_string();
-        let runtime = self.machines.entry(machine.clone()).or_default();
+        let runtime = self.machines.entry(machine.as_str().into()).or_default();
         let old = runtime.sessions.clone();
         let existing = runtime.sessions.iter().position(|s| s.id == ev.session);
         match (ev.event, existing) {

@@ -778,7 +778,7 @@ async fn sdk_sessions(State(shared): State<AppState>) -> Result<Response, ApiErr
         let c = &engine.connectors()[me];
         let mut sessions = Vec::new();
         for name in &c.registrations {
-            if let Some(m) = engine.machines().get(name) {
+            if let Some(m) = engine.machines().get(name.as_str()) {
                 for s in &m.sessions {
                     sessions.push(json!({
                         "machine": name,
