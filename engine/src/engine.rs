@@ -1136,7 +1136,7 @@ impl Engine {
                 out,
             );
             let changed = old != runtime.sessions;
-            return changed.then_some((hb.machine, old));
+            return changed.then_some((hb.machine.into(), old));
         };
         let zone_index = zone;
         let zone: &str = site.zone_name(zone_index);

@@ -318,8 +318,8 @@ pub struct SessionReport {
 pub struct VdaHeartbeat {
     /// Record time.
     pub ts: Ts,
-    /// FQDN of the VDA.
-    pub machine: String,
+    /// FQDN of the VDA (inline up to 24 bytes: the most frequent record allocates less).
+    pub machine: CompactString,
     /// Every session on the machine now.
     pub sessions: Vec<SessionReport>,
 }

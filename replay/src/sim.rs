@@ -372,7 +372,7 @@ impl Simulator {
                 let m = &self.machines[i];
                 let record = Record::VdaHeartbeat(VdaHeartbeat {
                     ts,
-                    machine: m.name.clone(),
+                    machine: m.name.as_str().into(),
                     sessions: m.sessions.clone(),
                 });
                 self.emit(record, sink)?;

@@ -331,7 +331,7 @@ async fn vda_heartbeat(
     let offset = append(&shared, move |ts| {
         Record::VdaHeartbeat(VdaHeartbeat {
             ts,
-            machine: body.machine,
+            machine: body.machine.into(),
             sessions: body.sessions,
         })
     })
