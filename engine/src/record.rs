@@ -302,9 +302,10 @@ pub enum SessionState {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SessionReport {
-    /// Session id, unique on its machine. (Compact strings: ids and user names up to 24
-    /// bytes live inline, so comparing a heartbeat's sessions with the last ones reads one
-    /// buffer instead of chasing two pointers per session.)
+    /// Session id, unique on its machine.
+    // Compact strings: ids and user names up to 24 bytes live inline, so comparing a
+    // heartbeat's sessions with the last ones reads one buffer instead of chasing two
+    // pointers per session.
     pub id: CompactString,
     /// User who owns the session.
     pub user: CompactString,
@@ -318,7 +319,8 @@ pub struct SessionReport {
 pub struct VdaHeartbeat {
     /// Record time.
     pub ts: Ts,
-    /// FQDN of the VDA (inline up to 24 bytes: the most frequent record allocates less).
+    /// FQDN of the VDA.
+    // Compact: inline up to 24 bytes, so the most frequent record allocates less.
     pub machine: CompactString,
     /// Every session on the machine now.
     pub sessions: Vec<SessionReport>,
