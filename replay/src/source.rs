@@ -315,6 +315,22 @@ mod tests {
     }
 
     #[test]
+    fn records_read_ahead_arrive_in_order_across_batches_and_stop_when_dropped() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("x.jsonl");
+        let n = BATCH * BATCHES_AHEAD * 3 + 7;
+        std::fs::write(&path, format!("{TICK}\n").repeat(n)).unwrap();
+        let spec = SourceSpec::Path(path);
+        let offsets: Vec<u64> = collect(&spec).into_iter().map(|(o, _)| o).collect();
+        assert_eq!(offsets, (0..n as u64).collect::<Vec<_>>());
+        // A caller that stops early (a cut, a sink error) drops the source: the reading
+        // thread, blocked on a full channel, ends and is joined.
+        let mut source = Source::open(&spec).unwrap();
+        assert_eq!(source.next_record().unwrap().unwrap().0, 0);
+        drop(source);
+    }
+
+    #[test]
     fn a_directory_is_read_as_an_embedded_log() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("log");
