@@ -14,6 +14,8 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use compact_str::CompactString;
+
 use crate::config::DeliveryGroupKind;
 use crate::detmap::DetMap;
 use crate::engine::{Engine, Registrar};
@@ -86,9 +88,9 @@ pub struct Activity {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LhcData {
     /// Users who launched through this connector, with their last launch.
-    pub recent_users: DetMap<String, Ts>,
+    pub recent_users: DetMap<CompactString, Ts>,
     /// Client machines: name → (IP, last seen).
-    pub clients: DetMap<String, (String, Ts)>,
+    pub clients: DetMap<CompactString, (String, Ts)>,
     /// Recent activity during LHC mode, oldest first, at most `ACTIVITY_KEPT`.
     pub activity: VecDeque<Activity>,
     /// Launches rejected `cloud_unreachable` (the detection gap before LHC mode).
@@ -440,10 +442,11 @@ impl Engine {
         // Bookkeeping: R-DATA, episode counters, the detection gap.
         let c = self.connectors.get_mut(&name).expect("exists");
         if c.started() {
-            c.data.recent_users.insert(user.clone(), ts);
-            c.data
-                .clients
-                .insert(request.client.name.clone(), (request.client.ip.clone(), ts));
+            c.data.recent_users.insert(user.as_str().into(), ts);
+            c.data.clients.insert(
+                request.client.name.as_str().into(),
+                (request.client.ip.clone(), ts),
+            );
             if result.reason == Some(Reason::CloudUnreachable) {
                 c.data.cloud_unreachable += 1;
             }

@@ -34,7 +34,7 @@ pub struct SiteConfig {
     /// Lowercased id → exact id, for connectors and machines named by records.
     pub connector_ids: BTreeMap<String, String>,
     /// Lowercased id → exact id and zone of machines.
-    pub machine_ids: crate::detmap::DetMap<String, MachineRef>,
+    pub machine_ids: crate::detmap::DetMap<compact_str::CompactString, MachineRef>,
     /// Lowercased zone ids named by machines, in order of first use (never shrinks).
     pub zone_names: Vec<String>,
 }
@@ -154,10 +154,15 @@ impl SiteConfig {
                     id: id.to_string(),
                     zone,
                 };
-                self.machine_ids.insert(key, entry);
+                self.machine_ids.insert(key.into(), entry);
             }
-            (ObjectKind::Machine, _) if self.machine_ids.get(&key).is_some_and(|m| m.id == id) => {
-                self.machine_ids.remove(&key);
+            (ObjectKind::Machine, _)
+                if self
+                    .machine_ids
+                    .get(key.as_str())
+                    .is_some_and(|m| m.id == id) =>
+            {
+                self.machine_ids.remove(key.as_str());
             }
             _ => {}
         }
@@ -207,7 +212,7 @@ impl SiteConfig {
     pub fn machine(&self, name: &str) -> Option<&MachineRef> {
         self.machine_ids
             .get(name)
-            .or_else(|| self.machine_ids.get(&name.to_lowercase()))
+            .or_else(|| self.machine_ids.get(name.to_lowercase().as_str()))
     }
 
     /// The zone id of a connector.
