@@ -12,9 +12,8 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
-
 use compact_str::CompactString;
+use serde::{Deserialize, Serialize};
 
 use crate::config::DeliveryGroupKind;
 use crate::detmap::DetMap;
