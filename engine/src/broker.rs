@@ -117,6 +117,16 @@ pub struct Tally {
     pub pending: u32,
 }
 
+impl Tally {
+    /// Counts one more session in `state`.
+    pub(crate) fn count(&mut self, state: SessionState) {
+        match state {
+            SessionState::Active => self.active += 1,
+            SessionState::Disconnected => self.disconnected += 1,
+        }
+    }
+}
+
 fn pool_key(registrar: &str, group: &str, zone: &str) -> String {
     format!("{registrar}\u{1f}{group}\u{1f}{zone}")
 }
@@ -310,16 +320,12 @@ impl Engine {
             .zip(&kept)
             .filter(|(_, kept)| !**kept)
         {
-            let t = self
-                .user_sessions
+            self.user_sessions
                 .entry(s.user.as_str().to_lowercase())
                 .or_default()
                 .entry(machine.to_string())
-                .or_default();
-            match s.state {
-                SessionState::Active => t.active += 1,
-                SessionState::Disconnected => t.disconnected += 1,
-            }
+                .or_default()
+                .count(s.state);
         }
         let sessions = &runtime.sessions;
         let user_sessions = &mut self.user_sessions;

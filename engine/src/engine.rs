@@ -376,23 +376,16 @@ impl Engine {
         let mut counted: BTreeMap<String, BTreeMap<String, crate::broker::Tally>> = BTreeMap::new();
         for (machine, runtime) in self.machines.sorted() {
             for s in &runtime.sessions {
-                let t = counted
-                    .entry(s.user.as_str().to_lowercase())
-                    .or_default()
+                let user = s.user.as_str().to_lowercase();
+                let machines = counted.entry(user).or_default();
+                machines
                     .entry(machine.to_string())
-                    .or_default();
-                match s.state {
-                    SessionState::Active => t.active += 1,
-                    SessionState::Disconnected => t.disconnected += 1,
-                }
+                    .or_default()
+                    .count(s.state);
             }
             for p in &runtime.pending {
-                let t = counted
-                    .entry(p.user.clone())
-                    .or_default()
-                    .entry(machine.to_string())
-                    .or_default();
-                t.pending += 1;
+                let machines = counted.entry(p.user.clone()).or_default();
+                machines.entry(machine.to_string()).or_default().pending += 1;
             }
         }
         let kept: BTreeMap<String, BTreeMap<String, crate::broker::Tally>> = self
