@@ -73,6 +73,28 @@ pub struct MachineRuntime {
     pub placement: Option<Box<crate::broker::Placement>>,
 }
 
+/// A machine as listings show it (the node's SDK, `lhc query`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct MachineSummary<'a> {
+    /// Its exact id.
+    pub machine: &'a str,
+    /// Who holds its registration ("cloud", a connector id, or nobody).
+    pub registered_with: Option<&'a str>,
+    /// Sessions of its last report.
+    pub sessions: usize,
+}
+
+impl MachineRuntime {
+    /// This machine, named `machine`, as listings show it.
+    pub fn summary<'a>(&'a self, machine: &'a str) -> MachineSummary<'a> {
+        MachineSummary {
+            machine,
+            registered_with: self.registrar.name(),
+            sessions: self.sessions.len(),
+        }
+    }
+}
+
 /// One outage episode of a connector: from entry into initial_ha to its end.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Episode {

@@ -92,17 +92,11 @@ pub fn run(args: QueryArgs, quiet: bool) -> anyhow::Result<ExitCode> {
             json!({ "at": at, "connectors": list })
         }
         What::Registrations => {
-            let list: Vec<Value> = engine
+            let list: Vec<_> = engine
                 .machines()
                 .sorted()
                 .into_iter()
-                .map(|(name, m)| {
-                    json!({
-                        "machine": name,
-                        "registered_with": m.registrar.name(),
-                        "sessions": m.sessions.len(),
-                    })
-                })
+                .map(|(name, m)| m.summary(name))
                 .collect();
             json!({ "at": at, "machines": list })
         }

@@ -751,7 +751,7 @@ async fn sdk_machines(State(shared): State<AppState>) -> Result<Response, ApiErr
             .connector_zone(me)
             .unwrap_or_default()
             .to_string();
-        let machines: Vec<Value> = engine
+        let machines: Vec<_> = engine
             .machines()
             .sorted()
             .into_iter()
@@ -761,13 +761,7 @@ async fn sdk_machines(State(shared): State<AppState>) -> Result<Response, ApiErr
                     .machine_zone(name)
                     .is_some_and(|z| z.eq_ignore_ascii_case(&zone))
             })
-            .map(|(name, m)| {
-                json!({
-                    "machine": name,
-                    "registered_with": m.registrar.name(),
-                    "sessions": m.sessions.len(),
-                })
-            })
+            .map(|(name, m)| m.summary(name))
             .collect();
         json!({ "connector": me, "machines": machines })
     })
