@@ -169,6 +169,13 @@ impl Engine {
         }
     }
 
+    /// Whether `registrar` put `machine` in maintenance (R-LAUNCH-6).
+    fn marked(&self, registrar: &str, machine: &str) -> bool {
+        self.connectors
+            .get(registrar)
+            .is_some_and(|c| c.maintenance.contains(machine))
+    }
+
     /// Recomputes one machine's contribution to the pools.
     pub(crate) fn place(&mut self, machine: &str) {
         let Some(runtime) = self.machines.get(machine) else {
@@ -185,11 +192,7 @@ impl Engine {
         let desired = catalog.as_ref().and_then(|catalog| {
             let entry = catalog.machines.get(&lower)?;
             let group = catalog.groups.get(&entry.delivery_group);
-            let marked = self
-                .connectors
-                .get(&registrar)
-                .is_some_and(|c| c.maintenance.contains(machine));
-            let maintenance = entry.maintenance || marked;
+            let maintenance = entry.maintenance || self.marked(&registrar, machine);
             let tagged = group
                 .and_then(|g| g.restrict_to_tag.as_ref())
                 .is_none_or(|tag| entry.tags.iter().any(|t| t.eq_ignore_ascii_case(tag)));
@@ -751,11 +754,7 @@ impl Engine {
                 .groups
                 .get(group_id)
                 .is_some_and(|g| g.power_managed);
-        let marked = self
-            .connectors
-            .get(registrar)
-            .is_some_and(|c| c.maintenance.contains(&exact));
-        if entry.maintenance || marked || !(held || powered_on) {
+        if entry.maintenance || self.marked(registrar, &exact) || !(held || powered_on) {
             return Err(Reason::NoRegisteredMachine);
         }
         let load = runtime.map_or(0, |r| r.sessions.len() + r.pending.len()) as u32;
