@@ -529,8 +529,11 @@ impl Engine {
                 let runtime = self.machines.get(machine.as_str())?;
                 let entry = catalog.machines.get(&machine.to_lowercase())?;
                 let held = registrar_name(&runtime.registrar) == registrar;
-                let fits =
-                    !entry.maintenance && resource.delivery_groups.contains(&entry.delivery_group);
+                // R-LAUNCH-2 holds for reconnects too: a machine its broker put in
+                // maintenance (R-LAUNCH-6) gets no session, resumed or new.
+                let fits = !entry.maintenance
+                    && !self.marked(registrar, machine)
+                    && resource.delivery_groups.contains(&entry.delivery_group);
                 (tally.disconnected > 0 && held && fits).then(|| machine.clone())
             })
         });
