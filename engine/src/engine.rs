@@ -564,10 +564,11 @@ impl Engine {
                 self.params.apply(p).expect("checked by admissible");
                 self.quiet_until = None;
             }
-            Record::ConfigChange(change) => {
-                self.site
-                    .apply(change, offset)
-                    .expect("checked by admissible");
+            Record::ConfigChange(_) => {
+                let Record::ConfigChange(change) = record else {
+                    unreachable!("matched above")
+                };
+                self.site.apply_checked(change, offset);
                 for id in self.site.connector_ids.values() {
                     let zone = self
                         .site
@@ -1339,6 +1340,10 @@ impl Engine {
         if id != 503 {
             return;
         }
+        // The import copies the configuration as it is now: validated now, so a change
+        // that lands while the import runs is the next import's (before, a failure it
+        // introduced was reported against this version).
+        self.validation(latest);
         let duration = self.params.import_duration_s;
         let c = self.connectors.get_mut(name).expect("exists");
         c.import = Some(PendingImport {
@@ -1352,9 +1357,15 @@ impl Engine {
 
     /// Validates (once per version) and caches; drops validations nobody needs any more.
     fn validation(&mut self, version: u64) -> &Validation {
+        // Only the current version is ever built: an import pins its version's validation
+        // when it starts, and `collect_validations` keeps it while the import runs.
+        debug_assert!(
+            self.validations.contains_key(&version) || version == self.site.version,
+            "version {version} is neither validated nor current"
+        );
         if !self.validations.contains_key(&version) {
-            let validation = match snapshot::build(&self.site) {
-                Ok(s) => Validation::Valid(Arc::new(s)),
+            let validation = match snapshot::validate(&self.site) {
+                Ok(()) => Validation::Valid(self.cloud_catalog()),
                 Err(failures) => Validation::Invalid(failures),
             };
             self.validations.insert(version, validation);

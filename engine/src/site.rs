@@ -59,7 +59,12 @@ impl SiteConfig {
                 change.version, self.version
             ));
         }
-        // Dry run: deletes must name objects that exist at that point of the change.
+        // Dry run: deletes must name objects that exist at that point of the change. Only
+        // a change with deletes needs the overlay (a whole site's import has none).
+        let deletes = change
+            .ops
+            .iter()
+            .any(|op| matches!(op, ConfigOp::Delete(_)));
         let mut overlay: BTreeMap<(ObjectKind, &str), bool> = BTreeMap::new();
         for (i, op) in change.ops.iter().enumerate() {
             match op {
@@ -69,7 +74,9 @@ impl SiteConfig {
                             "field `ops[{i}].id`: the site object's id must be \"site\""
                         ));
                     }
-                    overlay.insert((object.kind(), object.id()), true);
+                    if deletes {
+                        overlay.insert((object.kind(), object.id()), true);
+                    }
                 }
                 ConfigOp::Delete(r) => {
                     let exists = overlay
@@ -90,22 +97,29 @@ impl SiteConfig {
     }
 
     /// Applies a change at `offset`, or explains why it cannot apply (nothing changes then).
-    pub fn apply(&mut self, change: &ConfigChange, offset: u64) -> Result<(), String> {
-        self.check(change)?;
+    pub fn apply(&mut self, change: ConfigChange, offset: u64) -> Result<(), String> {
+        self.check(&change)?;
+        self.apply_checked(change, offset);
+        Ok(())
+    }
+
+    /// Applies a change [`SiteConfig::check`] accepted (the engine checks every record
+    /// before it applies any).
+    pub(crate) fn apply_checked(&mut self, change: ConfigChange, offset: u64) {
         let introduced_by = IntroducedBy {
             offset,
             version: Some(change.version),
         };
-        for op in &change.ops {
+        for op in change.ops {
             match op {
                 ConfigOp::Upsert(object) => {
                     let kind = object.kind();
                     let id = object.id().to_string();
-                    self.index(kind, &id, Some(object));
+                    self.index(kind, &id, Some(&object));
                     self.objects.entry(kind).or_default().insert(
                         id,
                         Stored {
-                            object: object.clone(),
+                            object,
                             introduced_by: introduced_by.clone(),
                         },
                     );
@@ -123,7 +137,6 @@ impl SiteConfig {
             }
         }
         self.version = change.version;
-        Ok(())
     }
 
     /// Keeps the lookup maps of records' names in step with an upsert (`Some`) or delete.

@@ -146,6 +146,13 @@ impl Ids<'_> {
 /// Validates the whole configuration and builds its snapshot, or lists every failure in
 /// (kind, id) order.
 pub fn build(config: &SiteConfig) -> Result<Snapshot, Vec<ImportFailure>> {
+    validate(config).map(|()| index(config))
+}
+
+/// Validates the whole configuration: every failure, in (kind, id) order. A valid
+/// configuration's snapshot is [`index`] of it (an engine reuses the index it already
+/// holds for the cloud broker at that version).
+pub fn validate(config: &SiteConfig) -> Result<(), Vec<ImportFailure>> {
     let mut failures = Vec::new();
     let mut lower: BTreeMap<ObjectKind, BTreeSet<String>> = BTreeMap::new();
     // duplicate_id: every object whose lowercased id another object of its kind already took,
@@ -293,7 +300,7 @@ pub fn build(config: &SiteConfig) -> Result<Snapshot, Vec<ImportFailure>> {
         failures.dedup();
         return Err(failures);
     }
-    Ok(index(config))
+    Ok(())
 }
 
 fn failure(stored: &Stored, rule: Rule, introduced_by: IntroducedBy) -> ImportFailure {

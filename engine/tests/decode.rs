@@ -242,3 +242,39 @@ fn type_first_records_decode_the_same_and_fail_the_same() {
         );
     }
 }
+
+/// A `config.change` in lhc's key order decodes on the fast path; another key order, an
+/// unknown field or a missing `data` gives the same value or the same error as the
+/// general path.
+#[test]
+fn config_changes_decode_the_same_in_any_key_order() {
+    let ops = r#"[{"op":"upsert","kind":"machine","id":"m","data":{"zone":"z","delivery_group":"g"}},{"op":"upsert","kind":"user","id":"u"},{"op":"delete","kind":"zone","id":"z0"}]"#;
+    let reordered = r#"[{"kind":"machine","op":"upsert","data":{"zone":"z","delivery_group":"g"},"id":"m"},{"id":"u","kind":"user","op":"upsert"},{"id":"z0","op":"delete","kind":"zone"}]"#;
+    let fast = format!(
+        r#"{{"type":"config.change","ts":"2026-01-05T09:00:00.000Z","version":2,"ops":{ops}}}"#
+    );
+    let ts_first = format!(
+        r#"{{"ts":"2026-01-05T09:00:00.000Z","type":"config.change","version":2,"ops":{ops}}}"#
+    );
+    let general = format!(
+        r#"{{"version":2,"ops":{reordered},"ts":"2026-01-05T09:00:00.000Z","type":"config.change"}}"#
+    );
+    let expected = decode_record(general.as_bytes()).unwrap();
+    assert_eq!(decode_record(fast.as_bytes()).unwrap(), expected);
+    assert_eq!(decode_record(ts_first.as_bytes()).unwrap(), expected);
+    // Errors are the general path's, located.
+    let (path, kind, _) = err(
+        r#"{"type":"config.change","ts":"2026-01-05T09:00:00.000Z","version":2,"ops":[{"op":"upsert","kind":"zone","id":"z"}]}"#,
+    );
+    assert_eq!(
+        (path.as_str(), kind),
+        ("ops[0].data", DecodeErrorKind::MissingField)
+    );
+    let (path, kind, _) = err(
+        r#"{"type":"config.change","ts":"2026-01-05T09:00:00.000Z","version":2,"ops":[{"op":"upsert","kind":"zone","id":"z","data":{"name":"n"},"colour":1}]}"#,
+    );
+    assert_eq!(
+        (path.as_str(), kind),
+        ("ops[0].colour", DecodeErrorKind::UnknownField)
+    );
+}

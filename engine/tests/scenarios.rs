@@ -597,6 +597,40 @@ fn r_css_3_an_import_interrupted_by_lhc_mode_is_abandoned_with_507() {
     );
 }
 
+/// R-CSS-3: an import copies the version that was current when it started; a change
+/// during the import is the next import's, and its failure is not the first's.
+#[test]
+fn r_css_3_a_change_during_an_import_is_left_to_the_next_import() {
+    let out = run("r-css-3-change-during-import");
+    let css = css_ids(&out, A);
+    assert_eq!(
+        css[..4],
+        [
+            (at(1.0), 503),
+            (at(121.0), 504),
+            (at(301.0), 503),
+            (at(421.0), 505)
+        ]
+    );
+    let versions: Vec<u64> = out
+        .iter()
+        .filter_map(|o| match o {
+            Output::Event(e) if e.connector == A && [504, 505].contains(&e.event_id) => {
+                match &e.data {
+                    EventData::Imported(i) => Some(i.version),
+                    EventData::ImportFailed(f) => Some(f.version),
+                    other => panic!("{other:?}"),
+                }
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(versions, [1, 2], "version 1 imports; version 2 fails");
+    let (_, failed) = &import_failures(&out, A)[0];
+    assert_eq!(failed.failures[0].id, "vda-9.z1.example");
+    assert_eq!(failed.failures[0].introduced_by.version, Some(2));
+}
+
 /// R-CSS-4
 #[test]
 fn r_css_4_validation_failures_name_object_rule_and_introducing_change() {
