@@ -324,9 +324,26 @@ impl Store {
         journal: &JournalChanges,
     ) -> Result<(), NodeError> {
         let mut written = self.written.lock().expect("written");
-        let prepared = self.prepare_config(site_version, site, validations, &written);
-        let state = serde_json::to_vec(state).expect("state serializes");
-        let (site, snapshots, retired) = prepared?;
+        let site = if written.site_version == Some(site_version) {
+            None
+        } else {
+            Some(site.ok_or_else(|| NodeError::Corrupt {
+                path: self.path.clone(),
+                detail: format!("site version {site_version} changed but was not given"),
+            })?)
+        };
+        // After a configuration change the site, the new snapshot and the state are tens of
+        // megabytes of JSON for a big site: the site serializes on a second thread meanwhile.
+        let (site, prepared, state) = std::thread::scope(|scope| {
+            let site = site.map(|site| {
+                scope.spawn(move || serde_json::to_vec(site).expect("the site serializes"))
+            });
+            let prepared = self.prepare_config(validations, &written);
+            let state = serde_json::to_vec(state).expect("state serializes");
+            let site = site.map(|job| (site_version, job.join().expect("serializing the site")));
+            (site, prepared, state)
+        });
+        let (snapshots, retired) = prepared?;
         let mut batch = WriteBatch::default();
         let meta = self.cf(META);
         if let Some((version, bytes)) = &site {
@@ -383,28 +400,13 @@ impl Store {
         Ok(())
     }
 
-    /// Writes new snapshot families and says what the batch must switch: the site bytes
-    /// if changed, the versions in use, the versions to drop after the switch.
-    #[allow(clippy::type_complexity)]
+    /// Writes new snapshot families and says what the batch must switch: the versions in
+    /// use, the versions to drop after the switch.
     fn prepare_config(
         &self,
-        site_version: u64,
-        site: Option<&SiteConfig>,
         validations: &BTreeMap<u64, Validation>,
         written: &Written,
-    ) -> Result<(Option<(u64, Vec<u8>)>, BTreeSet<u64>, Vec<u64>), NodeError> {
-        let site = if written.site_version == Some(site_version) {
-            None
-        } else {
-            let site = site.ok_or_else(|| NodeError::Corrupt {
-                path: self.path.clone(),
-                detail: format!("site version {site_version} changed but was not given"),
-            })?;
-            Some((
-                site_version,
-                serde_json::to_vec(site).expect("the site serializes"),
-            ))
-        };
+    ) -> Result<(BTreeSet<u64>, Vec<u64>), NodeError> {
         let snapshots: BTreeSet<u64> = validations.keys().copied().collect();
         for (version, validation) in validations {
             if written.snapshots.contains(version) {
@@ -427,7 +429,7 @@ impl Store {
                 .map_err(|e| self.error(e))?;
         }
         let retired = written.snapshots.difference(&snapshots).copied().collect();
-        Ok((site, snapshots, retired))
+        Ok((snapshots, retired))
     }
 
     /// The next Kafka offset to read (Kafka mode), if one was stored.
