@@ -123,12 +123,11 @@ pub fn decode_record(bytes: &[u8]) -> Result<Record, DecodeError> {
 }
 
 /// The fast path for records whose first key is `type` (as `lhc` writes them), or `ts` then
-/// `type`: the tag is
-/// read directly and the rest decoded straight into its variant, instead of buffering the
-/// whole object as serde's internally tagged enums do (about twice the work). Anything it
-/// cannot take — another key order, whitespace, an error — returns `None` and goes the
-/// general way, which also produces the located error; a record it accepts decodes to
-/// the same value the general way would.
+/// `type` (as people write them): the tag is read directly and the rest decoded straight
+/// into its variant, instead of buffering the whole object as serde's internally tagged
+/// enums do (about twice the work). Anything it cannot take — another key order,
+/// whitespace, an error — returns `None` and goes the general way, which also produces the
+/// located error; a record it accepts decodes to the same value the general way would.
 fn decode_tag_first(bytes: &[u8]) -> Option<Record> {
     use crate::record::*;
     // A plain string's end: its closing quote, or None at an escape.

@@ -2,7 +2,8 @@
 //! the import validation rules (R-CSS-3, R-CSS-4).
 //!
 //! A snapshot is the whole configuration at one version, validated and indexed. Identical
-//! versions are one shared `Arc`, so eight connectors of a big site hold one copy.
+//! versions are one shared `Arc`, so eight connectors of a big site (and the cloud broker,
+//! whose index of the current version it is) hold one copy.
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
