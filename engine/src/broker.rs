@@ -181,16 +181,17 @@ impl Engine {
         let Some(runtime) = self.machines.get(machine) else {
             return;
         };
-        let registrar = registrar_name(&runtime.registrar).to_string();
+        // (Connector names fit a compact string inline: no allocation per placement.)
+        let registrar = compact_str::CompactString::from(registrar_name(&runtime.registrar));
         let load = (runtime.sessions.len() + runtime.pending.len()) as u32;
         let catalog = self.catalog_of(&registrar);
         let lower = if machine.bytes().any(|b| b.is_ascii_uppercase()) {
-            machine.to_lowercase()
+            std::borrow::Cow::Owned(machine.to_lowercase())
         } else {
-            machine.to_string()
+            std::borrow::Cow::Borrowed(machine)
         };
         let desired = catalog.as_ref().and_then(|catalog| {
-            let entry = catalog.machines.get(&lower)?;
+            let entry = catalog.machines.get(lower.as_ref())?;
             let group = catalog.groups.get(&entry.delivery_group);
             let maintenance = entry.maintenance || self.marked(&registrar, machine);
             let tagged = group
@@ -259,13 +260,14 @@ impl Engine {
     /// runtime of configured machines never heard of, which the cloud may power on.
     pub(crate) fn place_all(&mut self) {
         let catalog = self.cloud_catalog();
-        for entry in catalog.machines.sorted().into_iter().map(|(_, m)| m) {
+        // Insertion order does not matter here: the machines are placed in name order below.
+        for entry in catalog.machines.values() {
             if !self.machines.contains_key(entry.id.as_str()) {
                 self.machines
                     .insert(entry.id.as_str().into(), Default::default());
             }
         }
-        let mut names: Vec<String> = self.machines.keys().map(|k| k.to_string()).collect();
+        let mut names: Vec<compact_str::CompactString> = self.machines.keys().cloned().collect();
         names.sort_unstable();
         for name in names {
             self.place(&name);
