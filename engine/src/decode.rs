@@ -265,47 +265,23 @@ impl<'de> serde::de::Visitor<'de> for OrderedOpVisitor {
                 (None, None) => Err(A::Error::custom("no data")),
             }
         }
+        macro_rules! object {
+            ($variant:ident, $data:ty, $default:expr) => {{
+                let (id, data) = fields::<A, $data>(&mut map, $default)?;
+                O::$variant { id, data }
+            }};
+        }
         let object = match kind {
-            ObjectKind::Site => {
-                let (id, data) = fields::<A, SiteData>(&mut map, Some(SiteData::default))?;
-                O::Site { id, data }
-            }
-            ObjectKind::Zone => {
-                let (id, data) = fields::<A, ZoneData>(&mut map, None)?;
-                O::Zone { id, data }
-            }
-            ObjectKind::Connector => {
-                let (id, data) = fields::<A, ConnectorData>(&mut map, None)?;
-                O::Connector { id, data }
-            }
-            ObjectKind::DeliveryGroup => {
-                let (id, data) = fields::<A, DeliveryGroupData>(&mut map, None)?;
-                O::DeliveryGroup { id, data }
-            }
-            ObjectKind::Machine => {
-                let (id, data) = fields::<A, MachineData>(&mut map, None)?;
-                O::Machine { id, data }
-            }
-            ObjectKind::Resource => {
-                let (id, data) = fields::<A, ResourceData>(&mut map, None)?;
-                O::Resource { id, data }
-            }
-            ObjectKind::User => {
-                let (id, data) = fields::<A, UserData>(&mut map, Some(UserData::default))?;
-                O::User { id, data }
-            }
-            ObjectKind::Group => {
-                let (id, data) = fields::<A, GroupData>(&mut map, Some(GroupData::default))?;
-                O::Group { id, data }
-            }
-            ObjectKind::Entitlement => {
-                let (id, data) = fields::<A, EntitlementData>(&mut map, None)?;
-                O::Entitlement { id, data }
-            }
-            ObjectKind::Assignment => {
-                let (id, data) = fields::<A, AssignmentData>(&mut map, None)?;
-                O::Assignment { id, data }
-            }
+            ObjectKind::Site => object!(Site, SiteData, Some(SiteData::default)),
+            ObjectKind::Zone => object!(Zone, ZoneData, None),
+            ObjectKind::Connector => object!(Connector, ConnectorData, None),
+            ObjectKind::DeliveryGroup => object!(DeliveryGroup, DeliveryGroupData, None),
+            ObjectKind::Machine => object!(Machine, MachineData, None),
+            ObjectKind::Resource => object!(Resource, ResourceData, None),
+            ObjectKind::User => object!(User, UserData, Some(UserData::default)),
+            ObjectKind::Group => object!(Group, GroupData, Some(GroupData::default)),
+            ObjectKind::Entitlement => object!(Entitlement, EntitlementData, None),
+            ObjectKind::Assignment => object!(Assignment, AssignmentData, None),
         };
         Ok(OrderedOp(ConfigOp::Upsert(object)))
     }
