@@ -1164,7 +1164,8 @@ impl Engine {
         };
         // R-REG-1, with one decision: the cloud path needs a connector that still reaches
         // the cloud (its latest check is not a failure), else the VDA has nowhere to go.
-        let cloud = in_zone().any(|(_, c)| {
+        // (Any order will do for this question: no lookup of each connector by name.)
+        let cloud = connectors.values().filter(|c| c.zone == zone).any(|c| {
             matches!(
                 c.state,
                 ConnectorState::WorkingNormally | ConnectorState::PendingHa
