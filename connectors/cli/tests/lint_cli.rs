@@ -1,16 +1,10 @@
 //! `lhc lint`: each check fires on a log that breaks its advice, cites where the advice
 //! comes from, and stays quiet on the example site; errors make the exit code 1.
 
-use std::process::{Command, Output};
+mod common;
 
+use common::{lhc, simulate};
 use serde_json::Value;
-
-fn lhc(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_lhc"))
-        .args(args)
-        .output()
-        .expect("lhc runs")
-}
 
 fn findings(path: &str) -> (Vec<Value>, bool) {
     let out = lhc(&["lint", path, "--json"]);
@@ -95,32 +89,22 @@ fn configuration_checks_fire_and_cite_their_source() {
 fn behaviour_checks_fire_on_simulated_scenarios() {
     let tmp = tempfile::tempdir().unwrap();
     let log = tmp.path().join("sim.jsonl").display().to_string();
-    let out = lhc(&[
-        "simulate",
-        "--seed",
-        "9",
-        "--zones",
-        "1",
-        "--vdas-per-zone",
-        "200",
-        "--users",
-        "300",
-        "--hours",
-        "2",
-        "--flap",
-        "10m+40m/1m",
-        "--partition",
-        "70m+5m",
-        "--forced-outage",
-        "z1c2@90m+20m",
-        "--out",
+    simulate(
         &log,
-        "-q",
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        9,
+        200,
+        300,
+        2,
+        &[
+            "--zones",
+            "1",
+            "--flap",
+            "10m+40m/1m",
+            "--partition",
+            "70m+5m",
+            "--forced-outage",
+            "z1c2@90m+20m",
+        ],
     );
     let (found, ok) = findings(&log);
     assert!(!ok);
@@ -134,24 +118,14 @@ fn behaviour_checks_fire_on_simulated_scenarios() {
     assert!(has(&found, "pooled-fails-in-outage", "pool-z1"));
     // Forcing a whole zone at once is not a finding.
     let whole = tmp.path().join("whole.jsonl").display().to_string();
-    lhc(&[
-        "simulate",
-        "--seed",
-        "9",
-        "--zones",
-        "1",
-        "--vdas-per-zone",
-        "200",
-        "--users",
-        "300",
-        "--hours",
-        "2",
-        "--forced-outage",
-        "z1@90m+20m",
-        "--out",
+    simulate(
         &whole,
-        "-q",
-    ]);
+        9,
+        200,
+        300,
+        2,
+        &["--zones", "1", "--forced-outage", "z1@90m+20m"],
+    );
     let (found, _) = findings(&whole);
     assert!(
         !has(&found, "forced-outage-on-part-of-zone", "z1"),

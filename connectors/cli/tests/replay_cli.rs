@@ -1,24 +1,13 @@
 //! `lhc replay`: identical outputs from a file, a log directory and Kafka; digests; chains
 //! that name the first divergence.
 
+mod common;
+
 use std::path::Path;
-use std::process::{Command, Output};
+
+use common::{lhc, ok, simulate};
 
 const EXAMPLE: &str = include_str!("../../../docs/examples/site-outage.jsonl");
-
-fn lhc(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_lhc"))
-        .args(args)
-        .output()
-        .expect("lhc runs")
-}
-
-fn ok(out: Output) -> (String, String) {
-    let stdout = String::from_utf8(out.stdout).unwrap();
-    let stderr = String::from_utf8(out.stderr).unwrap();
-    assert!(out.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
-    (stdout, stderr)
-}
 
 fn write(dir: &Path, name: &str, text: &str) -> String {
     let path = dir.join(name);
@@ -239,22 +228,7 @@ fn simulate_is_deterministic_across_destinations() {
 fn query_at_agrees_with_a_replay_cut_at_the_same_instant() {
     let tmp = tempfile::tempdir().unwrap();
     let file = tmp.path().join("site.jsonl").display().to_string();
-    ok(lhc(&[
-        "simulate",
-        "--seed",
-        "5",
-        "--vdas-per-zone",
-        "100",
-        "--users",
-        "200",
-        "--hours",
-        "1",
-        "--outage",
-        "15m+20m",
-        "--out",
-        &file,
-        "-q",
-    ]));
+    simulate(&file, 5, 100, 200, 1, &["--outage", "15m+20m"]);
     let text = std::fs::read_to_string(&file).unwrap();
     for at in [
         "2026-01-05T09:10:00.000Z",

@@ -2,24 +2,17 @@
 //! against the spec, split brain found in a partitioned simulation, and an HTML page with
 //! one SVG lane per connector. `LHC_BLESS=1` rewrites the golden file.
 
-use std::path::PathBuf;
 use std::process::Command;
 
 use serde_json::Value;
 
-fn lhc(args: &[&str]) -> (String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_lhc"))
-        .args(args)
-        .output()
-        .expect("lhc runs");
-    let stdout = String::from_utf8(out.stdout).unwrap();
-    let stderr = String::from_utf8(out.stderr).unwrap();
-    assert!(out.status.success(), "{stdout}\n{stderr}");
-    (stdout, stderr)
-}
+mod common;
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+use common::{root, simulate};
+
+/// Stdout and stderr of an `lhc` run that must succeed.
+fn lhc(args: &[&str]) -> (String, String) {
+    common::ok(common::lhc(args))
 }
 
 #[test]
@@ -62,26 +55,21 @@ fn outage_report_of_the_example_matches_its_golden_file() {
 fn a_partition_shows_as_split_brain_and_the_html_has_a_lane_per_connector() {
     let tmp = tempfile::tempdir().unwrap();
     let log = tmp.path().join("sim.jsonl").display().to_string();
-    lhc(&[
-        "simulate",
-        "--seed",
-        "2",
-        "--zones",
-        "1",
-        "--vdas-per-zone",
-        "200",
-        "--users",
-        "300",
-        "--hours",
-        "1",
-        "--outage",
-        "10m+30m",
-        "--partition",
-        "20m+5m",
-        "--out",
+    simulate(
         &log,
-        "-q",
-    ]);
+        2,
+        200,
+        300,
+        1,
+        &[
+            "--zones",
+            "1",
+            "--outage",
+            "10m+30m",
+            "--partition",
+            "20m+5m",
+        ],
+    );
     let html = tmp.path().join("r.html");
     let (json, _) = lhc(&[
         "report",
@@ -120,24 +108,14 @@ fn the_html_report_renders_in_headless_chromium() {
         .expect("chromium is needed for this test: run .ci/deps (installs Debian's chromium)");
     let tmp = tempfile::tempdir().unwrap();
     let log = tmp.path().join("sim.jsonl").display().to_string();
-    lhc(&[
-        "simulate",
-        "--seed",
-        "4",
-        "--zones",
-        "1",
-        "--vdas-per-zone",
-        "100",
-        "--users",
-        "200",
-        "--hours",
-        "1",
-        "--outage",
-        "10m+30m",
-        "--out",
+    simulate(
         &log,
-        "-q",
-    ]);
+        4,
+        100,
+        200,
+        1,
+        &["--zones", "1", "--outage", "10m+30m"],
+    );
     let html = tmp.path().join("report.html");
     lhc(&[
         "report",
