@@ -84,6 +84,10 @@ pub enum BenchCommand {
         /// When the embedded log's appends reach the disk (always, never, or a period).
         #[arg(long, value_name = "POLICY", default_value = "always")]
         fsync: FsyncPolicy,
+        /// Latency runs of each log, alternating (a line each, then their median): a
+        /// tail's run-to-run spread on a shared or virtual disk says more than one run.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=20))]
+        runs: u32,
         /// A reduced run (200/s for 2 s, 2,000 VDAs) that keeps the benchmark working in CI.
         #[arg(long)]
         quick: bool,
@@ -168,6 +172,7 @@ pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
             seconds,
             restart_vdas,
             fsync,
+            runs,
             quick,
         } => {
             let bench = if quick {
@@ -176,6 +181,7 @@ pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
                     seconds: 2,
                     restart_vdas: 2_000,
                     fsync,
+                    runs: runs as usize,
                 }
             } else {
                 crate::benchnode::NodeBench {
@@ -183,6 +189,7 @@ pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
                     seconds,
                     restart_vdas,
                     fsync,
+                    runs: runs as usize,
                 }
             };
             crate::benchnode::run(bench)

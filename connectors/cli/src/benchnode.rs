@@ -29,6 +29,8 @@ pub struct NodeBench {
     pub restart_vdas: usize,
     /// fsync policy of the embedded log.
     pub fsync: lhc_log::FsyncPolicy,
+    /// Latency runs of each log (alternating embedded and Kafka).
+    pub runs: usize,
 }
 
 /// Runs the three measurements and prints them.
@@ -39,13 +41,31 @@ pub fn run(bench: NodeBench) -> anyhow::Result<ExitCode> {
         bench.rate, bench.seconds, launches
     );
     println!(
-        "{:<34} {:>9} {:>9} {:>9} {:>9} {:>10}",
+        "{:<40} {:>9} {:>9} {:>9} {:>9} {:>10}",
         "log", "p50 ms", "p99 ms", "max ms", "brokered", "achieved/s"
     );
-    let embedded = latency(&bench, Backend::Embedded)?;
-    embedded.print(&format!("embedded (fsync {})", fsync_name(bench.fsync)));
-    let kafka = latency(&bench, Backend::KafkaMock)?;
-    kafka.print("kafka (librdkafka mock cluster)");
+    let embedded_name = format!("embedded (fsync {})", fsync_name(bench.fsync));
+    let kafka_name = "kafka (librdkafka mock cluster)";
+    let runs = bench.runs.max(1);
+    let (mut embedded, mut kafka) = (Vec::new(), Vec::new());
+    for run in 1..=runs {
+        // Alternating the two logs spreads a noisy period of the machine over both.
+        let label = |name: &str| match runs {
+            1 => name.to_string(),
+            _ => format!("{name}, run {run}"),
+        };
+        let e = latency(&bench, Backend::Embedded)?;
+        e.print(&label(&embedded_name));
+        embedded.push(e);
+        let k = latency(&bench, Backend::KafkaMock)?;
+        k.print(&label(kafka_name));
+        kafka.push(k);
+    }
+    if runs > 1 {
+        println!("median of {runs} runs:");
+        Latencies::print_median(&embedded, &embedded_name);
+        Latencies::print_median(&kafka, kafka_name);
+    }
     println!();
     restart(bench.restart_vdas)?;
     Ok(ExitCode::SUCCESS)
@@ -69,14 +89,35 @@ impl Latencies {
         self.sorted_ms.get(i).copied().unwrap_or(f64::NAN)
     }
 
+    fn max(&self) -> f64 {
+        self.sorted_ms.last().copied().unwrap_or(f64::NAN)
+    }
+
     fn print(&self, name: &str) {
         println!(
-            "{name:<34} {:>9.2} {:>9.2} {:>9.2} {:>9} {:>10.0}",
+            "{name:<40} {:>9.2} {:>9.2} {:>9.2} {:>9} {:>10.0}",
             self.pct(0.50),
             self.pct(0.99),
-            self.sorted_ms.last().copied().unwrap_or(f64::NAN),
+            self.max(),
             self.brokered,
             self.achieved
+        );
+    }
+
+    /// The median, over runs, of each column.
+    fn print_median(runs: &[Latencies], name: &str) {
+        let median = |f: &dyn Fn(&Latencies) -> f64| {
+            let mut values: Vec<f64> = runs.iter().map(f).collect();
+            values.sort_by(f64::total_cmp);
+            values[values.len() / 2]
+        };
+        println!(
+            "{name:<40} {:>9.2} {:>9.2} {:>9.2} {:>9.0} {:>10.0}",
+            median(&|l| l.pct(0.50)),
+            median(&|l| l.pct(0.99)),
+            median(&|l| l.max()),
+            median(&|l| l.brokered as f64),
+            median(&|l| l.achieved)
         );
     }
 }

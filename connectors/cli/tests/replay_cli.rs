@@ -157,13 +157,19 @@ fn quick_benchmarks_run_and_report_their_ratios() {
     assert!(fold.contains("ratio fold / decode"), "{fold}");
     let (launch, _) = ok(lhc(&["bench", "launch", "--quick"]));
     assert!(launch.contains("10000 brokered, 0 rejected"), "{launch}");
-    // The live node: every launch of the run brokered, on both logs, and a restart.
-    let (node, _) = ok(lhc(&["bench", "node", "--quick"]));
+    // The live node: every launch of each run brokered, on both logs, the runs' median,
+    // and a restart.
+    let (node, _) = ok(lhc(&["bench", "node", "--quick", "--runs", "2"]));
     let rows: Vec<&str> = node
         .lines()
         .filter(|l| l.starts_with("embedded") || l.starts_with("kafka"))
         .collect();
-    assert_eq!(rows.len(), 2, "{node}");
+    assert_eq!(
+        rows.len(),
+        6,
+        "two runs of each log and their medians: {node}"
+    );
+    assert!(node.contains("median of 2 runs:"), "{node}");
     for row in rows {
         let brokered: Vec<&str> = row.split_whitespace().collect();
         assert!(
