@@ -185,11 +185,7 @@ impl Engine {
         let registrar = compact_str::CompactString::from(registrar_name(&runtime.registrar));
         let load = (runtime.sessions.len() + runtime.pending.len()) as u32;
         let catalog = self.catalog_of(&registrar);
-        let lower = if machine.bytes().any(|b| b.is_ascii_uppercase()) {
-            std::borrow::Cow::Owned(machine.to_lowercase())
-        } else {
-            std::borrow::Cow::Borrowed(machine)
-        };
+        let lower = crate::snapshot::lower(machine);
         let desired = catalog.as_ref().and_then(|catalog| {
             let entry = catalog.machines.get(lower.as_ref())?;
             let group = catalog.groups.get(&entry.delivery_group);

@@ -123,9 +123,10 @@ impl Snapshot {
 /// A hash map for validation's lookups: never iterated, so its order never shows.
 type Lookup<'a, V> = HashMap<Cow<'a, str>, V, FxBuildHasher>;
 
-/// `id` lowercased, borrowed when lowercasing changes nothing (most ids are lowercase
-/// already, so validating 150,000 objects need not allocate 150,000 strings).
-fn lower(id: &str) -> Cow<'_, str> {
+/// `id` lowercased as the snapshot keys ids, borrowed when lowercasing changes nothing
+/// (most ids are lowercase already, so validating 150,000 objects or placing a machine
+/// need not allocate).
+pub(crate) fn lower(id: &str) -> Cow<'_, str> {
     if id.bytes().any(|b| b.is_ascii_uppercase() || !b.is_ascii()) {
         Cow::Owned(id.to_lowercase())
     } else {

@@ -168,3 +168,47 @@ fn multi_session_groups_whatever_the_flags() {
         );
     }
 }
+
+/// A machine whose id has a non-ASCII capital (lowercased the Unicode way, as the
+/// catalog keys it) is placed in its pool and brokered like any other.
+#[test]
+fn a_machine_named_with_a_non_ascii_capital_is_brokered() {
+    let ts = |s: u64| lhc_engine::Ts(1_767_603_600_000 + s as i64 * 1000).to_string();
+    let lines = [
+        format!(
+            r#"{{"ts":"{}","type":"config.change","version":1,"ops":[{{"op":"upsert","kind":"site","id":"site"}},{{"op":"upsert","kind":"zone","id":"z1","data":{{"name":"z"}}}},{{"op":"upsert","kind":"connector","id":"cc.z1","data":{{"zone":"z1"}}}},{{"op":"upsert","kind":"delivery_group","id":"g","data":{{"kind":"multi_session"}}}},{{"op":"upsert","kind":"machine","id":"mÄ.z1","data":{{"zone":"z1","delivery_group":"g"}}}},{{"op":"upsert","kind":"resource","id":"r","data":{{"kind":"desktop","delivery_groups":["g"]}}}},{{"op":"upsert","kind":"user","id":"alice"}},{{"op":"upsert","kind":"entitlement","id":"e","data":{{"resource":"r","principals":["alice"]}}}}]}}"#,
+            ts(0)
+        ),
+        format!(
+            r#"{{"ts":"{}","type":"health.check","connector":"cc.z1","ok":true}}"#,
+            ts(1)
+        ),
+        format!(
+            r#"{{"ts":"{}","type":"vda.heartbeat","machine":"mÄ.z1","sessions":[]}}"#,
+            ts(10)
+        ),
+        format!(
+            r#"{{"ts":"{}","type":"launch.request","request":"q","connector":"cc.z1","user":"alice","resource":"r","client":{{"name":"pc","ip":"10.0.0.1"}}}}"#,
+            ts(20)
+        ),
+    ];
+    let mut engine = Engine::new();
+    let mut out = Vec::new();
+    for (offset, line) in lines.iter().enumerate() {
+        engine.apply(
+            offset as u64,
+            decode_record_at(line.as_bytes(), offset as u64),
+            &mut out,
+        );
+        engine.check_invariants().unwrap();
+    }
+    let decision = out
+        .iter()
+        .find_map(|o| match o {
+            Output::LaunchDecision(d) => Some(d),
+            _ => None,
+        })
+        .expect("a decision");
+    assert_eq!(decision.outcome, Outcome::Brokered, "{decision:?}");
+    assert_eq!(decision.machine.as_deref(), Some("mÄ.z1"));
+}
