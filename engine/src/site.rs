@@ -96,15 +96,8 @@ impl SiteConfig {
         Ok(())
     }
 
-    /// Applies a change at `offset`, or explains why it cannot apply (nothing changes then).
-    pub fn apply(&mut self, change: ConfigChange, offset: u64) -> Result<(), String> {
-        self.check(&change)?;
-        self.apply_checked(change, offset);
-        Ok(())
-    }
-
-    /// Applies a change [`SiteConfig::check`] accepted (the engine checks every record
-    /// before it applies any).
+    /// Applies a change at `offset` that [`SiteConfig::check`] accepted (the engine checks
+    /// every record before it applies any).
     pub(crate) fn apply_checked(&mut self, change: ConfigChange, offset: u64) {
         let introduced_by = IntroducedBy {
             offset,

@@ -161,12 +161,6 @@ impl Ids<'_> {
     }
 }
 
-/// Validates the whole configuration and builds its snapshot, or lists every failure in
-/// (kind, id) order.
-pub fn build(config: &SiteConfig) -> Result<Snapshot, Vec<ImportFailure>> {
-    validate(config).map(|()| index(config))
-}
-
 /// Validates the whole configuration: every failure, in (kind, id) order. A valid
 /// configuration's snapshot is [`index`] of it (an engine reuses the index it already
 /// holds for the cloud broker at that version).
