@@ -175,24 +175,18 @@ pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
             runs,
             quick,
         } => {
-            let bench = if quick {
-                crate::benchnode::NodeBench {
-                    rate: 200,
-                    seconds: 2,
-                    restart_vdas: 2_000,
-                    fsync,
-                    runs: runs as usize,
-                }
+            let (rate, seconds, restart_vdas) = if quick {
+                (200, 2, 2_000)
             } else {
-                crate::benchnode::NodeBench {
-                    rate,
-                    seconds,
-                    restart_vdas,
-                    fsync,
-                    runs: runs as usize,
-                }
+                (rate, seconds, restart_vdas)
             };
-            crate::benchnode::run(bench)
+            crate::benchnode::run(crate::benchnode::NodeBench {
+                rate,
+                seconds,
+                restart_vdas,
+                fsync,
+                runs: runs as usize,
+            })
         }
         BenchCommand::Fold { vdas, hours, quick } => {
             let (vdas, hours) = if quick { (1_000, 1) } else { (vdas, hours) };
