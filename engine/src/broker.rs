@@ -125,6 +125,14 @@ impl Tally {
             SessionState::Disconnected => self.disconnected += 1,
         }
     }
+
+    /// Counts one session in `state` fewer.
+    pub(crate) fn uncount(&mut self, state: SessionState) {
+        match state {
+            SessionState::Active => self.active = self.active.saturating_sub(1),
+            SessionState::Disconnected => self.disconnected = self.disconnected.saturating_sub(1),
+        }
+    }
 }
 
 fn pool_key(registrar: &str, group: &str, zone: &str) -> String {
@@ -300,12 +308,7 @@ impl Engine {
             let user = s.user.as_str().to_lowercase();
             if let Some(machines) = self.user_sessions.get_mut(&user) {
                 if let Some(t) = machines.get_mut(machine) {
-                    match s.state {
-                        SessionState::Active => t.active = t.active.saturating_sub(1),
-                        SessionState::Disconnected => {
-                            t.disconnected = t.disconnected.saturating_sub(1)
-                        }
-                    }
+                    t.uncount(s.state);
                     if *t == Tally::default() {
                         machines.remove(machine);
                     }
