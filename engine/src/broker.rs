@@ -346,6 +346,34 @@ impl Engine {
         self.place(machine);
     }
 
+    /// Forgets the launches brokered `PENDING_LAUNCH_S` or more before `ts` that their
+    /// machines have not reported: from that instant they no longer count as load or toward
+    /// session limits.
+    pub(crate) fn expire_pending(&mut self, ts: Ts) {
+        let horizon = PENDING_LAUNCH_S as i64 * 1000;
+        while let Some((brokered, _)) = self.pending_expiry.first() {
+            if ts.millis() - brokered.millis() < horizon {
+                return;
+            }
+            let (_, machine) = self.pending_expiry.pop_first().expect("just seen");
+            let Some(runtime) = self.machines.get_mut(machine.as_str()) else {
+                continue;
+            };
+            let user_sessions = &mut self.user_sessions;
+            let before = runtime.pending.len();
+            runtime.pending.retain(|p| {
+                let keep = ts.millis() - p.ts.millis() < horizon;
+                if !keep {
+                    forget_pending(user_sessions, &p.user, machine.as_str());
+                }
+                keep
+            });
+            if runtime.pending.len() != before {
+                self.place(machine.as_str());
+            }
+        }
+    }
+
     /// The LHC data content of a connector (R-DATA).
     pub fn lhc_data(&self, connector: &str) -> Option<&LhcData> {
         self.connectors.get(connector).map(|c| &c.data)
@@ -442,7 +470,8 @@ impl Engine {
                 Some(IneligibleReason::NoLhcDatabase) => Reason::NoLhcDatabase,
                 Some(IneligibleReason::HaServiceNotRunning) => Reason::HaServiceNotRunning,
                 Some(IneligibleReason::NoStorefrontTraffic) => Reason::NoStorefrontTraffic,
-                None => Reason::CloudUnreachable,
+                // (Never an R-STATE-4 answer: forced-outage waiting is not eligibility.)
+                Some(IneligibleReason::ForcedOnSubset) | None => Reason::CloudUnreachable,
             };
             decision(Err(reason), Via::Cloud)
         } else {
@@ -607,88 +636,81 @@ impl Engine {
                 return Err(Reason::SessionLimit);
             }
         }
-        // Zones to look in: the connector's own; for the cloud the preferred zone first.
-        let mut zones: Vec<&str> = Vec::new();
-        match zone {
-            Some(z) => zones.push(z),
-            None => {
-                if let Some(p) = preference {
-                    zones.push(p);
-                }
-                for z in catalog
-                    .group_zone_machines
-                    .get(group_id)
-                    .into_iter()
-                    .flat_map(|m| m.keys())
-                {
-                    if Some(z.as_str()) != preference {
-                        zones.push(z);
-                    }
-                }
-            }
+        let group_zones: Vec<&str> = catalog
+            .group_zone_machines
+            .get(group_id)
+            .into_iter()
+            .flat_map(|zones| zones.keys().map(String::as_str))
+            .collect();
+        if group.kind == DeliveryGroupKind::SingleSessionStatic {
+            return self.static_machine(catalog, registrar, group_id, user, ts);
         }
-        let statically_assigned = group.kind == DeliveryGroupKind::SingleSessionStatic;
-        if statically_assigned {
-            return self.static_machine(catalog, registrar, group_id, user, &zones, ts);
-        }
-        if group.kind == DeliveryGroupKind::SingleSessionPooled && group.power_managed && lhc {
+        let pooled = group.kind == DeliveryGroupKind::SingleSessionPooled;
+        if pooled && group.power_managed && lhc {
             // R-LAUNCH-6: reuse in an outage needs both the site's and the group's consent.
-            if !(catalog
+            // On-premises only groups that shut machines down after use are concerned (FR/JA
+            // seeds); in DaaS every pooled, power-managed group (EN seed).
+            let concerned = match catalog.site.profile {
+                crate::config::Profile::Daas => true,
+                crate::config::Profile::Onprem => group.shutdown_after_use,
+            };
+            let reuse = catalog
                 .site
                 .reuse_machines_without_shutdown_in_outage_allowed
-                && group.reuse_in_outage)
-            {
+                && group.reuse_in_outage;
+            if concerned && !reuse {
                 return Err(Reason::PooledUnavailableInOutage);
             }
         }
-        let mut reason = None;
-        for z in &zones {
-            match self.take_from_pool(
-                &pool_key(registrar, group_id, z),
-                group.restrict_to_tag.is_some(),
-                catalog,
-            ) {
-                Ok(machine) => return Ok(self.broker_new(catalog, machine, user, ts, false)),
-                Err(r) => {
-                    reason.get_or_insert(r);
-                }
-            }
-        }
-        // The cloud may power on an idle pooled machine that is not registered.
-        if !lhc && group.kind == DeliveryGroupKind::SingleSessionPooled && group.power_managed {
-            for z in &zones {
-                if let Ok(machine) = self.take_from_pool(
-                    &pool_key(OFF, group_id, z),
-                    group.restrict_to_tag.is_some(),
-                    catalog,
-                ) {
-                    return Ok(self.broker_new(catalog, machine, user, ts, false));
-                }
-            }
-        }
-        Err(reason.unwrap_or(Reason::NoRegisteredMachine))
-    }
-
-    /// The first available machine of a pool, or why there is none.
-    fn take_from_pool(
-        &self,
-        key: &str,
-        restricted: bool,
-        catalog: &Snapshot,
-    ) -> Result<String, Reason> {
-        let Some(pool) = self.pools.get(key) else {
-            return Err(Reason::NoRegisteredMachine);
+        // The cloud may also power on an idle pooled machine that is not registered.
+        let power_on = !lhc && pooled && group.power_managed;
+        let first = |pool: Option<&Pool>| {
+            let (load, ranks) = pool?.available.iter().next()?;
+            Some((*load, *ranks.first()?))
         };
-        if let Some(rank) = pool.available.values().next().and_then(|m| m.first()) {
-            return Ok(catalog.by_rank[*rank as usize].clone());
+        // The machine with the fewest sessions, ties in FQDN order (ranks are FQDN order
+        // across the whole catalog), among the pools of the given zones.
+        let pick = |zones: &[&str]| -> Option<(u32, u32)> {
+            zones
+                .iter()
+                .flat_map(|z| {
+                    let registered = first(self.pools.get(&pool_key(registrar, group_id, z)));
+                    let off = if power_on {
+                        first(self.pools.get(&pool_key(OFF, group_id, z)))
+                    } else {
+                        None
+                    };
+                    [registered, off]
+                })
+                .flatten()
+                .min()
+        };
+        // In LHC mode the connector's own zone only (zone preference ignored); the cloud
+        // looks site-wide, in the resource's preferred zone first.
+        let chosen = match (zone, preference) {
+            (Some(z), _) => pick(&[z]),
+            (None, Some(p)) => pick(&[p]).or_else(|| pick(&group_zones)),
+            (None, None) => pick(&group_zones),
+        };
+        if let Some((_, rank)) = chosen {
+            let machine = catalog.by_rank[rank as usize].clone();
+            return Ok(self.broker_new(catalog, machine, user, ts, false));
         }
-        if pool.registered == 0 {
-            Err(Reason::NoRegisteredMachine)
-        } else if restricted && pool.tagged == 0 {
-            Err(Reason::TagRestriction)
+        let looked: Vec<&str> = zone.map_or(group_zones, |z| vec![z]);
+        let (mut registered, mut tagged) = (0, 0);
+        for z in looked {
+            if let Some(pool) = self.pools.get(&pool_key(registrar, group_id, z)) {
+                registered += pool.registered;
+                tagged += pool.tagged;
+            }
+        }
+        Err(if registered == 0 {
+            Reason::NoRegisteredMachine
+        } else if group.restrict_to_tag.is_some() && tagged == 0 {
+            Reason::TagRestriction
         } else {
-            Err(Reason::MachineCapacity)
-        }
+            Reason::MachineCapacity
+        })
     }
 
     /// R-LAUNCH-5: a static (or Remote PC) machine: the assigned one, or for the cloud a
@@ -699,7 +721,6 @@ impl Engine {
         registrar: &str,
         group_id: &str,
         user: &str,
-        zones: &[&str],
         ts: Ts,
     ) -> Result<Choice, Reason> {
         let lhc = registrar != CLOUD;
@@ -720,21 +741,21 @@ impl Engine {
             Some(m) => (m, false),
             None if lhc => return Err(Reason::AssignmentRequired),
             None => {
-                // The first free machine of the group, FQDN order, preferred zone first.
+                // The first free machine of the group in FQDN order across its zones (ids
+                // are lowercase: byte order is FQDN order); zone preference plays no part.
                 let taken = |m: &String| {
                     catalog.assigned.contains(m)
                         || self.cloud_assigned.contains(m)
                         || catalog.machines.get(m).is_none_or(|e| e.maintenance)
                 };
-                let free = zones.iter().find_map(|z| {
-                    catalog
-                        .group_zone_machines
-                        .get(group_id)?
-                        .get(*z)?
-                        .iter()
-                        .find(|m| !taken(m))
-                        .cloned()
-                });
+                let free = catalog
+                    .group_zone_machines
+                    .get(group_id)
+                    .into_iter()
+                    .flat_map(|zones| zones.values())
+                    .filter_map(|machines| machines.iter().find(|m| !taken(m)))
+                    .min()
+                    .cloned();
                 let Some(m) = free else {
                     return Err(Reason::MachineCapacity);
                 };
@@ -793,6 +814,7 @@ impl Engine {
             user: user.to_string(),
             ts,
         });
+        self.pending_expiry.insert((ts, exact.as_str().into()));
         self.place(&exact);
         Choice {
             machine: exact,

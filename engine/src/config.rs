@@ -251,6 +251,10 @@ pub struct SiteData {
     /// Deployment profile ("daas").
     #[serde(default)]
     pub profile: Profile,
+    /// Service Continuity enabled (false): lifts the StoreFront-traffic condition of the
+    /// "daas" profile (R-STATE-4).
+    #[serde(default)]
+    pub service_continuity_enabled: bool,
 }
 
 impl Default for SiteData {
@@ -261,6 +265,7 @@ impl Default for SiteData {
             default_reuse_machines_without_shutdown_in_outage: false,
             heartbeat_period_ms: default_heartbeat_period_ms(),
             profile: Profile::Daas,
+            service_continuity_enabled: false,
         }
     }
 }

@@ -117,6 +117,10 @@ pub struct PendingImport {
     pub version: u64,
     /// When it completes.
     pub done_at: Ts,
+    /// LHC mode started while it ran: it is abandoned with 507 even if LHC mode has ended
+    /// by the time it completes (R-CSS-3).
+    #[serde(default)]
+    pub lhc_started: bool,
 }
 
 /// One connector's state.
@@ -138,8 +142,19 @@ pub struct Connector {
     pub last_check: Option<(Ts, bool)>,
     /// First failed check of the current failure streak.
     pub first_failure: Option<Ts>,
-    /// The next check is the first since a start.
+    /// Started (`connector.lifecycle` start) and no health check since: its first check
+    /// decides what the restart did to its snapshot (R-STATE-10), runs its first config
+    /// sync check (R-CSS-1), and until then it offers no cloud path (R-REG-1).
     pub first_check_after_start: bool,
+    /// It was stopped while in LHC mode (restarted during an outage): its snapshot stays
+    /// usable and its first failed check after the start re-enters LHC mode at once
+    /// (R-STATE-10). Consumed by that check.
+    #[serde(default)]
+    pub stopped_in_lhc: bool,
+    /// Start of the running pending_recovery period: entering pending_recovery, or
+    /// disabling forced outage in it (a full new period, R-STATE-8).
+    #[serde(default)]
+    pub recovery_since: Option<Ts>,
     /// Latest StoreFront heartbeat.
     pub storefront_last: Option<Ts>,
     /// StoreFront servers seen, with their last contact (R-DATA).
@@ -158,8 +173,8 @@ pub struct Connector {
     pub sync_override_s: Option<u64>,
     /// Import in progress.
     pub import: Option<PendingImport>,
-    /// A `storage.fault` waiting to fail the next import: its offset.
-    pub storage_fault: Option<u64>,
+    /// A `storage.fault` waiting to fail the next import: its offset and detail.
+    pub storage_fault: Option<(u64, String)>,
     /// CSS trace mode.
     pub css_trace: bool,
     /// HA SDK (read-only query API) enabled.
@@ -200,6 +215,8 @@ impl Connector {
             last_check: None,
             first_failure: None,
             first_check_after_start: false,
+            stopped_in_lhc: false,
+            recovery_since: None,
             storefront_last: None,
             storefronts: BTreeMap::new(),
             probes: BTreeMap::new(),
@@ -272,6 +289,11 @@ pub struct Engine {
     pub(crate) cloud_assignments: BTreeMap<String, BTreeMap<String, String>>,
     /// Machines (lowercased) the cloud broker assigned.
     pub(crate) cloud_assigned: BTreeSet<String>,
+    /// Launches brokered and not yet reported, by (brokered at, machine): each expires
+    /// `PENDING_LAUNCH_S` later, at that instant and not at the machine's next heartbeat.
+    /// An entry whose launch was reported meanwhile expires as a no-op.
+    #[serde(default)]
+    pub(crate) pending_expiry: BTreeSet<(Ts, compact_str::CompactString)>,
     /// The cloud broker's catalog of the current configuration. Derived, so not saved.
     #[serde(skip)]
     pub(crate) cloud: Option<Arc<Snapshot>>,
@@ -489,6 +511,7 @@ impl Engine {
             return;
         }
         let ts = record.ts();
+        self.expire_pending(ts);
         self.fire_timers(ts, out);
         self.now = Some(ts);
         if let Some(name) = record
@@ -502,7 +525,14 @@ impl Engine {
                 self.sync_check(&name, ts, out);
             }
         }
+        let moves_deadlines = matches!(record, Record::EngineParams(_) | Record::AdminCommand(_));
         self.apply_record(offset, record, out);
+        if moves_deadlines {
+            // A lowered period or a forced outage lifted can leave a deadline at or before
+            // now: it fires at once, stamped with this record's time, never earlier
+            // (R-STATE-8, R-STATE-9).
+            self.fire_timers(ts, out);
+        }
     }
 
     /// Advances time to `ts` without a record (end of a replay window).
@@ -510,6 +540,7 @@ impl Engine {
         if self.now.is_some_and(|now| ts < now) {
             return;
         }
+        self.expire_pending(ts);
         self.fire_timers(ts, out);
         self.now = Some(ts);
     }
@@ -588,7 +619,11 @@ impl Engine {
                 self.place_all();
             }
             Record::ClockTick(_) => {}
-            Record::LaunchRequest(request) => self.launch(request, ts, out),
+            Record::LaunchRequest(request) => {
+                self.launch(request, ts, out);
+                let name = self.connector_name(&record);
+                self.retry_forced(&name, ts, false, out);
+            }
             Record::VdaHeartbeat(_) => {
                 let Record::VdaHeartbeat(hb) = record else {
                     unreachable!("matched above")
@@ -601,12 +636,23 @@ impl Engine {
             _ => {
                 self.quiet_until = None;
                 let name = self.connector_name(&record);
+                let just_forced = matches!(
+                    &record,
+                    Record::AdminCommand(a) if a.command == AdminCommandName::EnableForcedOutage
+                );
+                let mut first_check_after_start = false;
                 if self.connectors[&name].started() {
-                    self.connector_record(&name, offset, &record, out);
+                    first_check_after_start = self.connector_record(&name, offset, &record, out);
                 } else if let Record::ConnectorLifecycle(l) = record {
                     if l.event == LifecycleEvent::Start {
                         self.start(&name, ts, out);
                     }
+                }
+                self.retry_forced(&name, ts, just_forced, out);
+                if first_check_after_start {
+                    // R-CSS-1: after a start, the first sync check runs at the first health
+                    // check, which it sees: restarted during an outage, it reports 510.
+                    self.sync_check(&name, ts, out);
                 }
                 self.update_view(&name, ts, out);
             }
@@ -621,17 +667,18 @@ impl Engine {
             .to_string()
     }
 
-    /// Records about a started connector.
+    /// Records about a started connector. Returns whether the record was its first health
+    /// check since a start.
     fn connector_record(
         &mut self,
         name: &str,
         offset: u64,
         record: &Record,
         out: &mut Vec<Output>,
-    ) {
+    ) -> bool {
         let ts = record.ts();
         match record {
-            Record::HealthCheck(h) => self.health_check(name, ts, h.ok, out),
+            Record::HealthCheck(h) => return self.health_check(name, ts, h.ok, out),
             Record::PeerProbe(p) => {
                 let peer = self
                     .site
@@ -648,9 +695,6 @@ impl Engine {
                 let c = self.connectors.get_mut(name).expect("exists");
                 c.storefront_last = Some(ts);
                 c.storefronts.insert(s.storefront.clone(), ts);
-                if c.forced && !c.in_lhc() {
-                    self.try_enter_lhc(name, ts, TransitionCause::ForcedOutageEnabled, out);
-                }
             }
             Record::ServiceStatus(s) => {
                 let c = self.connectors.get_mut(name).expect("exists");
@@ -663,36 +707,42 @@ impl Engine {
             Record::ConnectorLifecycle(l) if l.event == LifecycleEvent::Stop => {
                 self.stop(name, ts, out)
             }
-            Record::StorageFault(_) => {
-                self.connectors.get_mut(name).expect("exists").storage_fault = Some(offset);
+            Record::StorageFault(f) => {
+                self.connectors.get_mut(name).expect("exists").storage_fault =
+                    Some((offset, f.detail.clone()));
             }
             Record::AdminCommand(a) => self.admin(name, ts, a, out),
             _ => {}
         }
+        false
     }
 
     fn admin(&mut self, name: &str, ts: Ts, a: &AdminCommand, out: &mut Vec<Output>) {
         let c = self.connectors.get_mut(name).expect("exists");
         match a.command {
             AdminCommandName::EnableForcedOutage => {
+                // In LHC mode it is held there from now on (a running pending_recovery
+                // period stops: its timer needs `forced` false); outside, its entry is
+                // tried after the record (`retry_forced`). Peers of the zone already forced
+                // and waiting for the whole zone are retried then too, in FQDN order: forcing
+                // the last connector brings the zone in at this record (R-STATE-8).
                 c.forced = true;
-                if !c.in_lhc() {
-                    self.try_enter_lhc(name, ts, TransitionCause::ForcedOutageEnabled, out);
-                }
+                self.quiet_until = None;
             }
             AdminCommandName::DisableForcedOutage => {
-                c.forced = false;
-                if matches!(
-                    c.state,
-                    ConnectorState::InitialHa | ConnectorState::ExtendedHa
-                ) {
-                    self.transition(
+                let was_forced = std::mem::replace(&mut c.forced, false);
+                self.quiet_until = None;
+                match c.state {
+                    ConnectorState::InitialHa | ConnectorState::ExtendedHa => self.transition(
                         name,
                         ts,
                         ConnectorState::PendingRecovery,
                         TransitionCause::ForcedOutageDisabled,
                         out,
-                    );
+                    ),
+                    // Held in pending_recovery: a full new period starts now.
+                    ConnectorState::PendingRecovery if was_forced => c.recovery_since = Some(ts),
+                    _ => {}
                 }
             }
             AdminCommandName::SetConfigSyncInterval => c.sync_override_s = a.seconds,
@@ -704,42 +754,78 @@ impl Engine {
         }
     }
 
+    /// R-STATE-8: a forced connector outside LHC mode tries to enter at each record naming
+    /// it; enabling forced outage on it also retries the zone's other waiting connectors.
+    fn retry_forced(&mut self, name: &str, ts: Ts, just_forced: bool, out: &mut Vec<Output>) {
+        let c = &self.connectors[name];
+        if !c.forced || !c.started() {
+            return;
+        }
+        self.quiet_until = None;
+        if !c.in_lhc() {
+            self.try_enter_forced(name, ts, out);
+        }
+        if !just_forced {
+            return;
+        }
+        // It now counts as down for the peers waiting for the rest of the zone.
+        let zone = self.connectors[name].zone.clone();
+        let waiting: Vec<String> = self
+            .connector_order
+            .iter()
+            .filter(|p| p.as_str() != name)
+            .filter(|p| {
+                let c = &self.connectors[p.as_str()];
+                c.zone == zone && c.forced && c.started() && !c.in_lhc()
+            })
+            .cloned()
+            .collect();
+        for peer in waiting {
+            self.try_enter_forced(&peer, ts, out);
+        }
+    }
+
+    /// A forced connector's entry: the zone rule with forced peers counting as down, then
+    /// eligibility (R-STATE-8, R-STATE-4); 3002 once per reason when it cannot enter.
+    fn try_enter_forced(&mut self, name: &str, ts: Ts, out: &mut Vec<Output>) {
+        if self.unforced_healthy_peer(name, ts) {
+            self.report_ineligible(name, ts, IneligibleReason::ForcedOnSubset, out);
+        } else {
+            self.try_enter_lhc(name, ts, TransitionCause::ForcedOutageEnabled, out);
+        }
+    }
+
     // ----- R-STATE ---------------------------------------------------------------------
 
-    fn health_check(&mut self, name: &str, ts: Ts, ok: bool, out: &mut Vec<Output>) {
+    /// A health check. Returns whether it was the connector's first since a start.
+    fn health_check(&mut self, name: &str, ts: Ts, ok: bool, out: &mut Vec<Output>) -> bool {
         let initial_ha_s = self.params.initial_ha_s;
         let threshold = match self.site_settings(name).profile {
             crate::config::Profile::Daas => self.params.second_check_s,
             crate::config::Profile::Onprem => self.params.onprem_outage_s,
         };
         let c = self.connectors.get_mut(name).expect("exists");
-        if std::mem::take(&mut c.first_check_after_start) && !ok && c.snapshot.is_some() {
-            // Powered on during an outage: the snapshot cannot be trusted (R-STATE-10).
+        let first_after_start = std::mem::take(&mut c.first_check_after_start);
+        // R-STATE-10: what the restart did to the snapshot shows at the first check.
+        let restarted_in_outage = std::mem::take(&mut c.stopped_in_lhc) && first_after_start;
+        if first_after_start && !ok && !restarted_in_outage && c.snapshot.is_some() {
+            // Powered off in normal operations, on during an outage: not usable.
             c.snapshot_usable = false;
         }
         c.last_check = Some((ts, ok));
         let initial_over = ts >= c.state_since.plus_s(initial_ha_s);
-        if c.forced {
-            match c.state {
-                ConnectorState::InitialHa if initial_over => self.transition(
+        if c.forced && c.in_lhc() {
+            // Held in LHC mode; only the end of initial_ha moves it: the outage goes on.
+            if c.state == ConnectorState::InitialHa && initial_over {
+                self.transition(
                     name,
                     ts,
                     ConnectorState::ExtendedHa,
                     TransitionCause::InitialHaElapsed,
                     out,
-                ),
-                s if !matches!(
-                    s,
-                    ConnectorState::InitialHa
-                        | ConnectorState::ExtendedHa
-                        | ConnectorState::PendingRecovery
-                ) =>
-                {
-                    self.try_enter_lhc(name, ts, TransitionCause::ForcedOutageEnabled, out);
-                }
-                _ => {}
+                );
             }
-            return;
+            return first_after_start;
         }
         match (c.state, ok) {
             (ConnectorState::WorkingNormally, false) => {
@@ -758,6 +844,11 @@ impl Engine {
                     TransitionCause::HealthCheckFailed,
                     out,
                 );
+                // Restarted during an outage: back into LHC mode at once, without the
+                // second_check_s wait (the zone rule and eligibility still apply).
+                if restarted_in_outage && self.zone_rule_holds(name, ts) {
+                    self.try_enter_lhc(name, ts, TransitionCause::OutageConfirmed, out);
+                }
             }
             (ConnectorState::PendingHa, true) => {
                 c.first_failure = None;
@@ -801,6 +892,23 @@ impl Engine {
             ),
             _ => {}
         }
+        first_after_start
+    }
+
+    /// R-STATE-8's zone rule: a started peer of the zone that is not forced and whose latest
+    /// check is ok and within `peer_health_window_s` keeps a forced connector out.
+    fn unforced_healthy_peer(&self, name: &str, ts: Ts) -> bool {
+        let Some(zone) = self.site.connector_zone(name) else {
+            return false;
+        };
+        let window_ms = self.params.peer_health_window_s as i64 * 1000;
+        self.site.zone_connectors(zone).filter(|p| *p != name).any(|peer| {
+            self.connectors.get(peer).is_some_and(|p| {
+                p.started()
+                    && !p.forced
+                    && matches!(p.last_check, Some((t, true)) if ts.millis() - t.millis() < window_ms)
+            })
+        })
     }
 
     /// R-STATE-3: no other started connector of the zone has an ok check within the window.
@@ -827,7 +935,8 @@ impl Engine {
     /// R-STATE-4: the first reason the connector cannot enter LHC mode, if any.
     pub(crate) fn ineligible(&self, name: &str, ts: Ts) -> Option<IneligibleReason> {
         let c = &self.connectors[name];
-        if !self.site_settings(name).lhc_enabled {
+        let site = self.site_settings(name);
+        if !site.lhc_enabled {
             return Some(IneligibleReason::LhcDisabled);
         }
         if c.snapshot.is_none() || !c.snapshot_usable {
@@ -836,9 +945,14 @@ impl Engine {
         if !c.ha_running {
             return Some(IneligibleReason::HaServiceNotRunning);
         }
+        // The StoreFront condition is the DaaS profile's, and Service Continuity lifts it
+        // (EN seed); the on-prem seeds set none.
+        let needs_storefront =
+            site.profile == crate::config::Profile::Daas && !site.service_continuity_enabled;
         let window_ms = self.params.storefront_window_s as i64 * 1000;
-        if c.storefront_last
-            .is_none_or(|t| ts.millis() - t.millis() >= window_ms)
+        if needs_storefront
+            && c.storefront_last
+                .is_none_or(|t| ts.millis() - t.millis() >= window_ms)
         {
             return Some(IneligibleReason::NoStorefrontTraffic);
         }
@@ -847,15 +961,24 @@ impl Engine {
 
     fn try_enter_lhc(&mut self, name: &str, ts: Ts, cause: TransitionCause, out: &mut Vec<Output>) {
         match self.ineligible(name, ts) {
-            Some(reason) => {
-                let c = self.connectors.get_mut(name).expect("exists");
-                if c.reported_ineligible != Some(reason) {
-                    c.reported_ineligible = Some(reason);
-                    let data = EventData::Ineligible(IneligibleData { reason });
-                    out.push(self.event(ts, name, EventSource::RemoteBrokerProvider, 3002, data));
-                }
-            }
+            Some(reason) => self.report_ineligible(name, ts, reason, out),
             None => self.transition(name, ts, ConnectorState::InitialHa, cause, out),
+        }
+    }
+
+    /// 3002, once per reason change (R-STATE-4).
+    fn report_ineligible(
+        &mut self,
+        name: &str,
+        ts: Ts,
+        reason: IneligibleReason,
+        out: &mut Vec<Output>,
+    ) {
+        let c = self.connectors.get_mut(name).expect("exists");
+        if c.reported_ineligible != Some(reason) {
+            c.reported_ineligible = Some(reason);
+            let data = EventData::Ineligible(IneligibleData { reason });
+            out.push(self.event(ts, name, EventSource::RemoteBrokerProvider, 3002, data));
         }
     }
 
@@ -868,8 +991,6 @@ impl Engine {
         cause: TransitionCause,
         out: &mut Vec<Output>,
     ) {
-        let forced_on_subset =
-            (cause == TransitionCause::ForcedOutageEnabled).then(|| self.forced_on_subset(name));
         let report_interval_s = self.params.report_interval_s;
         let c = self.connectors.get_mut(name).expect("exists");
         let from = c.state;
@@ -879,11 +1000,11 @@ impl Engine {
             to,
             previous_state_duration_s: ts.seconds_since(c.state_since).max(0) as u64,
             cause,
-            forced_on_subset,
         };
         c.state = to;
         c.state_since = ts;
         c.epoch += 1;
+        c.recovery_since = (to == ConnectorState::PendingRecovery).then_some(ts);
         out.push(self.event(
             ts,
             name,
@@ -904,6 +1025,10 @@ impl Engine {
                 successful_launches: 0,
                 failed_launches: 0,
             });
+            if let Some(import) = &mut c.import {
+                // R-CSS-3: abandoned at its end, even if LHC mode is over by then.
+                import.lhc_started = true;
+            }
             self.update_view(name, ts, out);
         } else if was_lhc && !now_lhc {
             self.end_episode(name, ts, to == ConnectorState::Stopped, out);
@@ -916,20 +1041,6 @@ impl Engine {
         }
     }
 
-    fn forced_on_subset(&self, name: &str) -> bool {
-        let Some(zone) = self.site.connector_zone(name) else {
-            return false;
-        };
-        self.site
-            .zone_connectors(zone)
-            .filter(|p| *p != name)
-            .any(|p| {
-                self.connectors
-                    .get(p)
-                    .is_some_and(|c| c.started() && !c.forced)
-            })
-    }
-
     /// LHC mode ended (to working_normally, or stopped): summary events, registrations
     /// dropped, maintenance lifted.
     fn end_episode(&mut self, name: &str, ts: Ts, stopped: bool, out: &mut Vec<Output>) {
@@ -940,6 +1051,11 @@ impl Engine {
         let was_brokering = std::mem::take(&mut c.brokering);
         let elected = c.elected.clone();
         let duration = ts.seconds_since(episode.started).max(0) as u64;
+        let ended_by = if stopped {
+            EndedBy::ConnectorStopped
+        } else {
+            EndedBy::NormalOperations
+        };
         if was_brokering {
             if !stopped {
                 let data = EventData::OutageEnded(OutageEndedData {
@@ -952,12 +1068,16 @@ impl Engine {
                 registered_machines: episode.registered.len() as u64,
                 successful_launches: episode.successful_launches,
                 failed_launches: episode.failed_launches,
+                ended_by,
             });
             out.push(self.event(ts, name, EventSource::HighAvailabilityService, 3508, data));
         } else {
-            let data = EventData::NonElected(NonElectedData {
+            let data = EventData::NonElectedSummary(NonElectedSummaryData {
                 outage_duration_s: duration,
                 elected,
+                successful_launches: episode.successful_launches,
+                failed_launches: episode.failed_launches,
+                ended_by,
             });
             out.push(self.event(ts, name, EventSource::HighAvailabilityService, 3510, data));
         }
@@ -983,6 +1103,7 @@ impl Engine {
     }
 
     fn stop(&mut self, name: &str, ts: Ts, out: &mut Vec<Output>) {
+        let in_lhc = self.connectors[name].in_lhc();
         self.transition(
             name,
             ts,
@@ -990,13 +1111,18 @@ impl Engine {
             TransitionCause::ConnectorStopped,
             out,
         );
+        // A reboot forgets health, probe and StoreFront history and any sync in progress;
+        // the snapshot and the registry settings (forced outage, sync interval, CSS trace,
+        // HA SDK) survive it (R-STATE-10, R-STATE-8).
         let c = self.connectors.get_mut(name).expect("exists");
+        c.stopped_in_lhc = in_lhc;
         c.last_check = None;
         c.first_failure = None;
         c.storefront_last = None;
         c.probes.clear();
         c.import = None;
         c.next_sync = None;
+        c.first_check_after_start = false;
     }
 
     fn start(&mut self, name: &str, ts: Ts, out: &mut Vec<Output>) {
@@ -1007,11 +1133,12 @@ impl Engine {
             TransitionCause::ConnectorStarted,
             out,
         );
+        // Its first sync check waits for its first health check (R-CSS-1); a forced
+        // outage is retried after this record (`retry_forced`).
         self.connectors
             .get_mut(name)
             .expect("exists")
             .first_check_after_start = true;
-        self.sync_check(name, ts, out);
     }
 
     // ----- R-ELECT ---------------------------------------------------------------------
@@ -1162,15 +1289,21 @@ impl Engine {
                 .map(|name| (name.as_str(), &connectors[name]))
                 .filter(|(_, c)| c.zone == zone)
         };
-        // R-REG-1, with one decision: the cloud path needs a connector that still reaches
-        // the cloud (its latest check is not a failure), else the VDA has nowhere to go.
-        // (Any order will do for this question: no lookup of each connector by name.)
-        let cloud = connectors.values().filter(|c| c.zone == zone).any(|c| {
-            matches!(
-                c.state,
-                ConnectorState::WorkingNormally | ConnectorState::PendingHa
-            ) && !matches!(c.last_check, Some((_, false)))
-        });
+        // R-REG-1: the zone offers the cloud path through a connector in working_normally
+        // that has had a check since its start, or, in the detection gap while no connector
+        // of the zone is in LHC mode, through one in pending_ha. So a restarted or pending
+        // connector never pulls VDAs off the LHC broker. (Any order will do for this
+        // question: no lookup of each connector by name.)
+        let (mut working, mut pending, mut lhc) = (false, false, false);
+        for c in connectors.values().filter(|c| c.zone == zone) {
+            match c.state {
+                ConnectorState::WorkingNormally => working |= !c.first_check_after_start,
+                ConnectorState::PendingHa => pending = true,
+                ConnectorState::Stopped => {}
+                _ => lhc = true,
+            }
+        }
+        let cloud = working || (pending && !lhc);
         let current = found.as_deref().map(|r| &r.registrar);
         let held_by = |name: &str| matches!(current, Some(Registrar::Connector(n)) if n == name);
         let mut refusals = Vec::new();
@@ -1236,12 +1369,30 @@ impl Engine {
             (false, Some(name)) => Registrar::Connector(name.to_string()),
             (false, None) => Registrar::None,
         };
-        if let Registrar::Connector(old) = std::mem::replace(&mut runtime.registrar, new) {
-            if let Some(c) = connectors.get_mut(&old) {
-                if c.registrations.remove(machine) {
-                    c.session_count -= old_sessions;
+        // R-REG-3: every change of registrar is visible, the one left first.
+        match std::mem::replace(&mut runtime.registrar, new) {
+            Registrar::Connector(old) => {
+                if let Some(c) = connectors.get_mut(&old) {
+                    if c.registrations.remove(machine) {
+                        c.session_count -= old_sessions;
+                    }
                 }
+                out.push(Output::Registration(Registration {
+                    ts,
+                    machine: machine.to_string(),
+                    connector: old,
+                    accepted: false,
+                    reason: None,
+                }));
             }
+            Registrar::Cloud => out.push(Output::Registration(Registration {
+                ts,
+                machine: machine.to_string(),
+                connector: crate::broker::CLOUD.to_string(),
+                accepted: false,
+                reason: Some(Reason::CloudUnreachable),
+            })),
+            Registrar::None => {}
         }
         let connector = match (cloud, target) {
             (true, _) => "cloud",
@@ -1350,6 +1501,7 @@ impl Engine {
         c.import = Some(PendingImport {
             version: latest,
             done_at: ts.plus_s(duration),
+            lhc_started: false,
         });
         if duration == 0 {
             self.finish_import(name, ts, out);
@@ -1393,8 +1545,9 @@ impl Engine {
         let Some(import) = c.import.take() else {
             return;
         };
-        if c.in_lhc() && self.params.import_duration_s > 0 {
-            // LHC mode started during the import: abandoned, the previous snapshot stays.
+        if import.lhc_started || c.in_lhc() {
+            // LHC mode started during the import (even if it has ended since): abandoned,
+            // the previous snapshot stays (R-CSS-3).
             let data = EventData::Version(VersionData {
                 version: import.version,
             });
@@ -1408,11 +1561,15 @@ impl Engine {
             Validation::Valid(_) => Vec::new(),
             Validation::Invalid(f) => f.clone(),
         };
-        if let Some(offset) = storage_fault {
+        if let Some((offset, detail)) = storage_fault {
             failures.push(ImportFailure {
                 kind: crate::config::ObjectKind::Connector,
                 id: name.to_string(),
                 rule: Rule::StorageFault,
+                detail: format!(
+                    "the connector's local store failed ({detail}): repair or replace its \
+                     disk; the next import retries"
+                ),
                 introduced_by: IntroducedBy {
                     offset,
                     version: None,
@@ -1487,7 +1644,9 @@ impl Engine {
             }
             if c.state == ConnectorState::PendingRecovery && !c.forced {
                 consider(
-                    c.state_since.plus_s(self.params.pending_recovery_s),
+                    c.recovery_since
+                        .unwrap_or(c.state_since)
+                        .plus_s(self.params.pending_recovery_s),
                     Timer::RecoveryElapsed,
                     "",
                 );
@@ -1513,7 +1672,10 @@ impl Engine {
                 self.quiet_until = Some(deadline);
                 return;
             }
-            self.now = Some(deadline.max(self.now.unwrap_or(deadline)));
+            // A deadline that a lowered period moved before the last record fires now, never
+            // in the past (R-STATE-8); every other fires at its deadline.
+            let deadline = deadline.max(self.now.unwrap_or(deadline));
+            self.now = Some(deadline);
             match timer {
                 Timer::ProbeExpiry => {
                     if let Some(p) = self
@@ -1677,10 +1839,11 @@ fn message(event_id: u32, data: &EventData) -> String {
         (505, EventData::ImportFailed(f)) => {
             let first = f.failures.first().map_or(String::new(), |x| {
                 format!(
-                    ": {} {:?} breaks {} (introduced at offset {})",
+                    ": {} {:?} breaks {}: {} (introduced at offset {})",
                     x.kind,
                     x.id,
                     snake(&x.rule),
+                    x.detail,
                     x.introduced_by.offset
                 )
             });
@@ -1694,7 +1857,7 @@ fn message(event_id: u32, data: &EventData) -> String {
         }
         (507, EventData::Version(v)) => {
             format!(
-                "Configuration version {} is available but LHC mode is active: import abandoned",
+                "Configuration version {} is available but LHC mode is active or started during the import: import abandoned",
                 v.version
             )
         }
@@ -1728,18 +1891,27 @@ fn message(event_id: u32, data: &EventData) -> String {
             r.outage_duration_s, r.registered_machines, r.sessions
         ),
         (3508, EventData::ElectedSummary(s)) => format!(
-            "LHC mode ended after {} s: {} machines registered, {} launches brokered, {} failed",
-            s.outage_duration_s, s.registered_machines, s.successful_launches, s.failed_launches
+            "LHC mode ended after {} s ({}): {} machines registered, {} launches brokered, {} \
+             failed",
+            s.outage_duration_s,
+            snake(&s.ended_by),
+            s.registered_machines,
+            s.successful_launches,
+            s.failed_launches
         ),
         (3509, EventData::NonElected(n)) => format!(
             "LHC mode active for {} s on a non-elected broker; elected: {}",
             n.outage_duration_s,
             n.elected.as_deref().unwrap_or("none")
         ),
-        (3510, EventData::NonElected(n)) => format!(
-            "LHC mode ended after {} s on a non-elected broker (elected: {})",
+        (3510, EventData::NonElectedSummary(n)) => format!(
+            "LHC mode ended after {} s on a non-elected broker (elected: {}; {}): {} launches \
+             brokered, {} failed",
             n.outage_duration_s,
-            n.elected.as_deref().unwrap_or("none")
+            n.elected.as_deref().unwrap_or("none"),
+            snake(&n.ended_by),
+            n.successful_launches,
+            n.failed_launches
         ),
         (id, _) => format!("event {id}"),
     }

@@ -110,7 +110,9 @@ pub enum EventData {
     ElectedReport(ElectedReportData),
     /// 3508: LHC ended on the elected broker.
     ElectedSummary(ElectedSummaryData),
-    /// 3509 and 3510: report on a non-elected broker.
+    /// 3510: LHC ended on a non-elected broker.
+    NonElectedSummary(NonElectedSummaryData),
+    /// 3509: report on a non-elected broker.
     NonElected(NonElectedData),
     /// 3503: normal operations resumed.
     OutageEnded(OutageEndedData),
@@ -178,6 +180,9 @@ pub struct ImportFailure {
     pub id: String,
     /// The rule it breaks.
     pub rule: Rule,
+    /// What is wrong, in words an admin can act on: the missing referent, the id it
+    /// collides with, the value out of range.
+    pub detail: String,
     /// The change that introduced it.
     pub introduced_by: IntroducedBy,
 }
@@ -200,6 +205,9 @@ pub struct ImportFailed {
 )]
 #[serde(rename_all = "snake_case")]
 pub enum IneligibleReason {
+    /// Forced outage is set on part of the zone only: an unforced peer with a recent ok
+    /// check keeps the zone out (R-STATE-8).
+    ForcedOnSubset,
     /// The site has `lhc_enabled` false.
     LhcDisabled,
     /// No usable snapshot.
@@ -274,9 +282,6 @@ pub struct TransitionData {
     pub previous_state_duration_s: u64,
     /// What caused it.
     pub cause: TransitionCause,
-    /// Forced outage set on only part of the zone (R-STATE-8).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub forced_on_subset: Option<bool>,
 }
 
 /// Data of 3502.
@@ -329,9 +334,37 @@ pub struct ElectedSummaryData {
     pub successful_launches: u64,
     /// Rejected `via: "lhc"` decisions of the episode.
     pub failed_launches: u64,
+    /// What ended the episode.
+    pub ended_by: EndedBy,
 }
 
-/// Data of 3509 and 3510.
+/// What ended an outage episode (3508, 3510): a recovery, or the connector's stop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum EndedBy {
+    /// pending_recovery ran its course: normal operations resumed.
+    NormalOperations,
+    /// The connector stopped during LHC mode.
+    ConnectorStopped,
+}
+
+/// Data of 3510.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NonElectedSummaryData {
+    /// Seconds the episode lasted.
+    pub outage_duration_s: u64,
+    /// The broker elected in this connector's view (null: none).
+    pub elected: Option<String>,
+    /// `via: "lhc"` launches it brokered during the episode (while it was elected).
+    pub successful_launches: u64,
+    /// `via: "lhc"` launches it rejected during the episode, `not_elected` included.
+    pub failed_launches: u64,
+    /// What ended the episode.
+    pub ended_by: EndedBy,
+}
+
+/// Data of 3509.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NonElectedData {

@@ -35,7 +35,7 @@ impl Default for Params {
             second_check_s: 60,
             onprem_outage_s: 90,
             peer_health_window_s: 120,
-            storefront_window_s: 180,
+            storefront_window_s: 259_200,
             initial_ha_s: 300,
             pending_recovery_s: 600,
             peer_timeout_s: 120,

@@ -105,7 +105,8 @@ impl SiteConfig {
         };
         for op in change.ops {
             match op {
-                ConfigOp::Upsert(object) => {
+                ConfigOp::Upsert(mut object) => {
+                    self.resolve_reuse_flag(&mut object);
                     let kind = object.kind();
                     let id = object.id().to_string();
                     self.index(kind, &id, Some(&object));
@@ -130,6 +131,29 @@ impl SiteConfig {
             }
         }
         self.version = change.version;
+    }
+
+    /// §2.1: a group upserted without `reuse_machines_without_shutdown_in_outage` keeps the
+    /// value it had (an upsert replaces the whole object, but not this flag), or, when it is
+    /// new, takes the site's default as of this change. Resolving it here, once, is what
+    /// keeps a later change of the site default from changing existing groups.
+    fn resolve_reuse_flag(&self, object: &mut ConfigObject) {
+        let ConfigObject::DeliveryGroup { id, data } = object else {
+            return;
+        };
+        if data.reuse_machines_without_shutdown_in_outage.is_some() {
+            return;
+        }
+        let earlier = match self.get(ObjectKind::DeliveryGroup, id).map(|s| &s.object) {
+            Some(ConfigObject::DeliveryGroup { data, .. }) => {
+                data.reuse_machines_without_shutdown_in_outage
+            }
+            _ => None,
+        };
+        data.reuse_machines_without_shutdown_in_outage = Some(earlier.unwrap_or_else(|| {
+            self.site()
+                .default_reuse_machines_without_shutdown_in_outage
+        }));
     }
 
     /// Keeps the lookup maps of records' names in step with an upsert (`Some`) or delete.

@@ -179,6 +179,7 @@ pub fn validate(config: &SiteConfig) -> Result<(), Vec<ImportFailure>> {
                     failures.push(failure(
                         stored,
                         Rule::DuplicateId,
+                        collides(stored, first),
                         stored.introduced_by.clone(),
                     ));
                 }
@@ -186,6 +187,7 @@ pub fn validate(config: &SiteConfig) -> Result<(), Vec<ImportFailure>> {
                     failures.push(failure(
                         first,
                         Rule::DuplicateId,
+                        collides(first, stored),
                         first.introduced_by.clone(),
                     ));
                     claims.insert(key, stored);
@@ -203,10 +205,20 @@ pub fn validate(config: &SiteConfig) -> Result<(), Vec<ImportFailure>> {
     let check_ref =
         |stored: &Stored, kinds: &[ObjectKind], target: &str, failures: &mut Vec<ImportFailure>| {
             if !kinds.iter().any(|k| ids.has(*k, target)) {
+                let introduced_by = ids.dangling(stored, kinds, target);
+                let names: Vec<&str> = kinds.iter().map(|k| k.as_str()).collect();
+                let mut detail = format!("{} {target} does not exist", names.join(" or "));
+                if introduced_by.offset != stored.introduced_by.offset {
+                    detail.push_str(&format!(
+                        " (deleted by the change at offset {})",
+                        introduced_by.offset
+                    ));
+                }
                 failures.push(failure(
                     stored,
                     Rule::DanglingReference,
-                    ids.dangling(stored, kinds, target),
+                    detail,
+                    introduced_by,
                 ));
                 return false;
             }
@@ -240,6 +252,11 @@ pub fn validate(config: &SiteConfig) -> Result<(), Vec<ImportFailure>> {
                     failures.push(failure(
                         stored,
                         Rule::HeartbeatPeriodOutOfRange,
+                        format!(
+                            "heartbeat_period_ms {} is outside the allowed 60000..=3600000 \
+                             (1 minute to 1 hour)",
+                            data.heartbeat_period_ms
+                        ),
                         stored.introduced_by.clone(),
                     ));
                 }
@@ -263,6 +280,7 @@ pub fn validate(config: &SiteConfig) -> Result<(), Vec<ImportFailure>> {
                     failures.push(failure(
                         stored,
                         Rule::MaxSessionsZero,
+                        "max_sessions is 0: a machine must accept at least 1 session".to_string(),
                         stored.introduced_by.clone(),
                     ));
                 }
@@ -299,9 +317,22 @@ pub fn validate(config: &SiteConfig) -> Result<(), Vec<ImportFailure>> {
                 if machine_ok && check_ref(stored, &[ObjectKind::User], &data.user, &mut failures) {
                     if let Some((remote_pc, kind)) = machines.get(lower(&data.machine).as_ref()) {
                         if !remote_pc && *kind != Some(DeliveryGroupKind::SingleSessionStatic) {
+                            let group = match kind {
+                                Some(DeliveryGroupKind::MultiSession) => "a multi_session group",
+                                Some(DeliveryGroupKind::SingleSessionPooled) => {
+                                    "a single_session_pooled group"
+                                }
+                                _ => "no delivery group",
+                            };
                             failures.push(failure(
                                 stored,
                                 Rule::AssignmentNotStatic,
+                                format!(
+                                    "machine {} is in {group} and not remote_pc: only machines of \
+                                     a single_session_static group or Remote PC machines can be \
+                                     assigned",
+                                    data.machine
+                                ),
                                 stored.introduced_by.clone(),
                             ));
                         }
@@ -318,13 +349,31 @@ pub fn validate(config: &SiteConfig) -> Result<(), Vec<ImportFailure>> {
     Ok(())
 }
 
-fn failure(stored: &Stored, rule: Rule, introduced_by: IntroducedBy) -> ImportFailure {
+fn failure(
+    stored: &Stored,
+    rule: Rule,
+    detail: String,
+    introduced_by: IntroducedBy,
+) -> ImportFailure {
     ImportFailure {
         kind: stored.object.kind(),
         id: stored.object.id().to_string(),
         rule,
+        detail,
         introduced_by,
     }
+}
+
+/// The `duplicate_id` detail of `loser`, whose id `keeper` already claims.
+fn collides(loser: &Stored, keeper: &Stored) -> String {
+    format!(
+        "{} {} collides with {} (written at offset {}): ids of one kind must differ by more \
+         than case",
+        loser.object.kind(),
+        loser.object.id(),
+        keeper.object.id(),
+        keeper.introduced_by.offset
+    )
 }
 
 /// Indexes a configuration for election and brokering, without validating it (the cloud

@@ -212,3 +212,117 @@ fn a_machine_named_with_a_non_ascii_capital_is_brokered() {
     assert_eq!(decision.outcome, Outcome::Brokered, "{decision:?}");
     assert_eq!(decision.machine.as_deref(), Some("mÄ.z1"));
 }
+
+/// The launch rules as a literal truth table: two zones, each with its connector; a pooled
+/// VDA in z2 that never registered (the cloud may power it on), a pooled group that is not
+/// power-managed and unregistered, static, multi-session and a z2-only resource. Every
+/// launch goes through cc.z1, once in normal operations (300 s) and once in LHC mode
+/// (800 s; both zones entered at 661 s, VDAs re-registered at 760 s).
+#[test]
+fn literal_truth_table_two_zones() {
+    use Reason::*;
+    type Expect = Result<&'static str, Reason>;
+    #[rustfmt::skip]
+    let table: [(&str, &str, Expect, Expect); 10] = [
+        // resource      user     normal operations (cloud)   LHC mode (cc.z1)
+        ("r-multi",     "alice", Ok("mm.z1"),                 Ok("mm.z1")),
+        ("r-pool",      "alice", Ok("p1.z1"),                 Err(PooledUnavailableInOutage)),
+        ("r-pool-z2",   "alice", Ok("p2.z2"),                 Err(CrossZone)),
+        ("r-unmanaged", "alice", Err(NoRegisteredMachine),    Err(NoRegisteredMachine)),
+        ("r-static",    "alice", Ok("s1.z1"),                 Ok("s1.z1")),
+        ("r-static",    "bob",   Err(MachineCapacity),        Err(AssignmentRequired)),
+        ("r-z2",        "alice", Ok("m2.z2"),                 Err(CrossZone)),
+        ("nothing",     "alice", Err(UnknownResource),        Err(UnknownResource)),
+        ("r-multi",     "carol", Err(NotEntitled),            Err(NotEntitled)),
+        ("r-multi",     "bob",   Ok("mm.z1"),                 Ok("mm.z1")),
+    ];
+    let ts = |s: u64| lhc_engine::Ts(1_767_603_600_000 + s as i64 * 1000).to_string();
+    let up = |kind: &str, id: &str, data: &str| {
+        format!(r#"{{"op":"upsert","kind":"{kind}","id":"{id}","data":{data}}}"#)
+    };
+    let mut ops = vec![
+        r#"{"op":"upsert","kind":"site","id":"site"}"#.to_string(),
+        up("zone", "z1", r#"{"name":"one"}"#),
+        up("zone", "z2", r#"{"name":"two"}"#),
+        up("connector", "cc.z1", r#"{"zone":"z1"}"#),
+        up("connector", "cc.z2", r#"{"zone":"z2"}"#),
+        up("delivery_group", "multi", r#"{"kind":"multi_session"}"#),
+        up("delivery_group", "pool", r#"{"kind":"single_session_pooled"}"#),
+        up("delivery_group", "pool2", r#"{"kind":"single_session_pooled"}"#),
+        up("delivery_group", "unmanaged", r#"{"kind":"single_session_pooled","power_managed":false}"#),
+        up("delivery_group", "static", r#"{"kind":"single_session_static"}"#),
+        up("delivery_group", "z2", r#"{"kind":"multi_session"}"#),
+    ];
+    for (machine, zone, group) in [
+        ("mm.z1", "z1", "multi"),
+        ("p1.z1", "z1", "pool"),
+        ("p2.z2", "z2", "pool2"),
+        ("pu.z1", "z1", "unmanaged"),
+        ("s1.z1", "z1", "static"),
+        ("m2.z2", "z2", "z2"),
+    ] {
+        ops.push(up("machine", machine, &format!(r#"{{"zone":"{zone}","delivery_group":"{group}"}}"#)));
+    }
+    for (resource, group) in [
+        ("r-multi", "multi"),
+        ("r-pool", "pool"),
+        ("r-pool-z2", "pool2"),
+        ("r-unmanaged", "unmanaged"),
+        ("r-static", "static"),
+        ("r-z2", "z2"),
+    ] {
+        ops.push(up("resource", resource, &format!(r#"{{"kind":"desktop","delivery_groups":["{group}"]}}"#)));
+        ops.push(up("entitlement", &format!("e-{resource}"), &format!(r#"{{"resource":"{resource}","principals":["alice","bob"]}}"#)));
+    }
+    for user in ["alice", "bob", "carol"] {
+        ops.push(format!(r#"{{"op":"upsert","kind":"user","id":"{user}"}}"#));
+    }
+    ops.push(up("assignment", "as", r#"{"machine":"s1.z1","user":"alice"}"#));
+    let mut events: Vec<(u64, String)> = vec![(
+        0,
+        format!(r#"{{"ts":"{}","type":"config.change","version":1,"ops":[{}]}}"#, ts(0), ops.join(",")),
+    )];
+    for t in (1..1000).step_by(60) {
+        for c in ["cc.z1", "cc.z2"] {
+            events.push((t, format!(r#"{{"ts":"{}","type":"health.check","connector":"{c}","ok":{}}}"#, ts(t), t < 600)));
+            events.push((t, format!(r#"{{"ts":"{}","type":"storefront.heartbeat","connector":"{c}","storefront":"sf"}}"#, ts(t))));
+        }
+    }
+    for t in [10, 160, 760] {
+        for m in ["mm.z1", "p1.z1", "s1.z1", "m2.z2"] {
+            events.push((t, format!(r#"{{"ts":"{}","type":"vda.heartbeat","machine":"{m}","sessions":[]}}"#, ts(t))));
+        }
+    }
+    for (i, (resource, user, _, _)) in table.iter().enumerate() {
+        for (base, mode) in [(300, "normal"), (800, "lhc")] {
+            events.push((
+                base + i as u64,
+                format!(
+                    r#"{{"ts":"{}","type":"launch.request","request":"{mode}-{i}","connector":"cc.z1","user":"{user}","resource":"{resource}","client":{{"name":"pc","ip":"10.0.0.1"}}}}"#,
+                    ts(base + i as u64)
+                ),
+            ));
+        }
+    }
+    events.sort_by_key(|e| e.0);
+    let mut engine = Engine::new();
+    let mut out = Vec::new();
+    for (i, (_, line)) in events.iter().enumerate() {
+        engine.apply(i as u64, decode_record_at(line.as_bytes(), i as u64), &mut out);
+    }
+    let decision = |request: &str| -> LaunchDecision {
+        out.iter()
+            .find_map(|o| match o {
+                Output::LaunchDecision(d) if d.request == request => Some(d.clone()),
+                Output::Quarantine(q) => panic!("{q:?}"),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("no decision for {request}"))
+    };
+    for (i, (resource, user, normal, lhc)) in table.iter().enumerate() {
+        let n = decision(&format!("normal-{i}"));
+        let l = decision(&format!("lhc-{i}"));
+        assert_eq!((n.via, outcome(&n)), (Via::Cloud, *normal), "row {i}: {resource} {user}, normal");
+        assert_eq!((l.via, outcome(&l)), (Via::Lhc, *lhc), "row {i}: {resource} {user}, LHC");
+    }
+}

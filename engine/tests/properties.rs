@@ -69,8 +69,14 @@ enum Step {
     Fault {
         c: usize,
     },
+    /// Random periods, lowered or raised mid-episode (R-STATE-8: nothing fires in the past).
     Params {
-        short: bool,
+        initial: u64,
+        recovery: u64,
+        report: u64,
+        sync: u64,
+        timeout: u64,
+        import: u64,
     },
     Launch {
         c: usize,
@@ -93,7 +99,8 @@ fn step() -> impl Strategy<Value = Step> {
         1 => (c.clone(), 0u8..3, any::<bool>()).prop_map(|(c, service, running)| Step::Service { c, service, running }),
         1 => (c.clone(), any::<bool>()).prop_map(|(c, start)| Step::Lifecycle { c, start }),
         1 => c.clone().prop_map(|c| Step::Fault { c }),
-        1 => any::<bool>().prop_map(|short| Step::Params { short }),
+        1 => (1u64..600, 1u64..900, 1u64..300, 1u64..600, 1u64..300, 0u64..30).prop_map(
+            |(initial, recovery, report, sync, timeout, import)| Step::Params { initial, recovery, report, sync, timeout, import }),
         4 => (c, 0u8..3, 0u8..4).prop_map(|(c, user, resource)| Step::Launch { c, user, resource }),
         1 => Just(Step::Tick),
     ]
@@ -162,13 +169,9 @@ fn render(steps: &[(Step, i64)]) -> Vec<String> {
                     if *start { "start" } else { "stop" }
                 ),
                 Step::Fault { c: i } => format!(r#"{{"ts":"{ts}","type":"storage.fault","connector":"{}","detail":"x"}}"#, c(*i)),
-                Step::Params { short } => {
-                    if *short {
-                        format!(r#"{{"ts":"{ts}","type":"engine.params","initial_ha_s":30,"pending_recovery_s":60,"report_interval_s":20,"sync_interval_s":45,"peer_timeout_s":50,"import_duration_s":10}}"#)
-                    } else {
-                        format!(r#"{{"ts":"{ts}","type":"engine.params","initial_ha_s":300,"pending_recovery_s":600,"report_interval_s":120,"sync_interval_s":300,"peer_timeout_s":120,"import_duration_s":0}}"#)
-                    }
-                }
+                Step::Params { initial, recovery, report, sync, timeout, import } => format!(
+                    r#"{{"ts":"{ts}","type":"engine.params","initial_ha_s":{initial},"pending_recovery_s":{recovery},"report_interval_s":{report},"sync_interval_s":{sync},"peer_timeout_s":{timeout},"import_duration_s":{import}}}"#
+                ),
                 Step::Launch { c: i, user, resource } => format!(
                     r#"{{"ts":"{ts}","type":"launch.request","request":"req-{version}-{ms}","connector":"{}","user":"u{user}","resource":"{}","client":{{"name":"n","ip":"1.1.1.1"}}}}"#,
                     c(*i),
@@ -189,18 +192,44 @@ fn log() -> impl Strategy<Value = Vec<String>> {
     })
 }
 
+/// The time an output is stamped with (a quarantine has none).
+fn stamp(output: &Output) -> Option<lhc_engine::Ts> {
+    match output {
+        Output::Event(e) => Some(e.ts),
+        Output::LaunchDecision(d) => Some(d.ts),
+        Output::Registration(r) => Some(r.ts),
+        Output::MachineMaintenance(m) => Some(m.ts),
+        Output::Quarantine(_) => None,
+    }
+}
+
 /// Folds lines from `from` into `engine`; returns the outputs as JSON lines and the digests.
+/// Output times never decrease, and none is earlier than the last record applied before it
+/// (R-STATE-8: no output is stamped before its cause, timers included).
 fn fold(engine: &mut Engine, lines: &[String], from: usize) -> (Vec<String>, Vec<String>) {
     let mut outputs = Vec::new();
     let mut digests = Vec::new();
     let mut buffer = Vec::new();
+    let mut last = engine.now();
     for (i, line) in lines.iter().enumerate().skip(from) {
         let decoded = decode_record_at(line.as_bytes(), i as u64);
         let launch = match &decoded {
             Ok(lhc_engine::Record::LaunchRequest(r)) => Some(r.request.clone()),
             _ => None,
         };
+        let before = engine.now();
         engine.apply(i as u64, decoded, &mut buffer);
+        for o in &buffer {
+            if let Some(t) = stamp(o) {
+                assert!(
+                    last.is_none_or(|l| t >= l) && before.is_none_or(|b| t >= b),
+                    "offset {i}: an output at {t} after one at {last:?} (the previous record at \
+                     {before:?}): {o:?}\nlog:\n{}",
+                    lines[..=i].join("\n")
+                );
+                last = Some(t);
+            }
+        }
         if let Some(request) = launch {
             check_launch(engine, &buffer, &request, i);
         }
@@ -277,6 +306,51 @@ proptest! {
             out.clear();
         }
         prop_assert_eq!(engine.digest(), before, "quarantined input changes no state");
+    }
+}
+
+/// A record that decodes but cannot apply (R-LOG-4), of kind `kind`, at or after `now`
+/// except the one whose fault is its time.
+fn invalid_record(kind: u8, now: Option<lhc_engine::Ts>, pick: usize) -> String {
+    let pick = pick % 100_000;
+    let now = now.unwrap_or(lhc_engine::Ts(1_767_603_600_000));
+    let ts = lhc_engine::Ts(now.0 + (pick as i64 % 3) * 1000).to_string();
+    let c = CONNECTORS[pick % CONNECTORS.len()];
+    match kind % 8 {
+        0 => format!(r#"{{"ts":"{ts}","type":"health.check","connector":"nobody-{pick}.example","ok":false}}"#),
+        1 => format!(r#"{{"ts":"{ts}","type":"admin.command","connector":"{c}","command":"set_config_sync_interval","seconds":{}}}"#, if pick % 2 == 0 { 59 } else { 3601 + pick }),
+        2 => format!(r#"{{"ts":"{ts}","type":"admin.command","connector":"{c}","command":"enable_forced_outage","seconds":60}}"#),
+        3 => format!(r#"{{"ts":"{}","type":"health.check","connector":"{c}","ok":false}}"#, lhc_engine::Ts(now.0 - 1 - pick as i64)),
+        4 => format!(r#"{{"ts":"{ts}","type":"config.change","version":0,"ops":[]}}"#),
+        5 => format!(r#"{{"ts":"{ts}","type":"config.change","version":999999,"ops":[{{"op":"delete","kind":"machine","id":"never-{pick}"}}]}}"#),
+        6 => format!(r#"{{"ts":"{ts}","type":"peer.probe","connector":"{c}","peer":"ghost.example","ok":true}}"#),
+        _ => format!(r#"{{"ts":"{ts}","type":"engine.params","report_interval_s":0}}"#),
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Records that decode but cannot apply (an unknown connector or peer, a value out of
+    /// range, a clock going backwards, a version not above the current one, a delete of
+    /// nothing) are quarantined where they lie, alone, and change nothing (R-LOG-4).
+    #[test]
+    fn d_invalid_but_decodable_records_are_quarantined(lines in log(), bad in prop::collection::vec((any::<u8>(), any::<usize>()), 1..12), at in any::<prop::sample::Index>()) {
+        let mut engine = Engine::new();
+        let split = at.index(lines.len());
+        fold(&mut engine, &lines[..split], 0);
+        let before = engine.digest();
+        let mut out = Vec::new();
+        for (i, (kind, pick)) in bad.iter().enumerate() {
+            let line = invalid_record(*kind, engine.now(), *pick);
+            let offset = 2_000_000 + i as u64;
+            let decoded = decode_record_at(line.as_bytes(), offset);
+            prop_assert!(decoded.is_ok(), "{line} decodes");
+            engine.apply(offset, decoded, &mut out);
+            prop_assert!(matches!(out.as_slice(), [Output::Quarantine(q)] if q.offset == offset), "{line}: {out:?}");
+            out.clear();
+        }
+        prop_assert_eq!(engine.digest(), before, "quarantined records change no state, no clock");
     }
 }
 

@@ -22,6 +22,11 @@ fn dir() -> PathBuf {
 
 /// Replays a scenario, checks its golden file, returns its outputs.
 fn run(name: &str) -> Vec<Output> {
+    run_engine(name).0
+}
+
+/// Replays a scenario, checks its golden file, returns its outputs and the final engine.
+fn run_engine(name: &str) -> (Vec<Output>, Engine) {
     let log = std::fs::read_to_string(dir().join(format!("{name}.jsonl"))).expect("scenario log");
     let mut engine = Engine::new();
     let mut outputs = Vec::new();
@@ -51,7 +56,7 @@ fn run(name: &str) -> Vec<Output> {
             );
         }
     }
-    outputs
+    (outputs, engine)
 }
 
 fn events<'a>(outputs: &'a [Output], connector: &str, id: u32) -> Vec<&'a Event> {
@@ -273,37 +278,115 @@ fn r_state_7_pending_recovery_falls_back_on_failure_and_ends_after_600s() {
 
 /// R-STATE-8
 #[test]
-fn r_state_8_forced_outage_holds_lhc_and_flags_a_subset() {
+fn r_state_8_forced_outage_needs_the_whole_zone_holds_lhc_and_survives_a_restart() {
     let out = run("r-state-8");
-    let t = transitions(&out, A);
+    // Forcing a subset: 3002 forced_on_subset, once per connector, and no LHC mode.
     assert_eq!(
-        t[0],
-        (at(125.0), WorkingNormally, InitialHa, ForcedOutageEnabled)
+        ineligible_reasons(&out, B)[0],
+        (at(125.0), IneligibleReason::ForcedOnSubset)
     );
-    match &events(&out, A, 3003)[0].data {
-        EventData::Transition(d) => {
-            assert_eq!(d.forced_on_subset, Some(true), "cc-b is not forced")
-        }
-        other => panic!("{other:?}"),
-    }
-    // Health checks are ok throughout, yet A stays in LHC mode until the disable.
     assert_eq!(
-        t[2],
+        ineligible_reasons(&out, C)[0],
+        (at(185.0), IneligibleReason::ForcedOnSubset)
+    );
+    assert_eq!(ineligible_reasons(&out, B).len(), 1, "cc-b waits silently");
+    // Forcing the last one brings the zone in at that record: cc-a, then cc-b, cc-c.
+    let entries: Vec<(Ts, String)> = out
+        .iter()
+        .filter_map(|o| match o {
+            Output::Event(e) if e.event_id == 3003 => match &e.data {
+                EventData::Transition(t) if t.to == InitialHa => Some((e.ts, e.connector.clone())),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        entries[..3],
+        [
+            (at(245.0), A.to_string()),
+            (at(245.0), B.to_string()),
+            (at(245.0), C.to_string())
+        ]
+    );
+    // Held: every check is ok, yet only the end of initial_ha moves it (to extended_ha).
+    let a = transitions(&out, A);
+    assert_eq!(a[1], (at(601.0), InitialHa, ExtendedHa, InitialHaElapsed));
+    // The setting survives a restart: tried at the start (no StoreFront traffic yet after
+    // the reboot), in again at its next StoreFront heartbeat.
+    let c = transitions(&out, C);
+    assert_eq!(c[1], (at(600.0), InitialHa, Stopped, ConnectorStopped));
+    assert_eq!(
+        c[2],
+        (at(630.0), Stopped, WorkingNormally, ConnectorStarted)
+    );
+    assert_eq!(
+        ineligible_reasons(&out, C)[1],
+        (at(630.0), IneligibleReason::NoStorefrontTraffic)
+    );
+    assert_eq!(
+        c[3],
+        (at(701.21), WorkingNormally, InitialHa, ForcedOutageEnabled)
+    );
+    // Disabled: pending_recovery. Forced again there, the period stops (it would have ended
+    // at 1500 s); disabled again at 1400 s, a full new period: normal at 2000 s.
+    assert_eq!(
+        a[2],
         (at(900.0), ExtendedHa, PendingRecovery, ForcedOutageDisabled)
     );
     assert_eq!(
-        t[3],
+        a[3],
         (
-            at(1500.0),
+            at(2000.0),
             PendingRecovery,
             WorkingNormally,
             RecoveryPeriodElapsed
         )
     );
+    assert_eq!(a.len(), 4);
+    // cc-b, still forced, stays in LHC mode to the end.
+    assert_eq!(transitions(&out, B).last().unwrap().2, ExtendedHa);
+    assert_no_output_before_its_cause(&out);
+}
+
+/// Outputs come in time order: none is stamped before the record or timer that caused it.
+fn assert_no_output_before_its_cause(out: &[Output]) {
+    let stamps: Vec<Ts> = out
+        .iter()
+        .filter_map(|o| match o {
+            Output::Event(e) => Some(e.ts),
+            Output::LaunchDecision(d) => Some(d.ts),
+            Output::Registration(r) => Some(r.ts),
+            Output::MachineMaintenance(m) => Some(m.ts),
+            Output::Quarantine(_) => None,
+        })
+        .collect();
     assert!(
-        transitions(&out, B).is_empty(),
-        "cc-b keeps working normally"
+        stamps.windows(2).all(|w| w[0] <= w[1]),
+        "an output is stamped before the one before it"
     );
+}
+
+/// R-STATE-8, R-STATE-9: lowering pending_recovery_s and peer_timeout_s makes deadlines
+/// fall before the record that lowered them: they fire at that record, never in the past.
+#[test]
+fn r_state_9_lowered_periods_fire_at_the_record_that_lowered_them() {
+    let out = run("r-state-9-lowered-params");
+    let params_at = at(760.5);
+    let a = transitions(&out, A);
+    assert_eq!(
+        a.last().unwrap(),
+        &(
+            params_at,
+            PendingRecovery,
+            WorkingNormally,
+            RecoveryPeriodElapsed
+        )
+    );
+    // cc-b's last ok probe of cc-a (721.12 s) aged past the new 10 s timeout: its view
+    // changes at the params record, not at 731.12 s.
+    assert!(elected_views(&out, B).contains(&(params_at, Some(B.to_string()))));
+    assert_no_output_before_its_cause(&out);
 }
 
 /// R-STATE-9
@@ -339,7 +422,7 @@ fn r_state_9_timers_fire_at_their_deadline_in_deadline_then_fqdn_order() {
 
 /// R-STATE-10
 #[test]
-fn r_state_10_stop_ends_the_episode_and_a_start_during_the_outage_has_no_usable_database() {
+fn r_state_10_stop_ends_the_episode_and_a_restart_during_the_outage_keeps_the_snapshot() {
     let out = run("r-state-10");
     let t = transitions(&out, A);
     let stop = t.iter().position(|x| x.3 == ConnectorStopped).unwrap();
@@ -347,14 +430,18 @@ fn r_state_10_stop_ends_the_episode_and_a_start_during_the_outage_has_no_usable_
         (t[stop].0, t[stop].1, t[stop].2),
         (at(600.0), ExtendedHa, Stopped)
     );
+    match &events(&out, A, 3508)[0].data {
+        EventData::ElectedSummary(s) => assert_eq!(s.ended_by, EndedBy::ConnectorStopped),
+        other => panic!("{other:?}"),
+    }
     assert_eq!(
         events(&out, A, 3508)[0].ts,
         at(600.0),
         "it was the elected broker"
     );
     assert!(
-        events(&out, A, 3503).is_empty(),
-        "normal operations did not resume"
+        events(&out, A, 3503).is_empty() || events(&out, A, 3503)[0].ts > at(700.0),
+        "no 3503 at the stop: normal operations did not resume"
     );
     let dropped = registrations(&out, M1)
         .into_iter()
@@ -368,23 +455,288 @@ fn r_state_10_stop_ends_the_episode_and_a_start_during_the_outage_has_no_usable_
         t[stop + 1],
         (at(700.0), Stopped, WorkingNormally, ConnectorStarted)
     );
-    // Powered on during the outage: its first check fails, so its snapshot is unusable.
+    // Stopped in LHC mode: the snapshot stays usable. The stop cleared its StoreFront
+    // history and its first check after the start (721 s) comes before StoreFront traffic,
+    // so it waits for that (3002), then the next failed check brings it back as broker.
     assert_eq!(
         ineligible_reasons(&out, A),
-        vec![(at(781.0), IneligibleReason::NoLhcDatabase)]
+        vec![(at(721.0), IneligibleReason::NoStorefrontTraffic)]
     );
-    // The peer elects it again as soon as it answers probes: the documented blackout.
+    assert_eq!(
+        t[stop + 2],
+        (at(721.0), WorkingNormally, PendingHa, HealthCheckFailed)
+    );
+    assert_eq!(
+        t[stop + 3],
+        (at(781.0), PendingHa, InitialHa, OutageConfirmed)
+    );
     assert_eq!(
         elected_views(&out, B).last().unwrap(),
         &(at(721.12), Some(A.to_string()))
     );
-    // Re-imported in full at the first sync check that can run, though the version is unchanged.
-    let reimport = css_ids(&out, A)
+    // Its first sync check after the start runs at that first check: 510, not an import.
+    assert_eq!(
+        css_ids(&out, A)
+            .into_iter()
+            .find(|(t, _)| *t > at(700.0))
+            .unwrap(),
+        (at(721.0), 510)
+    );
+}
+
+/// R-STATE-10, R-ELECT-5: the elected broker restarted during the outage; failover to
+/// cc-b, then its first failed check takes it straight back to initial_ha (StoreFront
+/// reached it first) and the VDA re-registers with it: failback with registration churn.
+#[test]
+fn r_state_10_restarted_elected_broker_fails_over_then_back() {
+    let out = run("r-state-10-restart-elected");
+    let a = transitions(&out, A);
+    assert_eq!(a[3], (at(600.0), ExtendedHa, Stopped, ConnectorStopped));
+    assert_eq!(
+        a[4],
+        (at(700.0), Stopped, WorkingNormally, ConnectorStarted)
+    );
+    assert_eq!(
+        a[5],
+        (at(721.0), WorkingNormally, PendingHa, HealthCheckFailed)
+    );
+    assert_eq!(
+        a[6],
+        (at(721.0), PendingHa, InitialHa, OutageConfirmed),
+        "no second_check_s wait"
+    );
+    assert_eq!(events(&out, A, 3001).last().unwrap().ts, at(721.0));
+    assert!(ineligible_reasons(&out, A).is_empty());
+    assert_eq!(events(&out, B, 3502)[0].ts, at(601.12), "failover");
+    assert_eq!(events(&out, A, 3502)[1].ts, at(721.0), "failback");
+    let m: Vec<(Ts, &str, bool)> = registrations(&out, M1)
+        .iter()
+        .filter(|r| r.accepted || r.reason != Some(Reason::NotElected))
+        .map(|r| (r.ts, r.connector.as_str(), r.accepted))
+        .collect();
+    assert_eq!(
+        m,
+        vec![
+            (at(200.0), A, true),
+            (at(600.0), A, false),
+            (at(650.0), B, true),
+            // (721.12 s: cc-b drops it, not_elected, when it elects cc-a again)
+            (at(800.0), A, true),
+            (at(2101.0), A, false),
+            (at(2300.0), "cloud", true),
+        ]
+    );
+    assert_eq!(chose(&out, "r2").0, B);
+    assert_eq!(chose(&out, "r3").0, A);
+    assert_eq!(refused(&out, "r4"), (Via::Lhc, Reason::NotElected));
+    // Its first sync check after the start runs at its first check: 510.
+    assert!(css_ids(&out, A).contains(&(at(721.0), 510)));
+}
+
+/// R-STATE-10, R-REG-1: restarting the non-elected connector has no impact: before its
+/// first check it offers no cloud path, so the VDA stays with cc-a, and its first failed
+/// check takes it back to LHC mode as a non-elected broker.
+#[test]
+fn r_state_10_restarted_non_elected_connector_has_no_impact() {
+    let out = run("r-state-10-restart-non-elected");
+    let regs: Vec<&Registration> = registrations(&out, M1)
         .into_iter()
-        .filter(|(_, id)| *id == 504)
-        .nth(1)
-        .unwrap();
-    assert_eq!(reimport.0, at(1300.0));
+        .filter(|r| r.accepted || r.reason != Some(Reason::NotElected))
+        .collect();
+    assert_eq!(
+        regs.len(),
+        1,
+        "registered with cc-a once, never moved: {regs:?}"
+    );
+    assert_eq!((regs[0].connector.as_str(), regs[0].ts), (A, at(200.0)));
+    assert_eq!(chose(&out, "r1").0, A);
+    assert_eq!(chose(&out, "r2").0, A);
+    let b = transitions(&out, B);
+    assert_eq!(
+        b[5],
+        (at(721.1), WorkingNormally, PendingHa, HealthCheckFailed)
+    );
+    assert_eq!(b[6], (at(721.1), PendingHa, InitialHa, OutageConfirmed));
+    match &events(&out, B, 3510)[0].data {
+        EventData::NonElectedSummary(s) => {
+            assert_eq!(s.ended_by, EndedBy::ConnectorStopped);
+            assert_eq!(s.elected.as_deref(), Some(A));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(events(&out, B, 3502).is_empty(), "cc-b never brokers");
+}
+
+/// R-STATE-10: powered off in normal operations and on during the outage, cc-a's first
+/// check fails: its snapshot is unusable, yet cc-b elects it (it answers probes), so
+/// nobody brokers: the documented blackout.
+#[test]
+fn r_state_10_powered_on_during_the_outage_blacks_out_the_zone() {
+    let out = run("r-state-10-blackout");
+    assert_eq!(
+        ineligible_reasons(&out, A),
+        vec![(at(721.0), IneligibleReason::NoLhcDatabase)]
+    );
+    assert_eq!(
+        elected_views(&out, B).last().unwrap(),
+        &(at(661.12), Some(A.to_string()))
+    );
+    assert_eq!(chose(&out, "r1").0, B, "before the restart cc-b brokers");
+    assert_eq!(refused(&out, "r2"), (Via::Lhc, Reason::NotElected));
+    assert_eq!(refused(&out, "r3"), (Via::Cloud, Reason::NoLhcDatabase));
+    assert!(events(&out, A, 3502).is_empty());
+    // Nobody holds the VDA: dropped by cc-b, refused by it after.
+    assert!(registrations(&out, M1)
+        .iter()
+        .filter(|r| r.ts > at(661.0))
+        .all(|r| !r.accepted));
+}
+
+/// R-CSS-1: restarted during the outage after a config change, cc-b's first sync check
+/// waits for its first health check, which failed: 510, and it never imports version 2.
+#[test]
+fn r_css_1_a_restart_during_the_outage_reports_510_and_imports_nothing() {
+    let out = run("r-css-1-restart");
+    let b: Vec<(Ts, u32)> = css_ids(&out, B)
+        .into_iter()
+        .filter(|(t, _)| *t > at(500.0))
+        .collect();
+    assert_eq!(
+        b[0],
+        (at(601.1), 510),
+        "at its first check, not at the start"
+    );
+    assert!(b.iter().all(|(_, id)| *id == 510), "{b:?}");
+    assert!(!css_ids(&out, B)
+        .iter()
+        .any(|(t, id)| *t > at(400.0) && *id == 503));
+}
+
+/// R-REG-1: cc-b cannot enter LHC mode (no StoreFront traffic) and waits in pending_ha;
+/// it does not pull the VDA back to the cloud: only the detection gap keeps it there.
+#[test]
+fn r_reg_1_a_pending_connector_never_pulls_vdas_off_the_lhc_broker() {
+    let out = run("r-reg-1-pending");
+    let regs: Vec<(Ts, &str, bool, Option<Reason>)> = registrations(&out, M1)
+        .iter()
+        .map(|r| (r.ts, r.connector.as_str(), r.accepted, r.reason))
+        .collect();
+    assert_eq!(
+        regs,
+        vec![
+            (at(30.0), "cloud", true, None),
+            // 90 s: both pending_ha, the detection gap: it stays with the cloud (silent).
+            (at(400.0), "cloud", false, Some(Reason::CloudUnreachable)),
+            (at(400.0), A, true, None),
+        ]
+    );
+    assert_eq!(
+        ineligible_reasons(&out, B),
+        vec![(at(121.1), IneligibleReason::NoStorefrontTraffic)]
+    );
+    assert_eq!(chose(&out, "r1").0, A);
+}
+
+/// R-ELECT-4, R-REG-2: split brain with launches through both brokers.
+#[test]
+fn r_elect_4_split_brain_launches_through_the_second_broker_fail() {
+    let out = run("r-elect-4-split-brain-launches");
+    assert_eq!(events(&out, A, 3502)[0].ts, at(121.0));
+    assert_eq!(events(&out, B, 3502)[0].ts, at(121.1));
+    for m in [M1, M2] {
+        let regs = registrations(&out, m);
+        let accepted: Vec<&str> = regs
+            .iter()
+            .filter(|r| r.accepted)
+            .map(|r| r.connector.as_str())
+            .collect();
+        assert_eq!(accepted.last(), Some(&A), "{m}: the first in FQDN order");
+    }
+    assert_eq!(chose(&out, "r-a").0, A);
+    assert_eq!(
+        refused(&out, "r-b"),
+        (Via::Lhc, Reason::NoRegisteredMachine)
+    );
+}
+
+/// R-STATE-4: the StoreFront condition is the DaaS profile's; Service Continuity lifts it.
+#[test]
+fn r_state_4_storefront_traffic_is_needed_only_in_daas_without_service_continuity() {
+    let out = run("r-state-4-daas-only");
+    assert_eq!(
+        ineligible_reasons(&out, A),
+        vec![(at(121.0), IneligibleReason::NoStorefrontTraffic)]
+    );
+    // Version 2 (imported at 601 s) enables Service Continuity: the next outage enters LHC
+    // mode without any StoreFront traffic.
+    assert!(transitions(&out, A).contains(&(at(881.0), PendingHa, InitialHa, OutageConfirmed)));
+    // On-premises: no StoreFront heartbeat at all, and LHC mode all the same.
+    let onprem = run("r-launch-6-onprem");
+    assert!(ineligible_reasons(&onprem, A).is_empty());
+    assert!(transitions(&onprem, A).contains(&(at(181.0), PendingHa, InitialHa, OutageConfirmed)));
+}
+
+/// R-LAUNCH-6, profile "onprem": only pooled groups that shut machines down after use are
+/// unavailable in an outage.
+#[test]
+fn r_launch_6_onprem_concerns_only_groups_that_shut_down_after_use() {
+    let out = run("r-launch-6-onprem");
+    assert_eq!(chose(&out, "r-keep").0, A);
+    assert_eq!(
+        refused(&out, "r-shut"),
+        (Via::Lhc, Reason::PooledUnavailableInOutage)
+    );
+}
+
+/// §6.2: the cloud broker picks the registered machine with the fewest sessions site-wide,
+/// the preferred zone first, ties in FQDN order; a static user without an assignment gets
+/// the first free machine of the group in FQDN order across zones.
+#[test]
+fn launch_cloud_brokering_is_site_wide() {
+    let out = run("launch-cloud-site-wide");
+    let machine = |r: &str| decision(&out, r).machine.clone().unwrap();
+    assert_eq!(
+        machine("r1"),
+        "m2.z2.example",
+        "fewest sessions, another zone"
+    );
+    assert_eq!(machine("r2"), "m1.z1.example", "a tie: FQDN order");
+    assert_eq!(
+        machine("r3"),
+        "m2.z2.example",
+        "the preferred zone over fewer sessions"
+    );
+    let r4 = decision(&out, "r4");
+    assert_eq!(
+        (r4.machine.as_deref(), r4.new_assignment),
+        (Some("s-a.z2.example"), Some(true)),
+        "FQDN order across zones, whatever the preferred zone"
+    );
+}
+
+/// A launch the VDA never reports stops counting at its 120 s deadline.
+#[test]
+fn launch_pending_launches_expire_at_their_deadline() {
+    let out = run("launch-pending-expiry");
+    assert_eq!(chose(&out, "r1").1, "vda-3.z1.example");
+    assert_eq!(refused(&out, "r2"), (Via::Cloud, Reason::MachineCapacity));
+    assert_eq!(chose(&out, "r3").1, "vda-3.z1.example");
+}
+
+/// R-CSS-3: LHC mode started during the import and ended before it completed: 507, and
+/// the previous snapshot stays in use.
+#[test]
+fn r_css_3_an_import_overlapping_an_episode_is_abandoned_even_after_it_ended() {
+    let (out, engine) = run_engine("r-css-3-episode-ended");
+    assert!(css_ids(&out, A).contains(&(at(901.0), 507)));
+    assert!(!css_ids(&out, A).contains(&(at(901.0), 504)));
+    assert_eq!(
+        transitions(&out, A).last().unwrap().2,
+        WorkingNormally,
+        "LHC mode was over by then"
+    );
+    assert_eq!(engine.connectors()[A].snapshot, Some(1));
+    assert_eq!(engine.snapshot_of(A).unwrap().version, 1);
 }
 
 /// R-ELECT-1
@@ -708,11 +1060,20 @@ fn r_css_5_admin_commands_change_what_they_name() {
         &events(&out, A, 3003)[0].data,
     ) {
         (EventData::Transition(b), EventData::Transition(a)) => {
-            assert_eq!(b.forced_on_subset, Some(true), "cc-a was not forced yet");
-            assert_eq!(a.forced_on_subset, Some(false), "the whole zone is forced");
+            // cc-b forced alone waits (3002 forced_on_subset); forcing cc-a, the last of the
+            // zone, brings both in at that record, cc-a first (R-STATE-8).
+            assert_eq!(
+                (a.cause, b.cause),
+                (ForcedOutageEnabled, ForcedOutageEnabled)
+            );
         }
         other => panic!("{other:?}"),
     }
+    assert_eq!(
+        ineligible_reasons(&out, B),
+        vec![(at(130.0), IneligibleReason::ForcedOnSubset)]
+    );
+    assert_eq!(transitions(&out, B)[0].0, at(131.0));
     assert_eq!(transitions(&out, A)[2].3, ForcedOutageDisabled);
 }
 
@@ -739,7 +1100,7 @@ fn r_log_4_records_that_cannot_apply_are_quarantined_and_change_nothing() {
 }
 
 #[test]
-fn outage_with_three_connectors_failover_blackout_failback_and_recovery() {
+fn outage_with_three_connectors_failover_failback_and_recovery() {
     let out = run("outage-3-connectors");
     // Outage 1: cloud lost at 600 s; pending_ha at the first failure, LHC 60 s later.
     for (c, o) in [(A, 0.0), (B, 0.1), (C, 0.2)] {
@@ -772,7 +1133,10 @@ fn outage_with_three_connectors_failover_blackout_failback_and_recovery() {
     assert!(registrations(&out, M1)
         .iter()
         .any(|r| r.connector == B && r.accepted && r.ts == at(1230.0)));
-    // cc-a restarted at 1500 s during the outage: peers elect it again, it cannot broker.
+    // cc-a restarted at 1500 s during the outage (stopped in LHC mode): peers elect it again
+    // and its snapshot stays usable (R-STATE-10). Its first check after the start fails, but
+    // the stop cleared its StoreFront history, so it waits for StoreFront traffic; the next
+    // failed check brings it back: failback, and the VDAs re-register with it.
     assert_eq!(
         elected_views(&out, B)
             .iter()
@@ -784,8 +1148,12 @@ fn outage_with_three_connectors_failover_blackout_failback_and_recovery() {
     );
     assert_eq!(
         ineligible_reasons(&out, A)[0],
-        (at(1561.0), IneligibleReason::NoLhcDatabase)
+        (at(1501.0), IneligibleReason::NoStorefrontTraffic)
     );
+    assert_eq!(events(&out, A, 3502)[1].ts, at(1561.0));
+    assert!(registrations(&out, M1)
+        .iter()
+        .any(|r| r.connector == A && r.accepted && r.ts == at(1830.0)));
     // Cloud back at 2400 s: pending recovery, then normal 600 s later; non-elected: 3510.
     assert_eq!(
         transitions(&out, B)[3],
@@ -803,18 +1171,19 @@ fn outage_with_three_connectors_failover_blackout_failback_and_recovery() {
     assert_eq!(events(&out, B, 3510)[0].ts, at(3001.1));
     // Outage 2 (4800 s): cc-a elected again; its HA service restarts: failover to cc-b, then
     // failback to cc-a with VDAs re-registering; on recovery 3503 + 3508 on cc-a.
-    assert_eq!(events(&out, A, 3502)[1].ts, at(4861.0));
+    assert_eq!(events(&out, A, 3502)[2].ts, at(4861.0));
     assert_eq!(events(&out, B, 3502)[1].ts, at(5401.12));
-    assert_eq!(events(&out, A, 3502)[2].ts, at(5700.0));
+    assert_eq!(events(&out, A, 3502)[3].ts, at(5700.0));
     assert!(registrations(&out, M1)
         .iter()
         .any(|r| r.connector == A && r.accepted && r.ts == at(5730.0)));
     let e3503 = events(&out, A, 3503);
-    assert_eq!(e3503.len(), 1);
-    assert_eq!(e3503[0].ts, at(7201.0));
-    match &events(&out, A, 3508)[1].data {
+    assert_eq!(e3503.len(), 2, "after the failback, and after outage 2");
+    assert_eq!(e3503[1].ts, at(7201.0));
+    match &events(&out, A, 3508).last().unwrap().data {
         EventData::ElectedSummary(s) => {
-            assert_eq!((s.outage_duration_s, s.registered_machines), (2340, 3))
+            assert_eq!((s.outage_duration_s, s.registered_machines), (2340, 3));
+            assert_eq!(s.ended_by, EndedBy::NormalOperations);
         }
         other => panic!("{other:?}"),
     }
@@ -868,6 +1237,20 @@ fn brokered(
     Option<Reason>,
 ) {
     (Outcome::Brokered, via, Some(machine), Some(session), None)
+}
+
+/// (connector, machine) of a brokered decision.
+fn chose<'a>(outputs: &'a [Output], request: &str) -> (&'a str, &'a str) {
+    let d = decision(outputs, request);
+    assert_eq!(d.outcome, Outcome::Brokered, "{d:?}");
+    (d.connector.as_str(), d.machine.as_deref().unwrap())
+}
+
+/// (via, reason) of a rejected decision.
+fn refused(outputs: &[Output], request: &str) -> (Via, Reason) {
+    let d = decision(outputs, request);
+    assert_eq!(d.outcome, Outcome::Rejected, "{d:?}");
+    (d.via, d.reason.unwrap())
 }
 
 fn rejected(

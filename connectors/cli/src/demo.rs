@@ -84,7 +84,8 @@ pub fn run(args: DemoArgs, quiet: bool) -> anyhow::Result<ExitCode> {
 
 /// The simulated demo: 2 zones x 2,000 VDAs, 3 connectors per zone, 2 hours with a
 /// 40-minute cloud outage, the elected broker of zone 1 stopped and restarted during it,
-/// and a configuration change with a dangling reference before it.
+/// zone 2's first connector powered off before it and on during it, and a configuration
+/// change with a dangling reference before it: both restart cases of R-STATE-10.
 fn simulated(dir: &Path, quiet: bool) -> anyhow::Result<ExitCode> {
     let started = std::time::Instant::now();
     let log_dir = dir.join("log");
@@ -106,10 +107,17 @@ fn simulated(dir: &Path, quiet: bool) -> anyhow::Result<ExitCode> {
                 start_s: 30 * 60,
                 duration_s: 40 * 60,
             },
+            // Restarted during the outage: it comes back as the broker (failback).
             lhc_replay::Scenario::ConnectorStop {
                 connector: "cc1.z1.sim.example".into(),
                 start_s: 45 * 60,
                 duration_s: 10 * 60,
+            },
+            // Powered off in normal operations, on during the outage: the blackout.
+            lhc_replay::Scenario::ConnectorStop {
+                connector: "cc1.z2.sim.example".into(),
+                start_s: 10 * 60,
+                duration_s: 40 * 60,
             },
         ],
         ..lhc_replay::SimOptions::default()
@@ -162,19 +170,26 @@ fn simulated(dir: &Path, quiet: bool) -> anyhow::Result<ExitCode> {
     );
     println!(
         "Scenario: at 09:20 a config change adds a machine whose delivery group does not exist \
-         (imports fail: 505); at 09:30 the cloud becomes unreachable for 40 minutes; at 09:45 \
-         the elected broker of zone 1 (cc1.z1) stops, and at 09:55 it is started again while \
-         the outage goes on.\n"
+         (imports fail: 505); at 09:10 cc1.z2, the first connector of zone 2, is powered off; at \
+         09:30 the cloud becomes unreachable for 40 minutes; at 09:45 the elected broker of \
+         zone 1 (cc1.z1) stops, and at 09:55 it is started again while the outage goes on; at \
+         09:50 cc1.z2 is powered on, also during the outage.\n"
     );
     println!("== What the outage looked like (lhc report outage) ==");
     print!("{}", crate::reportcmd::summary(&outage));
     println!("\n== Why imports failed (lhc forensics sync) ==");
     print!("{}", crate::forensicscmd::summary(&sync));
     println!(
-        "\nReading it: zone 1 failed over to cc2.z1 when cc1.z1 stopped; when cc1.z1 came back \
-         during the outage its snapshot was unusable (R-STATE-10) yet its peers elected it again, \
-         so zone 1 could not broker until the cloud returned — the seeds' advice not to power on \
-         a connector during an outage. Zone 2 brokered throughout."
+        "\nReading it: the two restarts end differently (R-STATE-10). Zone 1 failed over to \
+         cc2.z1 when cc1.z1 stopped; cc1.z1 had been stopped in LHC mode, so when it came back \
+         during the outage its snapshot was still usable: its peers elected it again, it \
+         re-entered LHC mode and brokered again, and the VDAs re-registered with it (failback, \
+         with its registration churn). Zone 2 entered LHC mode with cc2.z2 as broker; cc1.z2 \
+         had been powered off in normal operations, so when it was powered on during the \
+         outage its first check failed and its snapshot could not be trusted: its peers \
+         elected it anyway (it answers their probes) and it could not broker, so zone 2 \
+         brokered nothing until the cloud returned — the seeds' advice not to power on a \
+         connector that was off before the outage."
     );
     println!(
         "\nHTML reports: {} and {}\nDone in {:.1} s. Next: `lhc query {} --at 2026-01-05T09:50:00Z`, \

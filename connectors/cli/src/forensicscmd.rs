@@ -76,10 +76,11 @@ fn failure_lines(report: &SyncForensics) -> Vec<(String, Vec<String>)> {
             for c in &f.culprits {
                 let by = &c.failure.introduced_by;
                 lines.push(format!(
-                    "{} {}: {} — introduced by {} at offset {}{}",
+                    "{} {}: {} ({}) — introduced by {} at offset {}{}",
                     snake(&c.failure.kind),
                     c.failure.id,
                     snake(&c.failure.rule),
+                    c.failure.detail,
                     by.version
                         .map_or("a storage fault".into(), |v| format!("config.change version {v}")),
                     by.offset,

@@ -9,7 +9,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use lhc_engine::engine::snake;
-use lhc_engine::output::{EventSource, Output};
+use lhc_engine::output::{EventSource, Output, Reason};
 use lhc_engine::Engine;
 use lhc_replay::{replay, ChainLink, ReplayOptions};
 
@@ -223,8 +223,13 @@ pub fn table_fields(output: &Output) -> (String, String, String, String) {
         Output::Registration(r) => {
             let verb = match (r.accepted, r.reason) {
                 (true, _) => "registered".to_string(),
+                (false, Some(Reason::CloudUnreachable)) => {
+                    "left the cloud: its zone no longer reaches it (cloud_unreachable)".to_string()
+                }
                 (false, Some(reason)) => format!("refused or dropped: {}", snake(&reason)),
-                (false, None) => "dropped: LHC mode ended".to_string(),
+                (false, None) => {
+                    "dropped: LHC mode ended or it moved to another registrar".to_string()
+                }
             };
             (
                 r.ts.to_string(),

@@ -350,7 +350,7 @@ fn demo_imports_and_prints_the_example() {
         assert!(out.status.success(), "{}", text(&out.stderr));
         let stdout = text(&out.stdout);
         assert!(stdout.contains("imported 471 records"), "{stdout}");
-        assert!(stdout.contains("471 records -> 113 outputs"), "{stdout}");
+        assert!(stdout.contains("471 records -> 117 outputs"), "{stdout}");
         assert!(
             stdout.contains("ddc1.corp.example          HA 3502       Brokering in LHC mode"),
             "{stdout}"
