@@ -247,10 +247,26 @@ fn literal_truth_table_two_zones() {
         up("connector", "cc.z1", r#"{"zone":"z1"}"#),
         up("connector", "cc.z2", r#"{"zone":"z2"}"#),
         up("delivery_group", "multi", r#"{"kind":"multi_session"}"#),
-        up("delivery_group", "pool", r#"{"kind":"single_session_pooled"}"#),
-        up("delivery_group", "pool2", r#"{"kind":"single_session_pooled"}"#),
-        up("delivery_group", "unmanaged", r#"{"kind":"single_session_pooled","power_managed":false}"#),
-        up("delivery_group", "static", r#"{"kind":"single_session_static"}"#),
+        up(
+            "delivery_group",
+            "pool",
+            r#"{"kind":"single_session_pooled"}"#,
+        ),
+        up(
+            "delivery_group",
+            "pool2",
+            r#"{"kind":"single_session_pooled"}"#,
+        ),
+        up(
+            "delivery_group",
+            "unmanaged",
+            r#"{"kind":"single_session_pooled","power_managed":false}"#,
+        ),
+        up(
+            "delivery_group",
+            "static",
+            r#"{"kind":"single_session_static"}"#,
+        ),
         up("delivery_group", "z2", r#"{"kind":"multi_session"}"#),
     ];
     for (machine, zone, group) in [
@@ -261,7 +277,11 @@ fn literal_truth_table_two_zones() {
         ("s1.z1", "z1", "static"),
         ("m2.z2", "z2", "z2"),
     ] {
-        ops.push(up("machine", machine, &format!(r#"{{"zone":"{zone}","delivery_group":"{group}"}}"#)));
+        ops.push(up(
+            "machine",
+            machine,
+            &format!(r#"{{"zone":"{zone}","delivery_group":"{group}"}}"#),
+        ));
     }
     for (resource, group) in [
         ("r-multi", "multi"),
@@ -271,26 +291,55 @@ fn literal_truth_table_two_zones() {
         ("r-static", "static"),
         ("r-z2", "z2"),
     ] {
-        ops.push(up("resource", resource, &format!(r#"{{"kind":"desktop","delivery_groups":["{group}"]}}"#)));
-        ops.push(up("entitlement", &format!("e-{resource}"), &format!(r#"{{"resource":"{resource}","principals":["alice","bob"]}}"#)));
+        ops.push(up(
+            "resource",
+            resource,
+            &format!(r#"{{"kind":"desktop","delivery_groups":["{group}"]}}"#),
+        ));
+        ops.push(up(
+            "entitlement",
+            &format!("e-{resource}"),
+            &format!(r#"{{"resource":"{resource}","principals":["alice","bob"]}}"#),
+        ));
     }
     for user in ["alice", "bob", "carol"] {
         ops.push(format!(r#"{{"op":"upsert","kind":"user","id":"{user}"}}"#));
     }
-    ops.push(up("assignment", "as", r#"{"machine":"s1.z1","user":"alice"}"#));
+    ops.push(up(
+        "assignment",
+        "as",
+        r#"{"machine":"s1.z1","user":"alice"}"#,
+    ));
     let mut events: Vec<(u64, String)> = vec![(
         0,
-        format!(r#"{{"ts":"{}","type":"config.change","version":1,"ops":[{}]}}"#, ts(0), ops.join(",")),
+        format!(
+            r#"{{"ts":"{}","type":"config.change","version":1,"ops":[{}]}}"#,
+            ts(0),
+            ops.join(",")
+        ),
     )];
     for t in (1..1000).step_by(60) {
         for c in ["cc.z1", "cc.z2"] {
-            events.push((t, format!(r#"{{"ts":"{}","type":"health.check","connector":"{c}","ok":{}}}"#, ts(t), t < 600)));
+            events.push((
+                t,
+                format!(
+                    r#"{{"ts":"{}","type":"health.check","connector":"{c}","ok":{}}}"#,
+                    ts(t),
+                    t < 600
+                ),
+            ));
             events.push((t, format!(r#"{{"ts":"{}","type":"storefront.heartbeat","connector":"{c}","storefront":"sf"}}"#, ts(t))));
         }
     }
     for t in [10, 160, 760] {
         for m in ["mm.z1", "p1.z1", "s1.z1", "m2.z2"] {
-            events.push((t, format!(r#"{{"ts":"{}","type":"vda.heartbeat","machine":"{m}","sessions":[]}}"#, ts(t))));
+            events.push((
+                t,
+                format!(
+                    r#"{{"ts":"{}","type":"vda.heartbeat","machine":"{m}","sessions":[]}}"#,
+                    ts(t)
+                ),
+            ));
         }
     }
     for (i, (resource, user, _, _)) in table.iter().enumerate() {
@@ -308,7 +357,11 @@ fn literal_truth_table_two_zones() {
     let mut engine = Engine::new();
     let mut out = Vec::new();
     for (i, (_, line)) in events.iter().enumerate() {
-        engine.apply(i as u64, decode_record_at(line.as_bytes(), i as u64), &mut out);
+        engine.apply(
+            i as u64,
+            decode_record_at(line.as_bytes(), i as u64),
+            &mut out,
+        );
     }
     let decision = |request: &str| -> LaunchDecision {
         out.iter()
@@ -322,7 +375,15 @@ fn literal_truth_table_two_zones() {
     for (i, (resource, user, normal, lhc)) in table.iter().enumerate() {
         let n = decision(&format!("normal-{i}"));
         let l = decision(&format!("lhc-{i}"));
-        assert_eq!((n.via, outcome(&n)), (Via::Cloud, *normal), "row {i}: {resource} {user}, normal");
-        assert_eq!((l.via, outcome(&l)), (Via::Lhc, *lhc), "row {i}: {resource} {user}, LHC");
+        assert_eq!(
+            (n.via, outcome(&n)),
+            (Via::Cloud, *normal),
+            "row {i}: {resource} {user}, normal"
+        );
+        assert_eq!(
+            (l.via, outcome(&l)),
+            (Via::Lhc, *lhc),
+            "row {i}: {resource} {user}, LHC"
+        );
     }
 }

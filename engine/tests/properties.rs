@@ -317,13 +317,31 @@ fn invalid_record(kind: u8, now: Option<lhc_engine::Ts>, pick: usize) -> String 
     let ts = lhc_engine::Ts(now.0 + (pick as i64 % 3) * 1000).to_string();
     let c = CONNECTORS[pick % CONNECTORS.len()];
     match kind % 8 {
-        0 => format!(r#"{{"ts":"{ts}","type":"health.check","connector":"nobody-{pick}.example","ok":false}}"#),
-        1 => format!(r#"{{"ts":"{ts}","type":"admin.command","connector":"{c}","command":"set_config_sync_interval","seconds":{}}}"#, if pick % 2 == 0 { 59 } else { 3601 + pick }),
-        2 => format!(r#"{{"ts":"{ts}","type":"admin.command","connector":"{c}","command":"enable_forced_outage","seconds":60}}"#),
-        3 => format!(r#"{{"ts":"{}","type":"health.check","connector":"{c}","ok":false}}"#, lhc_engine::Ts(now.0 - 1 - pick as i64)),
+        0 => format!(
+            r#"{{"ts":"{ts}","type":"health.check","connector":"nobody-{pick}.example","ok":false}}"#
+        ),
+        1 => format!(
+            r#"{{"ts":"{ts}","type":"admin.command","connector":"{c}","command":"set_config_sync_interval","seconds":{}}}"#,
+            if pick.is_multiple_of(2) {
+                59
+            } else {
+                3601 + pick
+            }
+        ),
+        2 => format!(
+            r#"{{"ts":"{ts}","type":"admin.command","connector":"{c}","command":"enable_forced_outage","seconds":60}}"#
+        ),
+        3 => format!(
+            r#"{{"ts":"{}","type":"health.check","connector":"{c}","ok":false}}"#,
+            lhc_engine::Ts(now.0 - 1 - pick as i64)
+        ),
         4 => format!(r#"{{"ts":"{ts}","type":"config.change","version":0,"ops":[]}}"#),
-        5 => format!(r#"{{"ts":"{ts}","type":"config.change","version":999999,"ops":[{{"op":"delete","kind":"machine","id":"never-{pick}"}}]}}"#),
-        6 => format!(r#"{{"ts":"{ts}","type":"peer.probe","connector":"{c}","peer":"ghost.example","ok":true}}"#),
+        5 => format!(
+            r#"{{"ts":"{ts}","type":"config.change","version":999999,"ops":[{{"op":"delete","kind":"machine","id":"never-{pick}"}}]}}"#
+        ),
+        6 => format!(
+            r#"{{"ts":"{ts}","type":"peer.probe","connector":"{c}","peer":"ghost.example","ok":true}}"#
+        ),
         _ => format!(r#"{{"ts":"{ts}","type":"engine.params","report_interval_s":0}}"#),
     }
 }

@@ -1026,13 +1026,37 @@ fn r_css_4_validation_failures_name_object_rule_and_introducing_change() {
             Rule::AssignmentNotStatic
         ]
     );
+    // Each failure says what is wrong in words an admin can act on.
+    assert_eq!(first.failures[0].detail, "zone z9 does not exist");
+    let details: Vec<&str> = traced.failures.iter().map(|f| f.detail.as_str()).collect();
+    assert!(
+        details[0].starts_with("heartbeat_period_ms 10 is outside"),
+        "{details:?}"
+    );
+    assert!(
+        details[1].starts_with("machine VDA-1.Z1.EXAMPLE collides with vda-1.z1.example"),
+        "{details:?}"
+    );
+    assert!(details[2].starts_with("max_sessions is 0"), "{details:?}");
+    assert!(
+        details[4].contains("multi_session group and not remote_pc"),
+        "{details:?}"
+    );
     // A reference left dangling by a delete was introduced by that delete.
     let (_, v4) = &failures[2];
     let entitlement = v4.failures.iter().find(|f| f.id == "e1").unwrap();
     assert_eq!(entitlement.introduced_by.version, Some(4));
+    assert_eq!(
+        entitlement.detail,
+        format!(
+            "resource app does not exist (deleted by the change at offset {})",
+            entitlement.introduced_by.offset
+        )
+    );
     // A storage fault fails the next import, then is gone.
     let (_, fault) = failures.last().unwrap();
     assert_eq!(fault.failures[0].rule, Rule::StorageFault);
+    assert!(fault.failures[0].detail.contains("local store failed"));
     assert_eq!(fault.fallback_version, Some(5));
     assert_eq!(css_ids(&out, A).last().unwrap().1, 504);
 }
@@ -1661,5 +1685,74 @@ fn r_log_5_a_connector_is_started_with_every_service_running_until_a_record_says
     assert!(
         !engine.connectors()[A].ha_running,
         "service.status stopped it at 62 s"
+    );
+}
+
+/// §2.1: a group written without the reuse flag keeps its earlier value, or takes the site
+/// default as of the change that creates it; a later change of the site default does not
+/// change existing groups.
+#[test]
+fn r_launch_6_reuse_flag_is_resolved_when_the_group_is_written() {
+    let change = |v: u64, ops: &str| {
+        format!(
+            r#"{{"ts":"{}","type":"config.change","version":{v},"ops":[{ops}]}}"#,
+            at(v as f64)
+        )
+    };
+    let site = |default: bool| {
+        format!(
+            r#"{{"op":"upsert","kind":"site","id":"site","data":{{"default_reuse_machines_without_shutdown_in_outage":{default}}}}}"#
+        )
+    };
+    let group = |id: &str, flag: &str| {
+        format!(
+            r#"{{"op":"upsert","kind":"delivery_group","id":"{id}","data":{{"kind":"single_session_pooled"{flag}}}}}"#
+        )
+    };
+    let lines = [
+        change(1, &format!("{},{}", site(true), group("old", ""))),
+        change(2, &site(false)),
+        change(3, &group("new", "")),
+        change(4, &group("old", "")),
+        change(
+            5,
+            &group(
+                "explicit",
+                r#","reuse_machines_without_shutdown_in_outage":true"#,
+            ),
+        ),
+        change(6, &group("explicit", "")),
+    ];
+    let mut engine = Engine::new();
+    let mut out = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        engine.apply(
+            i as u64,
+            lhc_engine::decode_record_at(line.as_bytes(), i as u64),
+            &mut out,
+        );
+    }
+    assert!(out.is_empty(), "{out:?}");
+    let reuse = |id: &str| match &engine
+        .site()
+        .get(lhc_engine::config::ObjectKind::DeliveryGroup, id)
+        .unwrap()
+        .object
+    {
+        lhc_engine::config::ConfigObject::DeliveryGroup { data, .. } => {
+            data.reuse_machines_without_shutdown_in_outage
+        }
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        reuse("old"),
+        Some(true),
+        "created under default true, kept when rewritten"
+    );
+    assert_eq!(reuse("new"), Some(false), "created under default false");
+    assert_eq!(
+        reuse("explicit"),
+        Some(true),
+        "an explicit value is kept when omitted later"
     );
 }

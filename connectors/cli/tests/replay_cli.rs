@@ -26,7 +26,7 @@ fn replays_of_a_file_and_of_its_imported_log_are_byte_identical() {
     let (again, _) = ok(lhc(&["replay", &file, "-q"]));
     assert_eq!(from_file, from_log);
     assert_eq!(from_file, again);
-    assert_eq!(from_file.lines().count(), 113);
+    assert_eq!(from_file.lines().count(), 117);
     for line in from_file.lines() {
         let value: serde_json::Value = serde_json::from_str(line).unwrap();
         assert!(value["type"].is_string(), "{line}");
@@ -100,7 +100,7 @@ fn the_table_has_one_aligned_line_per_output() {
     let tmp = tempfile::tempdir().unwrap();
     let file = write(tmp.path(), "in.jsonl", EXAMPLE);
     let (table, _) = ok(lhc(&["replay", &file, "--format", "table", "-q"]));
-    assert_eq!(table.lines().count(), 113);
+    assert_eq!(table.lines().count(), 117);
     let transition = table.lines().find(|l| l.contains("RBP 3003")).unwrap();
     assert_eq!(&transition[..24], "2026-01-05T09:10:01.000Z");
     assert_eq!(transition[25..51].trim_end(), "ddc1.corp.example");

@@ -480,38 +480,42 @@ fn zone_of_three_nodes(dir: &tempfile::TempDir, log: &Backend) {
         d["outcome"] == "brokered" && d["via"] == "lhc"
     });
 
-    // A comes back during the outage: its peers elect it again (failback, R-ELECT-5), but
-    // a connector started while its zone is in LHC mode has no usable snapshot
-    // (R-STATE-10): it cannot enter LHC mode, and elected it blacks out the zone — the
-    // seeds' "do not power on a connector during an outage" hazard, reproduced.
+    // A comes back during the outage: its peers elect it again, and since it was stopped in
+    // LHC mode its snapshot is still usable (R-STATE-10): its first failed check takes it
+    // back into LHC mode and it brokers again — the failback (R-ELECT-5).
     nodes[0].start();
     wait_until("all elect a again", Duration::from_secs(20), || {
         nodes.iter().all(|n| elected_of(n) == A)
     });
+    wait_until(
+        "a back in LHC mode, UP for the ADC",
+        Duration::from_secs(20),
+        || in_lhc(&state_of(&nodes[0])) && nodes[0].get("/adc/probe").map(|r| r.0) == Some(200),
+    );
     wait_until("b and c DOWN for the ADC", Duration::from_secs(10), || {
         nodes[1..]
             .iter()
             .all(|n| n.get("/adc/probe").map(|r| r.0) == Some(503))
     });
-    wait_until(
-        "a reports it cannot enter LHC mode",
-        Duration::from_secs(10),
-        || {
-            election(&nodes[0]).is_some_and(|v| {
-                v["state"] == "pending_ha" && v["cannot_enter_lhc"] == "no_lhc_database"
-            })
-        },
-    );
     let d = launch(&nodes[1], "failback-b");
     assert_eq!(
         (d["outcome"].as_str(), d["reason"].as_str()),
         (Some("rejected"), Some("not_elected"))
     );
     answers.push(("failback-b".into(), d));
+    wait_until(
+        "a launch brokered by a again",
+        Duration::from_secs(15),
+        || {
+            let d = launch(&nodes[0], &format!("failback-a-wait-{}", now_ms()));
+            d["outcome"] == "brokered" && d["via"] == "lhc"
+        },
+    );
     let d = launch(&nodes[0], "failback-a");
     assert_eq!(
-        d["outcome"], "rejected",
-        "the restarted connector cannot broker: {d}"
+        (d["outcome"].as_str(), d["via"].as_str()),
+        (Some("brokered"), Some("lhc")),
+        "the connector restarted during the outage brokers again: {d}"
     );
     answers.push(("failback-a".into(), d));
 
@@ -584,13 +588,9 @@ fn zone_of_three_nodes(dir: &tempfile::TempDir, log: &Backend) {
             (2000..6000).contains(&waited),
             "{name}: initial_ha {waited} ms after the first failed check (second_check_s = 2)"
         );
-        // B and C recover through pending_recovery; A, restarted without a usable
-        // snapshot, waits in pending_ha and returns with the first good check.
-        let from = if name == A {
-            "pending_ha"
-        } else {
-            "pending_recovery"
-        };
+        // All three recover through pending_recovery: A, restarted during the outage,
+        // came back into LHC mode (R-STATE-10).
+        let from = "pending_recovery";
         assert!(
             events.iter().any(|e| e["event_id"] == 3003
                 && e["data"]["to"] == "working_normally"
@@ -598,14 +598,22 @@ fn zone_of_three_nodes(dir: &tempfile::TempDir, log: &Backend) {
             "{name}: no recovery from {from}"
         );
     }
-    // A's crash was recorded by a peer, its restart by itself, and it reported why it
-    // could not enter LHC mode.
+    // A's crash was recorded by a peer and its restart by itself; it never lost its
+    // snapshot (it had been stopped in LHC mode) and brokered again after the restart.
     assert!(outputs.iter().any(|o| o["event_id"] == 3003
         && o["connector"] == A
         && o["data"]["cause"] == "connector_stopped"));
-    assert!(outputs.iter().any(|o| o["event_id"] == 3002
+    assert!(!outputs.iter().any(|o| o["event_id"] == 3002
         && o["connector"] == A
         && o["data"]["reason"] == "no_lhc_database"));
+    assert_eq!(
+        outputs
+            .iter()
+            .filter(|o| o["event_id"] == 3502 && o["connector"] == A)
+            .count(),
+        2,
+        "A brokered before its crash and again after its restart"
+    );
     // A's published outputs are its own, in order, without duplicates.
     let mut cat = lhc();
     cat.args(["log", "cat"]);
