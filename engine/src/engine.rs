@@ -469,6 +469,17 @@ impl Engine {
             ));
         }
         for (machine, runtime) in self.machines.iter() {
+            // Every pending launch expires by the timer queue, not at a later heartbeat.
+            if let Some(p) = runtime
+                .pending
+                .iter()
+                .find(|p| !self.pending_expiry.contains(&(p.ts, machine.clone())))
+            {
+                return Err(format!(
+                    "{machine}: pending launch {} of {} has no expiry",
+                    p.request, p.ts
+                ));
+            }
             if let Registrar::Connector(name) = &runtime.registrar {
                 if !self
                     .connectors
