@@ -147,6 +147,14 @@ fn registrar_name(registrar: &Registrar) -> &str {
     }
 }
 
+/// What one delivery group offers a launch.
+enum Found {
+    /// A static group decided (and, for the cloud, may have assigned a machine).
+    Chosen(Choice),
+    /// The group's best machine: (not in the preferred zone, load, FQDN rank).
+    Candidate((bool, u32, u32)),
+}
+
 /// What a brokering attempt found.
 struct Choice {
     machine: String,
@@ -558,7 +566,9 @@ impl Engine {
             machines.iter().find_map(|(machine, tally)| {
                 let runtime = self.machines.get(machine.as_str())?;
                 let entry = catalog.machines.get(&machine.to_lowercase())?;
-                let held = registrar_name(&runtime.registrar) == registrar;
+                // The cloud reaches a machine only while its zone offers the cloud path.
+                let held = registrar_name(&runtime.registrar) == registrar
+                    && (lhc || crate::engine::zone_offers_cloud(&self.connectors, &entry.zone));
                 // R-LAUNCH-2 holds for reconnects too: a machine its broker put in
                 // maintenance (R-LAUNCH-6) gets no session, resumed or new.
                 let fits = !entry.maintenance
@@ -575,7 +585,11 @@ impl Engine {
                 new_assignment: false,
             });
         }
+        // The machine with the fewest sessions across the resource's groups (the cloud: in
+        // its preferred zone first, site-wide), ties in FQDN order; a static group decides
+        // at once, in the configured order.
         let mut first_reason = None;
+        let mut best: Option<(bool, u32, u32)> = None;
         for group in &resource.delivery_groups {
             match self.try_group(
                 &catalog,
@@ -586,11 +600,20 @@ impl Engine {
                 zone.as_deref(),
                 ts,
             ) {
-                Ok(choice) => return Ok(choice),
+                Ok(Found::Chosen(choice)) => return Ok(choice),
+                Ok(Found::Candidate(key)) => {
+                    if best.is_none_or(|b| key < b) {
+                        best = Some(key);
+                    }
+                }
                 Err(reason) => {
                     first_reason.get_or_insert(reason);
                 }
             }
+        }
+        if let Some((_, _, rank)) = best {
+            let machine = catalog.by_rank[rank as usize].clone();
+            return Ok(self.broker_new(&catalog, machine, user, ts, false));
         }
         Err(first_reason.unwrap_or(Reason::NoRegisteredMachine))
     }
@@ -605,7 +628,7 @@ impl Engine {
         preference: Option<&str>,
         zone: Option<&str>,
         ts: Ts,
-    ) -> Result<Choice, Reason> {
+    ) -> Result<Found, Reason> {
         let lhc = zone.is_some();
         let group = catalog
             .groups
@@ -643,7 +666,9 @@ impl Engine {
             .flat_map(|zones| zones.keys().map(String::as_str))
             .collect();
         if group.kind == DeliveryGroupKind::SingleSessionStatic {
-            return self.static_machine(catalog, registrar, group_id, user, ts);
+            return self
+                .static_machine(catalog, registrar, group_id, user, ts)
+                .map(Found::Chosen);
         }
         let pooled = group.kind == DeliveryGroupKind::SingleSessionPooled;
         if pooled && group.power_managed && lhc {
@@ -670,9 +695,11 @@ impl Engine {
         };
         // The machine with the fewest sessions, ties in FQDN order (ranks are FQDN order
         // across the whole catalog), among the pools of the given zones.
+        let reachable = |z: &str| lhc || crate::engine::zone_offers_cloud(&self.connectors, z);
         let pick = |zones: &[&str]| -> Option<(u32, u32)> {
             zones
                 .iter()
+                .filter(|z| reachable(z))
                 .flat_map(|z| {
                     let registered = first(self.pools.get(&pool_key(registrar, group_id, z)));
                     let off = if power_on {
@@ -687,14 +714,18 @@ impl Engine {
         };
         // In LHC mode the connector's own zone only (zone preference ignored); the cloud
         // looks site-wide, in the resource's preferred zone first.
+        // A tag restriction overrides the zone preference (R-LAUNCH-8).
+        let preference = preference.filter(|_| group.restrict_to_tag.is_none());
         let chosen = match (zone, preference) {
-            (Some(z), _) => pick(&[z]),
-            (None, Some(p)) => pick(&[p]).or_else(|| pick(&group_zones)),
-            (None, None) => pick(&group_zones),
+            (Some(z), _) => pick(&[z]).map(|c| (false, c)),
+            (None, Some(p)) => pick(&[p])
+                .map(|c| (true, c))
+                .or_else(|| pick(&group_zones).map(|c| (false, c))),
+            (None, None) => pick(&group_zones).map(|c| (false, c)),
         };
-        if let Some((_, rank)) = chosen {
-            let machine = catalog.by_rank[rank as usize].clone();
-            return Ok(self.broker_new(catalog, machine, user, ts, false));
+        if let Some((preferred, (load, rank))) = chosen {
+            // Sorts first: in the preferred zone, then fewest sessions, then FQDN order.
+            return Ok(Found::Candidate((!preferred, load, rank)));
         }
         let looked: Vec<&str> = zone.map_or(group_zones, |z| vec![z]);
         let (mut registered, mut tagged) = (0, 0);
@@ -773,8 +804,13 @@ impl Engine {
             .ok_or(Reason::NoRegisteredMachine)?;
         let exact = entry.id.clone();
         let runtime = self.machines.get(exact.as_str());
-        let held = runtime.is_some_and(|r| registrar_name(&r.registrar) == registrar);
+        let reachable = lhc || crate::engine::zone_offers_cloud(&self.connectors, &entry.zone);
+        let held = reachable && runtime.is_some_and(|r| registrar_name(&r.registrar) == registrar);
+        // The cloud may power on a machine nobody holds; never one registered with an LHC
+        // broker (one registrar at a time, R-REG-2).
         let powered_on = !lhc
+            && reachable
+            && runtime.is_none_or(|r| r.registrar == Registrar::None)
             && catalog
                 .groups
                 .get(group_id)

@@ -773,10 +773,10 @@ impl Engine {
             return;
         }
         self.quiet_until = None;
-        if !c.in_lhc() {
-            self.try_enter_forced(name, ts, out);
-        }
         if !just_forced {
+            if !c.in_lhc() {
+                self.try_enter_forced(name, ts, out);
+            }
             return;
         }
         // It now counts as down for the peers waiting for the rest of the zone.
@@ -784,13 +784,14 @@ impl Engine {
         let waiting: Vec<String> = self
             .connector_order
             .iter()
-            .filter(|p| p.as_str() != name)
             .filter(|p| {
                 let c = &self.connectors[p.as_str()];
                 c.zone == zone && c.forced && c.started() && !c.in_lhc()
             })
             .cloned()
             .collect();
+        // Every forced connector of the zone waiting outside LHC mode, this one included,
+        // in FQDN order: forcing the last one brings the zone in at this record.
         for peer in waiting {
             self.try_enter_forced(&peer, ts, out);
         }
@@ -819,7 +820,9 @@ impl Engine {
         let first_after_start = std::mem::take(&mut c.first_check_after_start);
         // R-STATE-10: what the restart did to the snapshot shows at the first check.
         let restarted_in_outage = std::mem::take(&mut c.stopped_in_lhc) && first_after_start;
-        if first_after_start && !ok && !restarted_in_outage && c.snapshot.is_some() {
+        // (A forced connector that entered LHC mode at its start record already brokers
+        // from its snapshot; its checks are held.)
+        if first_after_start && !ok && !restarted_in_outage && c.snapshot.is_some() && !c.in_lhc() {
             // Powered off in normal operations, on during an outage: not usable.
             c.snapshot_usable = false;
         }
@@ -1305,16 +1308,7 @@ impl Engine {
         // of the zone is in LHC mode, through one in pending_ha. So a restarted or pending
         // connector never pulls VDAs off the LHC broker. (Any order will do for this
         // question: no lookup of each connector by name.)
-        let (mut working, mut pending, mut lhc) = (false, false, false);
-        for c in connectors.values().filter(|c| c.zone == zone) {
-            match c.state {
-                ConnectorState::WorkingNormally => working |= !c.first_check_after_start,
-                ConnectorState::PendingHa => pending = true,
-                ConnectorState::Stopped => {}
-                _ => lhc = true,
-            }
-        }
-        let cloud = working || (pending && !lhc);
+        let cloud = zone_offers_cloud(connectors, zone);
         let current = found.as_deref().map(|r| &r.registrar);
         let held_by = |name: &str| matches!(current, Some(Registrar::Connector(n)) if n == name);
         let mut refusals = Vec::new();
@@ -1633,7 +1627,11 @@ impl Engine {
         let mut best: Option<(Ts, usize, Timer, &str, &str)> = None;
         for (position, name) in self.connector_order.iter().enumerate() {
             let c = &self.connectors[name];
+            let now = self.now;
             let mut consider = |deadline: Ts, timer: Timer, detail: &'a str| {
+                // A deadline a lowered period moved into the past is due now, and orders
+                // with the others due now by connector, then timer kind.
+                let deadline = now.map_or(deadline, |now| deadline.max(now));
                 if best.is_none_or(|b| (deadline, position, timer) < (b.0, b.1, b.2)) {
                     best = Some((deadline, position, timer, name.as_str(), detail));
                 }
@@ -1788,6 +1786,24 @@ fn follow_sessions(
             c.session_count = c.session_count + after as u64 - before as u64;
         }
     }
+}
+
+/// R-REG-1: whether zone `zone` (lowercased) offers the cloud path: one of its connectors
+/// is in working_normally and has had a health check since its last start, or, while none
+/// of them is in LHC mode, one is in pending_ha (the detection gap). Registration and the
+/// cloud broker both ask this, so the cloud never brokers onto a VDA whose zone has lost
+/// the path, even before the VDA's next heartbeat moves it.
+pub(crate) fn zone_offers_cloud(connectors: &BTreeMap<String, Connector>, zone: &str) -> bool {
+    let (mut working, mut pending, mut lhc) = (false, false, false);
+    for c in connectors.values().filter(|c| c.zone == zone) {
+        match c.state {
+            ConnectorState::WorkingNormally => working |= !c.first_check_after_start,
+            ConnectorState::PendingHa => pending = true,
+            ConnectorState::Stopped => {}
+            _ => lhc = true,
+        }
+    }
+    working || (pending && !lhc)
 }
 
 /// The snapshot a connector uses, looked up in the validations store.

@@ -103,10 +103,26 @@ impl SiteConfig {
             offset,
             version: Some(change.version),
         };
+        // §2.1: the site default "as of the change" is the one the whole change leaves, so
+        // the order of ops inside one change does not matter.
+        let default_reuse = change
+            .ops
+            .iter()
+            .rev()
+            .find_map(|op| match op {
+                ConfigOp::Upsert(ConfigObject::Site { data, .. }) => {
+                    Some(data.default_reuse_machines_without_shutdown_in_outage)
+                }
+                _ => None,
+            })
+            .unwrap_or_else(|| {
+                self.site()
+                    .default_reuse_machines_without_shutdown_in_outage
+            });
         for op in change.ops {
             match op {
                 ConfigOp::Upsert(mut object) => {
-                    self.resolve_reuse_flag(&mut object);
+                    self.resolve_reuse_flag(&mut object, default_reuse);
                     let kind = object.kind();
                     let id = object.id().to_string();
                     self.index(kind, &id, Some(&object));
@@ -137,7 +153,7 @@ impl SiteConfig {
     /// value it had (an upsert replaces the whole object, but not this flag), or, when it is
     /// new, takes the site's default as of this change. Resolving it here, once, is what
     /// keeps a later change of the site default from changing existing groups.
-    fn resolve_reuse_flag(&self, object: &mut ConfigObject) {
+    fn resolve_reuse_flag(&self, object: &mut ConfigObject, default_reuse: bool) {
         let ConfigObject::DeliveryGroup { id, data } = object else {
             return;
         };
@@ -150,10 +166,7 @@ impl SiteConfig {
             }
             _ => None,
         };
-        data.reuse_machines_without_shutdown_in_outage = Some(earlier.unwrap_or_else(|| {
-            self.site()
-                .default_reuse_machines_without_shutdown_in_outage
-        }));
+        data.reuse_machines_without_shutdown_in_outage = Some(earlier.unwrap_or(default_reuse));
     }
 
     /// Keeps the lookup maps of records' names in step with an upsert (`Some`) or delete.

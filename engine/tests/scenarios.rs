@@ -712,6 +712,11 @@ fn launch_cloud_brokering_is_site_wide() {
         (Some("s-a.z2.example"), Some(true)),
         "FQDN order across zones, whatever the preferred zone"
     );
+    assert_eq!(
+        machine("r5"),
+        "m1.z1.example",
+        "the preferred zone across the resource's groups, not the first group listed"
+    );
 }
 
 /// A launch the VDA never reports stops counting at its 120 s deadline.
@@ -1722,6 +1727,9 @@ fn r_launch_6_reuse_flag_is_resolved_when_the_group_is_written() {
             ),
         ),
         change(6, &group("explicit", "")),
+        // One change creating a group before the site op that sets the default: the
+        // default as of the change is the one the change leaves.
+        change(7, &format!("{},{}", group("same-change", ""), site(true))),
     ];
     let mut engine = Engine::new();
     let mut out = Vec::new();

@@ -325,6 +325,11 @@ def cloud_site_wide():
         up("entitlement", "e1", {"resource": "app", "principals": ["alice", "bob", "carol"]}),
         up("entitlement", "e2", {"resource": "app-z2", "principals": ["alice", "bob", "carol"]}),
         up("entitlement", "e3", {"resource": "desk", "principals": ["alice"]}),
+        up("delivery_group", "dg-b", {"kind": "multi_session"}),
+        up("machine", "m3.z2.example", {"zone": "z2", "delivery_group": "dg-b"}),
+        up("resource", "app-two", {"kind": "application", "delivery_groups": ["dg-b", "dg-apps"],
+                                   "zone_preference": "z1"}),
+        up("entitlement", "e4", {"resource": "app-two", "principals": ["alice"]}),
     ]
     log.config(0, 1, ops)
     log.minutes(1, 300, [A, D], True, peers=[])
@@ -332,6 +337,7 @@ def cloud_site_wide():
     log.vda(11, "m2.z2.example")
     log.vda(12, "s-b.z1.example")
     log.vda(13, "s-a.z2.example")
+    log.vda(14, "m3.z2.example")
     # m1 (z1) has a session, m2 (z2) none: the fewest sessions site-wide is m2, though
     # the request came through z1's connector.
     log.launch(20, "r1", A, "alice", "app")
@@ -347,6 +353,9 @@ def cloud_site_wide():
     # Static: the first free machine in FQDN order across zones (s-a.z2 before s-b.z1),
     # whatever the preferred zone.
     log.launch(70, "r4", A, "alice", "desk")
+    # Across the resource's groups too: dg-b (listed first) has an idle machine in z2, but
+    # the preferred zone z1 has one in dg-apps.
+    log.launch(80, "r5", A, "alice", "app-two")
     log.write("launch-cloud-site-wide")
 
 
