@@ -22,7 +22,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::frame::{
-    encode_frame, frame_size, parse_frame, parse_segment_header, segment_header,
+    encode_frame, frame_size, looks_torn, parse_frame, parse_segment_header, segment_header,
     valid_frame_follows, Parsed, SEGMENT_HEADER_BYTES,
 };
 use crate::{Log, LogEntry, LogError, LogReader, MAX_RECORD_BYTES};
@@ -355,12 +355,15 @@ fn scan_segment(
                 filled += n;
             }
             Parsed::Bad(detail) => {
+                // Torn only when nothing valid follows and the bytes are what a crash while
+                // appending leaves; a flipped bit is corruption, never cut (R-LOG-2).
                 let rest = read_range(file, path, position, len)?;
-                let end = if valid_frame_follows(&rest, offset.saturating_sub(1)) {
-                    ScanEnd::Corrupt { detail }
-                } else {
-                    ScanEnd::Torn { position, detail }
-                };
+                let end =
+                    if !valid_frame_follows(&rest, offset.saturating_sub(1)) && looks_torn(&rest) {
+                        ScanEnd::Torn { position, detail }
+                    } else {
+                        ScanEnd::Corrupt { detail }
+                    };
                 return Ok(Scan {
                     next_offset: offset,
                     end,
@@ -877,20 +880,21 @@ impl Cursor {
                     return Ok(Step::Entry(entry));
                 }
                 Parsed::Incomplete { needed } => {
-                    // Refill from the file, keeping the partial frame.
-                    self.buf.copy_within(self.start..self.end, 0);
-                    self.end -= self.start;
+                    // Re-read from the frame's start rather than keep its partial bytes: at
+                    // the tail, a writer may have cut a torn frame and written new records
+                    // there since (a follower must never splice stale bytes with new ones).
+                    let had = self.end - self.start;
                     self.start = 0;
                     let want = needed.unwrap_or(0).max(256 << 10);
                     if self.buf.len() < want {
                         self.buf.resize(want, 0);
                     }
-                    let at = self.position + self.end as u64;
-                    let n = read_at_most(&self.file, &self.path, &mut self.buf[self.end..], at)?;
-                    if n == 0 {
+                    let n = read_at_most(&self.file, &self.path, &mut self.buf, self.position)?;
+                    self.end = n;
+                    if n <= had {
+                        // Nothing new: the frame is still being written (or torn).
                         return Ok(Step::AtEnd);
                     }
-                    self.end += n;
                 }
                 Parsed::Bad(detail) => {
                     let len = self
@@ -899,14 +903,17 @@ impl Cursor {
                         .map_err(|e| LogError::io(&self.path, e))?
                         .len();
                     let rest = read_range(&self.file, &self.path, self.position, len)?;
-                    if valid_frame_follows(&rest, self.offset.saturating_sub(1)) {
+                    if valid_frame_follows(&rest, self.offset.saturating_sub(1))
+                        || !looks_torn(&rest)
+                    {
                         return Err(LogError::Corrupt {
                             segment: self.path.clone(),
                             offset: self.offset,
                             detail,
                         });
                     }
-                    // Possibly a frame being written right now: look again later.
+                    // A torn write the next writer will cut, or a frame being written right
+                    // now: look again later, from the frame's start.
                     self.end = self.start;
                     return Ok(Step::AtEnd);
                 }

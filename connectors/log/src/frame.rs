@@ -1,18 +1,27 @@
 //! On-disk framing of the embedded log (see docs/log-format.md).
 //!
 //! A segment file starts with a 16-byte header (magic, base offset), then frames:
-//! `len: u32 LE | crc: u32 LE | offset: u64 LE | payload[len]`, where `crc` is CRC32C over
-//! the len bytes, the offset bytes and the payload. Carrying the offset in each frame lets a
-//! reader prove it is where it thinks it is, whatever an index says.
+//! `len: u32 LE | header_crc: u32 LE | offset: u64 LE | payload_crc: u32 LE | payload[len]`.
+//! `header_crc` is CRC32C over the len and offset bytes, so a damaged length is seen as
+//! damage, never trusted as "the frame is longer than the file" (which would look like a
+//! torn write); `payload_crc` is CRC32C over the offset bytes and the payload. Carrying the
+//! offset in each frame lets a reader prove it is where it thinks it is, whatever an index
+//! says.
+//!
+//! Invariant: a frame is accepted only when both checksums hold and it carries the offset
+//! the reader expects; anything else is `Incomplete` (the file ends inside a frame whose
+//! header holds) or `Bad` (damage, described).
 
 use crate::MAX_RECORD_BYTES;
 
-/// Magic bytes at the start of every segment file.
-pub const SEGMENT_MAGIC: &[u8; 8] = b"LHCSEG01";
+/// Magic bytes at the start of every segment file (format 2: frames with a header checksum).
+pub const SEGMENT_MAGIC: &[u8; 8] = b"LHCSEG02";
+/// Magic bytes of format-1 segments (before 2026-12-01), which this version does not read.
+pub const SEGMENT_MAGIC_V1: &[u8; 8] = b"LHCSEG01";
 /// Bytes of the segment header.
 pub const SEGMENT_HEADER_BYTES: u64 = 16;
 /// Bytes of a frame header.
-pub const FRAME_HEADER_BYTES: usize = 16;
+pub const FRAME_HEADER_BYTES: usize = 20;
 
 /// The header of a segment whose first record has offset `base`.
 pub fn segment_header(base: u64) -> [u8; 16] {
@@ -27,6 +36,13 @@ pub fn parse_segment_header(bytes: &[u8]) -> Result<u64, String> {
     if bytes.len() < SEGMENT_HEADER_BYTES as usize {
         return Err(format!("header is {} bytes, expected 16", bytes.len()));
     }
+    if &bytes[..8] == SEGMENT_MAGIC_V1 {
+        return Err(
+            "a format-1 segment (LHCSEG01) written by lhc before 2026-12-01: export \
+                    it with that version (`lhc log export`) and import the JSONL"
+                .to_string(),
+        );
+    }
     if &bytes[..8] != SEGMENT_MAGIC {
         return Err("bad magic bytes".to_string());
     }
@@ -35,9 +51,13 @@ pub fn parse_segment_header(bytes: &[u8]) -> Result<u64, String> {
     ))
 }
 
-fn checksum(len: u32, offset: u64, payload: &[u8]) -> u32 {
+fn header_checksum(len: u32, offset: u64) -> u32 {
     let crc = crc32c::crc32c(&len.to_le_bytes());
-    let crc = crc32c::crc32c_append(crc, &offset.to_le_bytes());
+    crc32c::crc32c_append(crc, &offset.to_le_bytes())
+}
+
+fn payload_checksum(offset: u64, payload: &[u8]) -> u32 {
+    let crc = crc32c::crc32c(&offset.to_le_bytes());
     crc32c::crc32c_append(crc, payload)
 }
 
@@ -45,8 +65,9 @@ fn checksum(len: u32, offset: u64, payload: &[u8]) -> u32 {
 pub fn encode_frame(out: &mut Vec<u8>, offset: u64, payload: &[u8]) {
     let len = u32::try_from(payload.len()).expect("caller bounds record size");
     out.extend_from_slice(&len.to_le_bytes());
-    out.extend_from_slice(&checksum(len, offset, payload).to_le_bytes());
+    out.extend_from_slice(&header_checksum(len, offset).to_le_bytes());
     out.extend_from_slice(&offset.to_le_bytes());
+    out.extend_from_slice(&payload_checksum(offset, payload).to_le_bytes());
     out.extend_from_slice(payload);
 }
 
@@ -67,7 +88,8 @@ pub enum Parsed<'a> {
         /// Bytes the frame occupies.
         size: usize,
     },
-    /// The buffer ends inside the frame; `needed` bytes in all would complete it.
+    /// The buffer ends inside the frame; `needed` bytes in all would complete it (known when
+    /// the header is whole and its checksum holds).
     Incomplete {
         /// Total bytes the frame needs, when its header was readable.
         needed: Option<usize>,
@@ -82,8 +104,12 @@ pub fn parse_frame(buf: &[u8], expected: u64) -> Parsed<'_> {
         return Parsed::Incomplete { needed: None };
     }
     let len = u32::from_le_bytes(buf[0..4].try_into().expect("4 bytes"));
-    let crc = u32::from_le_bytes(buf[4..8].try_into().expect("4 bytes"));
+    let header_crc = u32::from_le_bytes(buf[4..8].try_into().expect("4 bytes"));
     let offset = u64::from_le_bytes(buf[8..16].try_into().expect("8 bytes"));
+    let crc = u32::from_le_bytes(buf[16..20].try_into().expect("4 bytes"));
+    if header_checksum(len, offset) != header_crc {
+        return Parsed::Bad("frame header checksum mismatch (length or offset damaged)".into());
+    }
     if len as usize > MAX_RECORD_BYTES {
         return Parsed::Bad(format!(
             "frame length {len} exceeds the maximum record size"
@@ -94,8 +120,8 @@ pub fn parse_frame(buf: &[u8], expected: u64) -> Parsed<'_> {
         return Parsed::Incomplete { needed: Some(size) };
     }
     let payload = &buf[FRAME_HEADER_BYTES..size];
-    if checksum(len, offset, payload) != crc {
-        return Parsed::Bad("checksum mismatch".to_string());
+    if payload_checksum(offset, payload) != crc {
+        return Parsed::Bad("payload checksum mismatch".to_string());
     }
     if offset != expected {
         return Parsed::Bad(format!(
@@ -128,6 +154,16 @@ pub fn valid_frame_follows(buf: &[u8], after: u64) -> bool {
     })
 }
 
+/// Whether damage found at `position` of a segment, with nothing valid after it, is what a
+/// crash while appending leaves: the file ends inside a frame whose header holds (handled as
+/// `Incomplete`), or the damaged bytes end in zeros (sectors the crash left unwritten; a
+/// record is JSON text and never ends in a zero byte). Anything else — a flipped bit in a
+/// length, a checksum or a payload that ends in its closing brace — is corruption: named,
+/// never cut.
+pub fn looks_torn(rest: &[u8]) -> bool {
+    rest.last().is_none_or(|&b| b == 0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -142,13 +178,13 @@ mod tests {
             Parsed::Frame {
                 offset: 7,
                 payload: b"hello",
-                size: 21
+                size: 25
             }
         );
         assert!(matches!(parse_frame(&buf, 8), Parsed::Bad(_)));
         assert_eq!(
-            parse_frame(&buf[..20], 7),
-            Parsed::Incomplete { needed: Some(21) }
+            parse_frame(&buf[..24], 7),
+            Parsed::Incomplete { needed: Some(25) }
         );
         assert_eq!(
             parse_frame(&buf[..3], 7),
@@ -173,18 +209,34 @@ mod tests {
     }
 
     #[test]
+    fn every_flipped_bit_of_the_length_is_damage_not_a_short_file() {
+        let mut buf = Vec::new();
+        encode_frame(&mut buf, 3, br#"{"type":"clock.tick"}"#);
+        for bit in 0..32 {
+            let mut bad = buf.clone();
+            bad[bit / 8] ^= 1 << (bit % 8);
+            assert!(
+                matches!(parse_frame(&bad, 3), Parsed::Bad(_)),
+                "flip of length bit {bit} must be damage, not an incomplete frame"
+            );
+        }
+    }
+
+    #[test]
     fn finds_valid_frames_after_damage() {
         let mut buf = Vec::new();
         encode_frame(&mut buf, 0, b"first");
         encode_frame(&mut buf, 1, b"second");
         buf[3] = 0xff; // damage the first frame's length
         assert!(valid_frame_follows(&buf, 0));
-        assert!(!valid_frame_follows(&buf[..30], 0));
+        assert!(!valid_frame_follows(&buf[..34], 0));
     }
 
     #[test]
     fn segment_header_round_trip() {
         assert_eq!(parse_segment_header(&segment_header(42)), Ok(42));
-        assert!(parse_segment_header(b"LHCSEG02aaaaaaaa").is_err());
+        assert!(parse_segment_header(b"LHCSEG03aaaaaaaa").is_err());
+        let old = parse_segment_header(b"LHCSEG01aaaaaaaa").unwrap_err();
+        assert!(old.contains("format-1"), "{old}");
     }
 }

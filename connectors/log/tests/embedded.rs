@@ -48,9 +48,9 @@ fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
-/// Frame size of `record(i)`: 16-byte header plus payload.
+/// Frame size of `record(i)`: 20-byte header plus payload.
 fn frame(i: usize) -> u64 {
-    16 + record(i).len() as u64
+    20 + record(i).len() as u64
 }
 
 #[test]
@@ -119,7 +119,7 @@ fn crc_corruption_before_the_tail_is_an_error_naming_segment_and_offset() {
     write(tmp.path(), 5, 1 << 20);
     let seg = segment(tmp.path(), 0);
     let mut bytes = std::fs::read(&seg).unwrap();
-    let record2_payload = 16 + frame(0) + frame(1) + 16 + 10;
+    let record2_payload = 16 + frame(0) + frame(1) + 20 + 10;
     bytes[record2_payload as usize] ^= 0x20;
     std::fs::write(&seg, &bytes).unwrap();
 
@@ -156,8 +156,11 @@ fn crc_corruption_before_the_tail_is_an_error_naming_segment_and_offset() {
     );
 }
 
+/// A flipped bit in the last record is corruption, not a torn write: a crash leaves a frame
+/// the file ends inside, or unwritten (zero) bytes, never a whole frame ending in its
+/// closing brace. Nothing is cut; check, open and readers name segment and offset.
 #[test]
-fn corruption_of_the_last_record_is_cut_as_a_torn_tail_and_reported() {
+fn corruption_of_the_last_record_is_an_error_and_nothing_is_cut() {
     let tmp = tempfile::tempdir().unwrap();
     write(tmp.path(), 3, 1 << 20);
     let seg = segment(tmp.path(), 0);
@@ -165,11 +168,123 @@ fn corruption_of_the_last_record_is_cut_as_a_torn_tail_and_reported() {
     let n = bytes.len();
     bytes[n - 3] ^= 1;
     std::fs::write(&seg, &bytes).unwrap();
+    assert!(matches!(
+        check(tmp.path()),
+        Err(LogError::Corrupt { offset: 2, .. })
+    ));
+    match EmbeddedLog::open(tmp.path(), options(1 << 20)) {
+        Err(LogError::Corrupt {
+            offset: 2, detail, ..
+        }) => {
+            assert!(detail.contains("checksum"), "{detail}")
+        }
+        other => panic!("must refuse to append: {:?}", other.map(|_| ())),
+    }
+    assert_eq!(std::fs::read(&seg).unwrap(), bytes, "nothing cut");
+    let log = EmbeddedLog::open_read_only(tmp.path()).unwrap();
+    assert!(matches!(
+        read_all(&log),
+        Err(LogError::Corrupt { offset: 2, .. })
+    ));
+}
+
+/// Issue 15 (1): every bit of the length field of a record in the middle of the last
+/// segment, of the last record, and of a record in a closed segment: each flip is
+/// detected by check, by an appender (which refuses instead of cutting) and by a reader
+/// (which returns the records before it, then the error); no byte is ever cut.
+#[test]
+fn every_flipped_length_bit_is_detected_and_nothing_is_cut() {
+    let tmp = tempfile::tempdir().unwrap();
+    let original = tmp.path().join("original");
+    write(&original, 40, 512);
+    let bases = list_segments(&original).unwrap();
+    assert!(bases.len() > 3);
+    let last = *bases.last().unwrap();
+    let last_count = {
+        let log = EmbeddedLog::open_read_only(&original).unwrap();
+        read_all(&log).unwrap().len() as u64 - last
+    };
+    assert!(last_count >= 3, "the last segment holds a middle record");
+    // (segment base, offset of the damaged record)
+    let cases = [
+        (last, last + 1),              // in the middle of the last segment
+        (last, last + last_count - 1), // the last record
+        (bases[1], bases[1] + 1),      // a closed segment
+    ];
+    for (case, (base, target)) in cases.into_iter().enumerate() {
+        for bit in 0..32 {
+            let dir = tmp.path().join(format!("case-{case}-bit-{bit}"));
+            copy_dir(&original, &dir);
+            let seg = segment(&dir, base);
+            let mut bytes = std::fs::read(&seg).unwrap();
+            let position = 16 + (base..target).map(|i| frame(i as usize)).sum::<u64>() as usize;
+            bytes[position + bit / 8] ^= 1 << (bit % 8);
+            std::fs::write(&seg, &bytes).unwrap();
+            let what = format!("case {case}, bit {bit}");
+            assert!(
+                matches!(check(&dir), Err(LogError::Corrupt { offset, .. }) if offset == target),
+                "{what}: check must name offset {target}"
+            );
+            let reader_log = EmbeddedLog::open_read_only(&dir).unwrap();
+            match read_all(&reader_log) {
+                Err(LogError::Corrupt { offset, .. }) => assert_eq!(offset, target, "{what}"),
+                other => panic!("{what}: a reader must fail at {target}, got {other:?}"),
+            }
+            if base == last {
+                assert!(
+                    matches!(
+                        EmbeddedLog::open(&dir, options(512)),
+                        Err(LogError::Corrupt { .. })
+                    ),
+                    "{what}: an appender refuses a damaged tail"
+                );
+            }
+            assert_eq!(std::fs::read(&seg).unwrap(), bytes, "{what}: nothing cut");
+        }
+    }
+}
+
+/// Issue 15 (2): a follower waiting on an incomplete frame at the tail, while a writer cuts
+/// it as a torn tail and appends new records there, reads the new records, not a splice of
+/// stale and new bytes.
+#[test]
+fn a_follower_racing_a_cutting_writer_reads_the_new_records() {
+    use lhc_log::LogReader;
+    let tmp = tempfile::tempdir().unwrap();
+    write(tmp.path(), 3, 1 << 20);
+    let seg = segment(tmp.path(), 0);
+    // A torn write: a frame of a record that never finished.
+    let mut torn = Vec::new();
+    lhc_log::frame::encode_frame(&mut torn, 3, &record(99));
+    torn.truncate(torn.len() - 5);
+    let mut bytes = std::fs::read(&seg).unwrap();
+    bytes.extend_from_slice(&torn);
+    std::fs::write(&seg, &bytes).unwrap();
+    let mut reader = lhc_log::embedded::EmbeddedReader::new(tmp.path(), 0).unwrap();
+    for i in 0..3 {
+        assert_eq!(reader.next(Duration::ZERO).unwrap().unwrap().offset, i);
+    }
+    assert!(
+        reader.next(Duration::from_millis(5)).unwrap().is_none(),
+        "waits on the torn frame"
+    );
+    // A writer opens: it cuts the torn frame and appends records 3 and 4 in its place.
     let log = EmbeddedLog::open(tmp.path(), options(1 << 20)).unwrap();
-    let r = log.recovery().unwrap();
-    assert_eq!((r.offset, r.bytes_dropped), (2, frame(2)));
-    assert!(r.detail.contains("checksum"), "{}", r.detail);
-    assert_eq!(read_all(&log).unwrap().len(), 2);
+    assert!(log.recovery().is_some());
+    let r3 = record(3);
+    let r4 = record(4);
+    log.append(&[r3.as_slice(), r4.as_slice()]).unwrap();
+    let got3 = reader
+        .next(Duration::from_secs(2))
+        .unwrap()
+        .expect("record 3");
+    let got4 = reader
+        .next(Duration::from_secs(2))
+        .unwrap()
+        .expect("record 4");
+    assert_eq!((got3.offset, got3.bytes), (3, r3));
+    assert_eq!((got4.offset, got4.bytes), (4, r4));
+    assert_eq!(check(tmp.path()).unwrap().records, 5);
 }
 
 #[test]
@@ -325,7 +440,7 @@ mod properties {
             // Records in earlier segments, plus those of the last segment wholly before the cut.
             let mut boundaries = vec![16u64];
             for r in &records[last as usize..] {
-                boundaries.push(boundaries.last().unwrap() + 16 + r.len() as u64);
+                boundaries.push(boundaries.last().unwrap() + 20 + r.len() as u64);
             }
             let whole = boundaries.iter().filter(|&&b| b <= cut).count() - 1;
             prop_assert_eq!(read.len(), last as usize + whole);
