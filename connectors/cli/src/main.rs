@@ -103,6 +103,7 @@ fn main() -> ExitCode {
     let quiet = cli.quiet;
     // Printing commands end quietly when their reader goes away (`lhc log cat | head`).
     restore_default_sigpipe();
+    ignore_file_size_signal();
     let result = match cli.command {
         Command::Demo(args) => demo::run(args, quiet),
         Command::Log(command) => logcmd::run(command, quiet),
@@ -131,6 +132,16 @@ fn restore_default_sigpipe() {
     // SAFETY: setting a signal's disposition to its default has no preconditions.
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
+/// A file-size limit (`ulimit -f`) kills a process with SIGXFSZ by default, silently and
+/// mid-write; ignored, the write fails with EFBIG instead, which lhc reports like a full
+/// disk (an error naming the file, a node that says DOWN), never a record half kept.
+fn ignore_file_size_signal() {
+    // SAFETY: ignoring a signal has no preconditions.
+    unsafe {
+        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
     }
 }
 

@@ -52,6 +52,8 @@ pub struct Applied {
 pub(crate) struct Sink {
     log: Arc<dyn Log>,
     kafka: Option<Arc<KafkaLink>>,
+    /// Where a failing append is reported (probes say so while it lasts).
+    health: Arc<super::Health>,
     /// Local records Kafka does not hold yet, oldest first.
     backlog: VecDeque<Vec<u8>>,
     /// Last time publishing the backlog was tried.
@@ -64,10 +66,15 @@ const CHUNK: usize = 500;
 const RETRY: Duration = Duration::from_secs(1);
 
 impl Sink {
-    pub(crate) fn new(log: Arc<dyn Log>, kafka: Option<Arc<KafkaLink>>) -> Sink {
+    pub(crate) fn new(
+        log: Arc<dyn Log>,
+        kafka: Option<Arc<KafkaLink>>,
+        health: Arc<super::Health>,
+    ) -> Sink {
         Sink {
             log,
             kafka,
+            health,
             backlog: VecDeque::new(),
             last_try: None,
         }
@@ -85,7 +92,7 @@ impl Sink {
             let refs: Vec<&[u8]> = records.iter().map(Vec::as_slice).collect();
             let result = self.log.append(&refs).map_err(|e| e.to_string());
             let written = result.is_ok();
-            reply_all(result, replies, &*self.log);
+            reply_all(result, replies, &*self.log, &self.health);
             return written;
         };
         if self.backlog.is_empty() && link.up.load(Ordering::SeqCst) {
@@ -95,7 +102,7 @@ impl Sink {
                     if let Some(last) = offsets.last() {
                         link.end.fetch_max(last + 1, Ordering::SeqCst);
                     }
-                    reply_all(Ok(offsets), replies, &*self.log);
+                    reply_all(Ok(offsets), replies, &*self.log, &self.health);
                     return true;
                 }
                 Err(e) => {
@@ -170,7 +177,12 @@ fn reply_all(
     result: Result<Vec<u64>, String>,
     replies: Vec<oneshot::Sender<Result<u64, String>>>,
     log: &dyn Log,
+    health: &super::Health,
 ) {
+    match &result {
+        Ok(_) => health.append_ok(),
+        Err(e) => health.append_failed(format!("append to {} failed: {e}", log.describe())),
+    }
     match result {
         Ok(offsets) => {
             for (reply, offset) in replies.into_iter().zip(offsets) {

@@ -381,14 +381,18 @@ async fn adc_probe(State(shared): State<AppState>) -> Response {
             .into_response();
     };
     let c = &engine.connectors()[&me];
-    let down = if !c.started() {
+    let trouble = shared.health.trouble();
+    let down = if let Some((code, _)) = &trouble {
+        // A node that cannot decide says so, whatever its last state says.
+        Some(*code)
+    } else if !c.started() {
         Some("connector_stopped")
     } else if c.in_lhc() && !c.brokering {
         Some("not_elected")
     } else {
         None
     };
-    let body = json!({
+    let mut body = json!({
         "status": if down.is_some() { "DOWN" } else { "UP" },
         "reason": down,
         "site": shared.config.site,
@@ -396,6 +400,9 @@ async fn adc_probe(State(shared): State<AppState>) -> Response {
         "state": snake(&c.state),
         "elected": c.elected,
     });
+    if let Some((_, detail)) = trouble {
+        body["detail"] = json!(detail);
+    }
     let status = if down.is_some() {
         StatusCode::SERVICE_UNAVAILABLE
     } else {
@@ -424,8 +431,13 @@ async fn election(State(shared): State<AppState>) -> Result<Response, ApiError> 
 async fn healthz(State(shared): State<AppState>) -> Response {
     let applied = *shared.applied.borrow();
     let position = *shared.site_pos.borrow();
+    let trouble = shared.health.trouble();
     let mut body = json!({
-        "status": "ok",
+        "status": match &trouble {
+            Some(("node_failed", _)) => "failed",
+            Some(_) => "degraded",
+            None => "ok",
+        },
         "connector": shared.config.connector,
         "applied_offset": applied,
         "log": shared.log.describe(),
@@ -445,7 +457,14 @@ async fn healthz(State(shared): State<AppState>) -> Response {
         body["kafka_up"] = json!(link.up.load(Ordering::SeqCst));
         body["outbox"] = json!(link.outbox_len.load(Ordering::SeqCst));
     }
-    Json(body).into_response()
+    match trouble {
+        Some((code, detail)) => {
+            body["reason"] = json!(code);
+            body["detail"] = json!(detail);
+            (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response()
+        }
+        None => Json(body).into_response(),
+    }
 }
 
 /// End of the site log, asked when someone wants it (never below the fold's position):

@@ -216,6 +216,8 @@ pub(crate) struct Shared {
     pub waiters: Mutex<HashMap<String, oneshot::Sender<LaunchAnswer>>>,
     pub stats: Mutex<FoldStats>,
     pub stopping: AtomicBool,
+    /// Whether the node can decide (see [`Health`]).
+    pub health: Arc<Health>,
 }
 
 impl Shared {
@@ -225,6 +227,89 @@ impl Shared {
             .site()
             .connector_id(&self.config.connector)
             .map(str::to_string)
+    }
+}
+
+/// How long a node whose fold or committer died keeps answering probes with the reason
+/// before it exits non-zero (so a load balancer and a person both see why; a supervisor
+/// then restarts it from its last commit).
+pub const FAILED_LINGER: Duration = Duration::from_secs(3);
+
+/// Whether the node can decide. A dead fold or committer (say, its data disk filled) is
+/// fatal: every probe says so, the reason is logged, and the node exits non-zero after
+/// [`FAILED_LINGER`]. A failing log append is reported on the probes while it lasts and
+/// clears by itself at the next append that succeeds (space freed).
+#[derive(Default)]
+pub(crate) struct Health {
+    fatal: Mutex<Option<String>>,
+    append_error: Mutex<Option<String>>,
+    failed: tokio::sync::Notify,
+}
+
+impl Health {
+    /// The node cannot decide any more: the first reason is kept, logged and announced.
+    pub fn fail(&self, reason: String) {
+        let mut fatal = self.fatal.lock().expect("health");
+        if fatal.is_none() {
+            tracing::error!(
+                "{reason}; this node cannot decide any more: its probes say DOWN and it exits \
+                 in {} s so a supervisor can restart it from its last commit",
+                FAILED_LINGER.as_secs()
+            );
+            *fatal = Some(reason);
+            self.failed.notify_one();
+        }
+    }
+
+    /// Why the node failed, if it did.
+    pub fn fatal(&self) -> Option<String> {
+        self.fatal.lock().expect("health").clone()
+    }
+
+    /// An append to the site log failed (logged once per change of error).
+    pub fn append_failed(&self, error: String) {
+        let mut slot = self.append_error.lock().expect("health");
+        if slot.as_deref() != Some(error.as_str()) {
+            tracing::error!("{error}; probes say DOWN until an append succeeds");
+            *slot = Some(error);
+        }
+    }
+
+    /// An append succeeded: a failure reported before is over.
+    pub fn append_ok(&self) {
+        let mut slot = self.append_error.lock().expect("health");
+        if let Some(error) = slot.take() {
+            tracing::info!("appends succeed again (after: {error})");
+        }
+    }
+
+    /// What keeps the node from deciding now: (reason code, detail).
+    pub fn trouble(&self) -> Option<(&'static str, String)> {
+        if let Some(reason) = self.fatal() {
+            return Some(("node_failed", reason));
+        }
+        self.append_error
+            .lock()
+            .expect("health")
+            .clone()
+            .map(|e| ("log_unwritable", e))
+    }
+}
+
+/// Marks the node failed if the fold thread ends while the node is not stopping, whether it
+/// returned an error or panicked (the guard's drop runs during unwinding too).
+struct FoldGuard(Arc<Shared>);
+
+impl Drop for FoldGuard {
+    fn drop(&mut self) {
+        if !self.0.stopping.load(Ordering::SeqCst) {
+            let reason = if std::thread::panicking() {
+                "the fold thread panicked".to_string()
+            } else {
+                "the fold thread stopped".to_string()
+            };
+            self.0.health.fail(reason);
+        }
     }
 }
 
@@ -287,8 +372,9 @@ pub async fn run(
             (k as Arc<dyn Log>, Some(link), Some(rx))
         }
     };
+    let health = Arc::new(Health::default());
     let appender = Appender::start(
-        appender::Sink::new(log.clone(), kafka.clone()),
+        appender::Sink::new(log.clone(), kafka.clone(), health.clone()),
         last_ts.clone(),
         bell.clone(),
         record_waiters.clone(),
@@ -319,6 +405,7 @@ pub async fn run(
         waiters: Mutex::new(HashMap::new()),
         stats: Mutex::new(FoldStats::default()),
         stopping: AtomicBool::new(false),
+        health: health.clone(),
     });
 
     let publisher = publish::Publisher::open(outputs, &shared.config.connector)?;
@@ -328,7 +415,17 @@ pub async fn run(
     let fold_shared = shared.clone();
     let fold_thread = std::thread::Builder::new()
         .name("lhc-fold".into())
-        .spawn(move || fold::fold_loop(&fold_shared, folder, committed, local_rx))
+        .spawn(move || {
+            let guard = FoldGuard(fold_shared.clone());
+            let result = fold::fold_loop(&fold_shared, folder, committed, local_rx);
+            if let Err(e) = &result {
+                if !fold_shared.stopping.load(Ordering::SeqCst) {
+                    fold_shared.health.fail(format!("the fold stopped: {e}"));
+                }
+            }
+            drop(guard);
+            result
+        })
         .map_err(|e| RunError::Fold(e.to_string()))?;
 
     // Catch up before serving, so the first answers come from current state.
@@ -373,6 +470,15 @@ pub async fn run(
 
     let observers = observe::spawn(shared.clone());
     let app = http::router(shared.clone());
+    // Stop on the caller's signal, or shortly after the node failed (it cannot decide: a
+    // supervisor restarts it from its last commit).
+    let failed = health.clone();
+    let shutdown = async move {
+        tokio::select! {
+            _ = shutdown => {}
+            _ = failed.failed.notified() => tokio::time::sleep(FAILED_LINGER).await,
+        }
+    };
     let server = axum::serve(listener, app).with_graceful_shutdown(shutdown);
     let served = server.await;
     for task in observers {
@@ -390,6 +496,9 @@ pub async fn run(
         Ok(Ok(())) => {}
         Ok(Err(e)) => return Err(RunError::Fold(e.to_string())),
         Err(_) => return Err(RunError::Fold("the fold thread panicked".into())),
+    }
+    if let Some(reason) = health.fatal() {
+        return Err(RunError::Fold(reason));
     }
     served.map_err(|source| RunError::Listen {
         addr: shared.config.listen,
