@@ -173,3 +173,79 @@ fn a_node_whose_data_disk_fills_says_so_on_every_probe_and_exits_non_zero() {
     assert!(child.wait().unwrap().success());
     drop(disk);
 }
+
+/// Item 5, "concurrent identical admin commands get 503 although they were applied": the
+/// same command sent many times at once is stamped alike within one batch, so the records
+/// are byte-identical; each request must still be told it was applied.
+#[test]
+fn concurrent_identical_admin_commands_are_all_answered_applied() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("log");
+    let imported = lhc()
+        .args(["log", "import"])
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../docs/examples/site-outage.jsonl"
+        ))
+        .arg("--log")
+        .arg(&log)
+        .output()
+        .unwrap();
+    assert!(imported.status.success(), "{imported:?}");
+    let token = tmp.path().join("token");
+    std::fs::write(&token, "t0ken\n").unwrap();
+    let port = free_port();
+    let mut child = lhc()
+        .args([
+            "connector",
+            "run",
+            "--connector",
+            "ddc1.corp.example",
+            "--listen",
+        ])
+        .arg(format!("127.0.0.1:{port}"))
+        .args([
+            "--cloud-url",
+            "http://127.0.0.1:9/",
+            "--fsync",
+            "never",
+            "--log",
+        ])
+        .arg(&log)
+        .arg("--data")
+        .arg(tmp.path().join("node"))
+        .arg("--admin-token-file")
+        .arg(&token)
+        .env("RUST_LOG", "error")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_until("the node serves", Duration::from_secs(30), || {
+        http(port, "GET", "/healthz", None, None).is_some_and(|(s, _)| s == 200)
+    });
+    for round in 0..5 {
+        let answers: Vec<_> = (0..16)
+            .map(|_| {
+                std::thread::spawn(move || {
+                    http(
+                        port,
+                        "POST",
+                        "/admin/css-trace",
+                        Some(r#"{"on":true}"#),
+                        Some("t0ken"),
+                    )
+                })
+            })
+            .collect::<Vec<_>>()
+            .into_iter()
+            .map(|t| t.join().unwrap())
+            .collect();
+        for answer in answers {
+            let (status, body) = answer.expect("answered");
+            assert_eq!(status, 200, "round {round}: {body}");
+        }
+    }
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert!(child.wait().unwrap().success());
+}

@@ -330,7 +330,13 @@ fn write(sink: &mut Sink, last_ts: &AtomicI64, waiters: &RecordWaiters, batch: V
         if let Some(applied) = job.applied {
             // Registered before the write, so the fold cannot apply it unnoticed.
             let hash = record_hash(&bytes);
-            waiters.map.lock().expect("waiters").insert(hash, applied);
+            waiters
+                .map
+                .lock()
+                .expect("waiters")
+                .entry(hash)
+                .or_default()
+                .push_back(applied);
             waiters.count.fetch_add(1, Ordering::SeqCst);
             registered.push(hash);
         }
@@ -341,8 +347,14 @@ fn write(sink: &mut Sink, last_ts: &AtomicI64, waiters: &RecordWaiters, batch: V
         // Never written: nobody will apply these, so stop waiting for them.
         let mut map = waiters.map.lock().expect("waiters");
         for hash in registered {
-            if map.remove(&hash).is_some() {
-                waiters.count.fetch_sub(1, Ordering::SeqCst);
+            // The newest waiter of that hash is this batch's (registered just above).
+            if let Some(queue) = map.get_mut(&hash) {
+                if queue.pop_back().is_some() {
+                    waiters.count.fetch_sub(1, Ordering::SeqCst);
+                }
+                if queue.is_empty() {
+                    map.remove(&hash);
+                }
             }
         }
     }

@@ -264,12 +264,16 @@ fn apply_entry(
     drop(stats);
     if shared.record_waiters.count.load(Ordering::SeqCst) > 0 {
         let hash = hash.unwrap_or_else(|| record_hash(bytes));
-        let waiter = shared
-            .record_waiters
-            .map
-            .lock()
-            .expect("waiters")
-            .remove(&hash);
+        // Identical records (the same admin command twice in one millisecond) queue their
+        // waiters under one hash: each application answers the oldest.
+        let waiter = {
+            let mut map = shared.record_waiters.map.lock().expect("waiters");
+            let waiter = map.get_mut(&hash).and_then(|queue| queue.pop_front());
+            if map.get(&hash).is_some_and(|queue| queue.is_empty()) {
+                map.remove(&hash);
+            }
+            waiter
+        };
         if let Some(waiter) = waiter {
             shared.record_waiters.count.fetch_sub(1, Ordering::SeqCst);
             let _ = waiter.send(Applied {

@@ -178,7 +178,9 @@ pub(crate) struct KafkaLink {
 #[derive(Default)]
 pub(crate) struct RecordWaiters {
     pub count: AtomicUsize,
-    pub map: Mutex<HashMap<[u8; 16], oneshot::Sender<Applied>>>,
+    /// Waiters by record hash, oldest first: identical records must not overwrite each
+    /// other's waiter (each would otherwise be told "not applied" although it was).
+    pub map: Mutex<HashMap<[u8; 16], std::collections::VecDeque<oneshot::Sender<Applied>>>>,
 }
 
 /// Milliseconds since the Unix epoch by the wall clock (the only clock the daemon reads;
