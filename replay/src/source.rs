@@ -1,7 +1,7 @@
 //! Record sources for replay and reports.
 
 use std::fs::File;
-use std::io::{BufRead, BufReader};
+use std::io::BufReader;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{sync_channel, Receiver};
 use std::time::Duration;
@@ -94,7 +94,7 @@ enum Inner {
     /// Offset = 0-based index among the file's non-blank lines, as `lhc log import` into an
     /// empty log would assign.
     Jsonl {
-        lines: std::io::Lines<BufReader<File>>,
+        lines: lhc_log::jsonl::JsonlLines<BufReader<File>>,
         path: PathBuf,
         next: u64,
     },
@@ -126,7 +126,7 @@ impl Source {
         })?;
         Ok(Source::idle(
             Inner::Jsonl {
-                lines: BufReader::with_capacity(1 << 20, file).lines(),
+                lines: lhc_log::jsonl::JsonlLines::new(BufReader::with_capacity(1 << 20, file)),
                 path: path.to_path_buf(),
                 next: 0,
             },
@@ -254,24 +254,21 @@ impl Reader {
 
     fn read_entry(&mut self) -> Result<Option<LogEntry>, SourceError> {
         match &mut self.inner {
-            Inner::Jsonl { lines, path, next } => loop {
-                match lines.next() {
-                    None => return Ok(None),
-                    Some(Err(source)) => {
-                        return Err(SourceError::Io {
-                            path: path.clone(),
-                            source,
-                        })
-                    }
-                    Some(Ok(line)) if line.trim().is_empty() => continue,
-                    Some(Ok(line)) => {
-                        let offset = *next;
-                        *next += 1;
-                        return Ok(Some(LogEntry {
-                            offset,
-                            bytes: line.into_bytes(),
-                        }));
-                    }
+            Inner::Jsonl { lines, path, next } => match lines.next() {
+                None => Ok(None),
+                Some(Err(source)) => Err(SourceError::Io {
+                    path: path.clone(),
+                    source,
+                }),
+                Some(Ok((_, line))) => {
+                    // Offsets count non-blank lines (as an import into an empty log would);
+                    // invalid UTF-8 is left to the decoder: a quarantine there.
+                    let offset = *next;
+                    *next += 1;
+                    Ok(Some(LogEntry {
+                        offset,
+                        bytes: line,
+                    }))
                 }
             },
             Inner::Log { reader, .. } => Ok(reader.next(Duration::ZERO)?),

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::{BufRead, BufReader, BufWriter, Read, Write};
+use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -10,7 +10,8 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use clap::Subcommand;
 use lhc_engine::{decode_record, decode_record_at, Ts};
-use lhc_log::validate::{validate, Rejected};
+use lhc_log::jsonl::JsonlLines;
+use lhc_log::validate::{validate, validate_one, Rejected};
 use serde::Serialize;
 
 use crate::progress;
@@ -120,22 +121,13 @@ pub fn run(command: LogCommand, quiet: bool) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// Non-blank lines of a JSONL file with their 1-based line numbers.
-fn lines(path: &Path) -> anyhow::Result<impl Iterator<Item = anyhow::Result<(usize, String)>>> {
+/// Non-blank lines of a JSONL file, as bytes, with their 1-based line numbers (blank and
+/// line numbers as `lhc_log::jsonl` defines them, so a replay of the file agrees).
+fn lines(path: &Path) -> anyhow::Result<impl Iterator<Item = anyhow::Result<(usize, Vec<u8>)>>> {
     let file = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
     let path = path.to_path_buf();
-    Ok(BufReader::with_capacity(1 << 20, file)
-        .lines()
-        .enumerate()
-        .filter_map(move |(i, line)| match line {
-            Ok(l) if l.trim().is_empty() => None,
-            Ok(l) => Some(Ok((i + 1, l))),
-            Err(e) => Some(Err(anyhow::Error::new(e).context(format!(
-                "reading {} line {}",
-                path.display(),
-                i + 1
-            )))),
-        }))
+    Ok(JsonlLines::new(BufReader::with_capacity(1 << 20, file))
+        .map(move |line| line.with_context(|| format!("reading {}", path.display()))))
 }
 
 /// A rejected line as written to the rejects file.
@@ -163,13 +155,13 @@ fn import(
         let (number, line) = item?;
         total += 1;
         scan.inc(1);
-        if let Err(error) = decode_record(line.as_bytes()) {
+        if let Err(error) = validate_one(&line) {
             bad.push((
                 Rejected {
                     line: number,
                     error,
                 },
-                line,
+                String::from_utf8_lossy(&line).into_owned(),
             ));
         }
     }
@@ -217,22 +209,39 @@ fn import(
         );
     }
 
-    // Pass 2: append the valid lines in batches.
+    // Pass 2: append the valid lines in batches. Each line is validated again as it is
+    // read, so a file changed since pass 1 cannot slip an unvalidated record in; each batch
+    // is all or nothing (the log rolls a failed batch back), and a failure says exactly
+    // what was appended before it.
     let log = target.open_for_append()?;
     let bar = progress::bar(Some(total - bad.len() as u64), "appending", quiet);
     let skip: std::collections::BTreeSet<usize> = bad.iter().map(|(r, _)| r.line).collect();
-    let mut batch: Vec<String> = Vec::with_capacity(IMPORT_BATCH);
+    let mut batch: Vec<Vec<u8>> = Vec::with_capacity(IMPORT_BATCH);
+    let mut batch_line = 0usize;
     let mut first = None;
     let mut last = None;
     let mut appended = 0u64;
-    let mut flush = |batch: &mut Vec<String>| -> anyhow::Result<()> {
+    let describe = log.describe();
+    let done_so_far = |appended: u64, first: Option<u64>, last: Option<u64>| match (first, last) {
+        (Some(a), Some(b)) => {
+            format!("{appended} record(s) were appended before it, at offsets {a}..={b}")
+        }
+        _ => "nothing was appended".to_string(),
+    };
+    let mut flush = |batch: &mut Vec<Vec<u8>>, from_line: usize| -> anyhow::Result<()> {
         if batch.is_empty() {
             return Ok(());
         }
-        let refs: Vec<&[u8]> = batch.iter().map(|l| l.as_bytes()).collect();
-        let offsets = log
-            .append(&refs)
-            .with_context(|| format!("appending to {}", log.describe()))?;
+        let refs: Vec<&[u8]> = batch.iter().map(Vec::as_slice).collect();
+        let offsets = log.append(&refs).map_err(|e| {
+            anyhow::anyhow!(
+                "appending to {describe} failed: {e}; {} — lines {from_line} on of {} were \
+                 not, and no part of the failed batch was kept: fix the cause and import \
+                 those lines",
+                done_so_far(appended, first, last),
+                file.display()
+            )
+        })?;
         first = first.or(offsets.first().copied());
         last = offsets.last().copied().or(last);
         appended += offsets.len() as u64;
@@ -240,17 +249,39 @@ fn import(
         batch.clear();
         Ok(())
     };
+    let mut seen = 0u64;
     for item in lines(file)? {
         let (number, line) = item?;
+        seen += 1;
         if skip.contains(&number) {
             continue;
         }
+        if let Err(error) = validate_one(&line) {
+            flush(&mut batch, batch_line)?;
+            bail!(
+                "{} changed while it was imported: line {number} is no longer valid ({error}); \
+                 {}; import a file nothing writes to",
+                file.display(),
+                done_so_far(appended, first, last)
+            );
+        }
+        if batch.is_empty() {
+            batch_line = number;
+        }
         batch.push(line);
         if batch.len() == IMPORT_BATCH {
-            flush(&mut batch)?;
+            flush(&mut batch, batch_line)?;
         }
     }
-    flush(&mut batch)?;
+    flush(&mut batch, batch_line)?;
+    if seen != total {
+        bail!(
+            "{} changed while it was imported: {seen} record line(s) now, {total} when it was \
+             validated; {}",
+            file.display(),
+            done_so_far(appended, first, last)
+        );
+    }
     bar.finish_and_clear();
     if !quiet {
         match (first, last) {
@@ -267,16 +298,22 @@ fn import(
 }
 
 fn append_stdin(target: &LogArgs, quiet: bool) -> anyhow::Result<ExitCode> {
-    let mut text = String::new();
+    let mut input = Vec::new();
     std::io::stdin()
-        .read_to_string(&mut text)
+        .read_to_end(&mut input)
         .context("reading records from stdin")?;
-    let records: Vec<&[u8]> = text
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(str::as_bytes)
+    let numbered: Vec<(usize, Vec<u8>)> = JsonlLines::new(input.as_slice())
+        .collect::<Result<_, _>>()
+        .context("reading records from stdin")?;
+    let records: Vec<&[u8]> = numbered.iter().map(|(_, l)| l.as_slice()).collect();
+    // Rejections name the input line (blank lines counted), not the record's index.
+    let rejected: Vec<Rejected> = validate(&records)
+        .into_iter()
+        .map(|r| Rejected {
+            line: numbered[r.line - 1].0,
+            error: r.error,
+        })
         .collect();
-    let rejected = validate(&records);
     if !rejected.is_empty() {
         for r in &rejected {
             eprintln!("stdin:{r}");

@@ -249,3 +249,211 @@ fn concurrent_identical_admin_commands_are_all_answered_applied() {
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     assert!(child.wait().unwrap().success());
 }
+
+fn tick(i: usize) -> String {
+    format!(
+        r#"{{"ts":"2026-01-05T09:00:00.000Z","type":"clock.tick"}}{}"#,
+        " ".repeat(i % 7)
+    )
+}
+
+/// Item 4, "appends are not all-or-nothing": a full disk during `log import` keeps whole
+/// batches only (the failed one is rolled back), says how many records were appended and
+/// at which offsets, and leaves a log that `log check` finds whole; `log append` on the
+/// full disk appends nothing of its batch.
+#[test]
+fn a_full_disk_keeps_whole_batches_and_the_import_says_what_it_appended() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(disk) = Tmpfs::mount(&tmp.path().join("disk"), 2) else {
+        eprintln!("skipped: mounting a tmpfs needs root (CI runs as root)");
+        return;
+    };
+    let log = disk.0.join("log");
+    let input = tmp.path().join("big.jsonl");
+    let lines: Vec<String> = (0..60_000).map(tick).collect();
+    std::fs::write(&input, lines.join("\n") + "\n").unwrap();
+    let out = lhc()
+        .args(["log", "import"])
+        .arg(&input)
+        .arg("--log")
+        .arg(&log)
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "the disk cannot hold it all");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let appended: u64 = stderr
+        .split(" record(s) were appended before it")
+        .next()
+        .and_then(|head| head.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("the error says how many were appended: {stderr}"));
+    assert!(appended > 0 && appended < 60_000, "{stderr}");
+    assert!(
+        stderr.contains("no part of the failed batch was kept"),
+        "{stderr}"
+    );
+    // The log holds exactly that many records, whole, and nothing of the failed batch.
+    let check = lhc()
+        .args(["log", "check", "--log"])
+        .arg(&log)
+        .output()
+        .unwrap();
+    assert!(check.status.success(), "{check:?}");
+    let cat = lhc()
+        .args(["log", "cat", "--log"])
+        .arg(&log)
+        .output()
+        .unwrap();
+    assert!(cat.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&cat.stdout).lines().count() as u64,
+        appended
+    );
+    // `log append` of a batch that does not fit appends none of it.
+    let batch: String = (0..5_000).map(|i| tick(i) + "\n").collect();
+    let mut child = lhc()
+        .args(["log", "append", "--log"])
+        .arg(&log)
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(batch.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(!out.status.success());
+    let cat = lhc()
+        .args(["log", "cat", "--log"])
+        .arg(&log)
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&cat.stdout).lines().count() as u64,
+        appended,
+        "a failed append keeps nothing of its batch"
+    );
+    drop(disk);
+}
+
+/// Item 4: a record over 64 MiB anywhere in the input is refused before anything is
+/// appended (before, 4,096 records went in first).
+#[test]
+fn an_oversized_record_is_refused_before_anything_is_appended() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("in.jsonl");
+    let mut text: String = (0..5_000).map(|i| tick(i) + "\n").collect();
+    let huge = format!(
+        r#"{{"ts":"2026-01-05T09:00:00.000Z","type":"clock.tick","x":"{}"}}"#,
+        "a".repeat(65 << 20)
+    );
+    text.push_str(&huge);
+    text.push('\n');
+    std::fs::write(&input, text).unwrap();
+    let log = tmp.path().join("log");
+    let out = lhc()
+        .args(["log", "import"])
+        .arg(&input)
+        .arg("--log")
+        .arg(&log)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("5001") && stderr.contains("64 MiB"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("nothing appended"), "{stderr}");
+    let empty = !log.exists()
+        || lhc()
+            .args(["log", "cat", "--log"])
+            .arg(&log)
+            .output()
+            .unwrap()
+            .stdout
+            .is_empty();
+    assert!(empty, "nothing appended");
+}
+
+/// Item 8: invalid UTF-8 is one bad record, not the end of the command: `--skip-invalid`
+/// rejects that line and imports the rest; a replay of the file quarantines it where it
+/// lies. Item 8 and 9: a line of NBSP is a record (rejected), and `log append` numbers
+/// rejections by input line, blank lines counted.
+#[test]
+fn invalid_utf8_and_odd_whitespace_are_rejected_where_they_lie() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("in.jsonl");
+    let mut bytes = Vec::new();
+    bytes.extend_from_slice(tick(0).as_bytes());
+    bytes.extend_from_slice(
+        b"\n{\"ts\":\"2026-01-05T09:00:00.000Z\",\"type\":\"clock.tick\xff\"}\n",
+    );
+    bytes.extend_from_slice("\u{a0}\u{a0}\n".as_bytes());
+    bytes.extend_from_slice(b"\n");
+    bytes.extend_from_slice(tick(1).as_bytes());
+    bytes.push(b'\n');
+    std::fs::write(&input, &bytes).unwrap();
+    let log = tmp.path().join("log");
+    let out = lhc()
+        .args(["log", "import", "--skip-invalid"])
+        .arg(&input)
+        .arg("--log")
+        .arg(&log)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let rejects = std::fs::read_to_string(tmp.path().join("in.jsonl.rejects.jsonl")).unwrap();
+    let lines: Vec<u64> = rejects
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["line"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(
+        lines,
+        vec![2, 3],
+        "the invalid UTF-8 line and the NBSP line: {rejects}"
+    );
+    let cat = lhc()
+        .args(["log", "cat", "--log"])
+        .arg(&log)
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&cat.stdout).lines().count(), 2);
+    // A replay of the file itself quarantines both at their offsets (1 and 2).
+    let replay = lhc().arg("replay").arg(&input).output().unwrap();
+    assert!(replay.status.success(), "{replay:?}");
+    let quarantined: Vec<u64> = String::from_utf8_lossy(&replay.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|o| o["type"] == "quarantine")
+        .map(|o| o["offset"].as_u64().unwrap())
+        .collect();
+    assert_eq!(quarantined, vec![1, 2]);
+    // `log append` names the input line, blank lines counted.
+    let mut child = lhc()
+        .args(["log", "append", "--log"])
+        .arg(&log)
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(format!("\n\n{}\nnot json\n", tick(2)).as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("stdin:line 4"), "{stderr}");
+}

@@ -711,9 +711,50 @@ impl Writer {
         self.dirty_since = None;
     }
 
-    /// Writes records at the tail; must hold the lock.
+    /// Writes records at the tail, all or nothing: a batch that fails part way (a full
+    /// disk, a file-size limit) is rolled back to where it started, across a segment roll
+    /// too, so no prefix of it stays behind (R-LOG-3). Must hold the lock.
     fn write(&mut self, records: &[&[u8]]) -> Result<Vec<u64>, LogError> {
         self.refresh()?;
+        let active = self.active.as_ref().expect("refresh sets it");
+        let start = (active.base, active.len);
+        let index_file = index_path(&self.dir, active.base);
+        let index_len = std::fs::metadata(&index_file).map_or(0, |m| m.len());
+        match self.write_batch(records) {
+            Ok(offsets) => Ok(offsets),
+            Err(e) => {
+                if let Err(undo) = self.roll_back(start, index_len) {
+                    tracing::error!("rolling back a failed append failed too: {undo}");
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Removes what a failed batch wrote: segments it created, and the bytes and index
+    /// entries it added to the segment it started in.
+    fn roll_back(&mut self, (base, len): (u64, u64), index_len: u64) -> Result<(), LogError> {
+        self.active = None; // the next append re-reads the tail from disk
+        for later in list_segments(&self.dir)?.into_iter().filter(|&b| b > base) {
+            let path = segment_path(&self.dir, later);
+            std::fs::remove_file(&path).map_err(|e| LogError::io(&path, e))?;
+            let _ = std::fs::remove_file(index_path(&self.dir, later));
+        }
+        let path = segment_path(&self.dir, base);
+        let file = OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .map_err(|e| LogError::io(&path, e))?;
+        file.set_len(len).map_err(|e| LogError::io(&path, e))?;
+        file.sync_all().map_err(|e| LogError::io(&path, e))?;
+        let index = index_path(&self.dir, base);
+        if let Ok(f) = OpenOptions::new().write(true).open(&index) {
+            f.set_len(index_len).map_err(|e| LogError::io(&index, e))?;
+        }
+        Ok(())
+    }
+
+    fn write_batch(&mut self, records: &[&[u8]]) -> Result<Vec<u64>, LogError> {
         let mut offsets = Vec::with_capacity(records.len());
         let mut pending = Pending::default();
         for record in records {

@@ -15,6 +15,7 @@ use std::time::Duration;
 
 pub mod embedded;
 pub mod frame;
+pub mod jsonl;
 pub mod kafka;
 pub mod validate;
 

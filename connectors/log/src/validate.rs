@@ -1,6 +1,7 @@
 //! Validation at append time (R-LOG-3): nothing that fails the record contract enters the
 //! log through lhc. A batch is all or nothing.
 
+use lhc_engine::decode::DecodeErrorKind;
 use lhc_engine::{decode_record, DecodeError};
 
 use crate::{Log, LogError};
@@ -31,13 +32,32 @@ pub enum AppendError {
     Log(#[from] LogError),
 }
 
-/// Checks each record against the contract; returns every failure.
+/// Checks one record against the contract, size included (a record over
+/// [`crate::MAX_RECORD_BYTES`] is refused here, before anything of its batch is written).
+pub fn validate_one(bytes: &[u8]) -> Result<(), DecodeError> {
+    if bytes.len() > crate::MAX_RECORD_BYTES {
+        return Err(DecodeError {
+            offset: None,
+            path: String::new(),
+            kind: DecodeErrorKind::BadValue,
+            detail: format!(
+                "the record is {} bytes; one record may hold at most {} (64 MiB)",
+                bytes.len(),
+                crate::MAX_RECORD_BYTES
+            ),
+        });
+    }
+    decode_record(bytes).map(|_| ())
+}
+
+/// Checks each record against the contract; returns every failure, numbered 1.. in
+/// `records` order.
 pub fn validate(records: &[&[u8]]) -> Vec<Rejected> {
     records
         .iter()
         .enumerate()
         .filter_map(|(i, bytes)| {
-            decode_record(bytes)
+            validate_one(bytes)
                 .err()
                 .map(|error| Rejected { line: i + 1, error })
         })
