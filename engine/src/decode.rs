@@ -116,7 +116,13 @@ pub fn decode_record(bytes: &[u8]) -> Result<Record, DecodeError> {
         return Ok(record);
     }
     match serde_json::from_slice::<Record>(bytes) {
-        Ok(record) => Ok(record),
+        // serde's derived enums also take a variant's index for its name (`"op":0`,
+        // `"kind":1`, `"type":2`), which the published schema refuses: the walk that
+        // locates errors requires string tags, so the general way is checked by it too.
+        Ok(record) => match explain(bytes) {
+            Some(error) => Err(error),
+            None => Ok(record),
+        },
         Err(fast) => Err(explain(bytes)
             .unwrap_or_else(|| DecodeError::new("", DecodeErrorKind::BadValue, fast.to_string()))),
     }

@@ -1278,10 +1278,17 @@ impl Engine {
                 None => machines.entry(hb.machine.as_str().into()).or_default(),
             };
             // Deleted from the configuration while registered with a broker: the broker
-            // still holds it, so its session count follows.
-            let (before, after) = (runtime.sessions.len(), hb.sessions.len());
+            // still holds it, so its session count follows. Held by nobody, its sessions are
+            // not kept: what a VDA unknown to the site can cost is bounded (its refusal),
+            // whatever it reports.
+            let reported = if runtime.registrar == Registrar::None {
+                Vec::new()
+            } else {
+                hb.sessions
+            };
+            let (before, after) = (runtime.sessions.len(), reported.len());
             follow_sessions(connectors, &runtime.registrar, before, after);
-            let old = std::mem::replace(&mut runtime.sessions, hb.sessions);
+            let old = std::mem::replace(&mut runtime.sessions, reported);
             runtime.resolved = Some((site.version, None));
             refuse(
                 runtime,
@@ -1424,11 +1431,20 @@ impl Engine {
     }
 
     fn session_event(&mut self, ev: &SessionEvent, ts: Ts, out: &mut Vec<Output>) {
+        let configured = self.site.machine_id(&ev.machine).is_some();
         let machine = self
             .site
             .machine_id(&ev.machine)
             .unwrap_or(&ev.machine)
             .to_string();
+        let held = self
+            .machines
+            .get(machine.as_str())
+            .is_some_and(|r| r.registrar != Registrar::None);
+        if !configured && !held {
+            // A machine the site does not know and nobody holds: nothing to keep.
+            return;
+        }
         let runtime = self.machines.entry(machine.as_str().into()).or_default();
         let old = runtime.sessions.clone();
         let existing = runtime.sessions.iter().position(|s| s.id == ev.session);

@@ -22,12 +22,42 @@ pub struct SchemaFile {
 }
 
 fn file<T: JsonSchema>(path: &str) -> SchemaFile {
-    let schema: Schema = schema_for!(T);
+    let mut schema: Schema = schema_for!(T);
+    close_upsert_ops(&mut schema);
     let mut text = serde_json::to_string_pretty(&schema).expect("schemas serialize");
     text.push('\n');
     SchemaFile {
         path: path.to_string(),
         text,
+    }
+}
+
+/// An upsert op is tagged twice (`op`, then `kind`), and schemars describes the `kind`
+/// variants without the outer `op` property, so it cannot close them: the published schema
+/// then allowed keys that lhc rejects. Each variant gets the `op` property and
+/// `additionalProperties: false`, so the schema and the decoder agree in both directions.
+fn close_upsert_ops(schema: &mut Schema) {
+    let Some(variants) = schema
+        .pointer_mut("/$defs/ConfigOp/oneOf")
+        .and_then(|v| v.as_array_mut())
+    else {
+        return;
+    };
+    for variant in variants {
+        let Some(op) = variant.pointer("/properties/op").cloned() else {
+            continue;
+        };
+        let Some(kinds) = variant.get_mut("oneOf").and_then(|v| v.as_array_mut()) else {
+            continue;
+        };
+        for kind in kinds {
+            if let Some(properties) = kind.get_mut("properties").and_then(|p| p.as_object_mut()) {
+                properties.insert("op".to_string(), op.clone());
+            }
+            if let Some(object) = kind.as_object_mut() {
+                object.insert("additionalProperties".to_string(), false.into());
+            }
+        }
     }
 }
 

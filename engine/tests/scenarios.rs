@@ -1764,3 +1764,52 @@ fn r_launch_6_reuse_flag_is_resolved_when_the_group_is_written() {
         "an explicit value is kept when omitted later"
     );
 }
+
+/// Issue 15 (6): a VDA the site does not know costs its refusal, not its sessions: 2,000
+/// heartbeats of unknown machines reporting 50 sessions each keep no session in the state.
+#[test]
+fn unknown_machines_keep_no_sessions() {
+    let mut engine = Engine::new();
+    let mut out = Vec::new();
+    let config = format!(
+        r#"{{"ts":"{}","type":"config.change","version":1,"ops":[{{"op":"upsert","kind":"site","id":"site"}},{{"op":"upsert","kind":"zone","id":"z1","data":{{"name":"z"}}}},{{"op":"upsert","kind":"connector","id":"{A}","data":{{"zone":"z1"}}}}]}}"#,
+        at(0.0)
+    );
+    engine.apply(
+        0,
+        lhc_engine::decode_record_at(config.as_bytes(), 0),
+        &mut out,
+    );
+    let before = serde_json::to_vec(&engine).unwrap().len();
+    let sessions: Vec<String> = (0..50)
+        .map(|s| format!(r#"{{"id":"s{s}","user":"user-{s}","state":"active"}}"#))
+        .collect();
+    for i in 0..2000u64 {
+        let line = format!(
+            r#"{{"ts":"{}","type":"vda.heartbeat","machine":"rogue-{i}.example","sessions":[{}]}}"#,
+            at(1.0 + i as f64 / 1000.0),
+            sessions.join(",")
+        );
+        engine.apply(
+            i + 1,
+            lhc_engine::decode_record_at(line.as_bytes(), i + 1),
+            &mut out,
+        );
+        let event = format!(
+            r#"{{"ts":"{}","type":"session.event","machine":"ghost-{i}.example","session":"x","user":"u","event":"logon"}}"#,
+            at(1.0 + i as f64 / 1000.0)
+        );
+        engine.apply(
+            i + 1,
+            lhc_engine::decode_record_at(event.as_bytes(), i + 1),
+            &mut out,
+        );
+    }
+    assert!(engine.machines().values().all(|m| m.sessions.is_empty()));
+    let grown = serde_json::to_vec(&engine).unwrap().len() - before;
+    assert!(
+        grown < 2000 * 300,
+        "state grew by {grown} bytes for 2,000 unknown VDAs"
+    );
+    engine.check_invariants().unwrap();
+}

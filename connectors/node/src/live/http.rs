@@ -103,6 +103,20 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Body<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        // Only JSON: a form or text/plain POST is what a web page the user visits can send
+        // cross-site without a preflight, so anything else is refused before reading.
+        let json = req
+            .headers()
+            .get(axum::http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split(';').next())
+            .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"));
+        if !json {
+            return Err(ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "the body must be JSON with Content-Type: application/json",
+            ));
+        }
         let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
             let status = rejection.status();
             let message = if status == StatusCode::PAYLOAD_TOO_LARGE {
@@ -115,14 +129,25 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Body<T> {
         let mut de = serde_json::Deserializer::from_slice(&bytes);
         let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
             let path = e.path().to_string();
+            let inner = clip(&e.inner().to_string());
             if path == "." {
-                ApiError::bad(format!("body: {}", e.inner()))
+                ApiError::bad(format!("body: {inner}"))
             } else {
-                ApiError::bad(format!("field `{path}`: {}", e.inner()))
+                ApiError::bad(format!("field `{}`: {inner}", clip(&path)))
             }
         })?;
         de.end().map_err(|e| ApiError::bad(format!("body: {e}")))?;
         Ok(Body(value))
+    }
+}
+
+/// At most 200 characters of a message that may echo the client's input (a 10 MB bad value
+/// must not come back in full).
+fn clip(text: &str) -> String {
+    const KEEP: usize = 200;
+    match text.char_indices().nth(KEEP) {
+        Some((cut, _)) => format!("{}… ({} bytes in all)", &text[..cut], text.len()),
+        None => text.to_string(),
     }
 }
 
@@ -603,7 +628,23 @@ async fn metrics(State(shared): State<AppState>) -> Response {
         .into_response()
 }
 
-/// Checks the bearer token in constant time.
+/// Proof that the request carries the admin token. As an extractor it runs before the
+/// body is read, so a request without the token gets 401 and learns nothing of the body's
+/// schema.
+pub(crate) struct AdminAuth;
+
+impl axum::extract::FromRequestParts<AppState> for AdminAuth {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        shared: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        authorize(shared, &parts.headers).map(|()| AdminAuth)
+    }
+}
+
+/// Checks the bearer token in constant time (the scheme name is case-insensitive, RFC 9110).
 fn authorize(shared: &Shared, headers: &HeaderMap) -> Result<(), ApiError> {
     let Some(token) = &shared.config.admin_token else {
         return Err(ApiError::new(
@@ -614,8 +655,9 @@ fn authorize(shared: &Shared, headers: &HeaderMap) -> Result<(), ApiError> {
     let given = headers
         .get(axum::http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .unwrap_or("");
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map_or("", |(_, token)| token.trim());
     if bool::from(given.as_bytes().ct_eq(token.as_bytes())) {
         Ok(())
     } else {
@@ -629,11 +671,10 @@ fn authorize(shared: &Shared, headers: &HeaderMap) -> Result<(), ApiError> {
 /// Appends an admin command and answers once the fold has applied it.
 async fn admin(
     shared: &Shared,
-    headers: &HeaderMap,
+    _auth: AdminAuth,
     command: AdminCommandName,
     seconds: Option<u64>,
 ) -> Result<Response, ApiError> {
-    authorize(shared, headers)?;
     let connector = me(shared)?;
     let appended = shared.appender.append_applied(move |ts| {
         Record::AdminCommand(AdminCommand {
@@ -679,7 +720,7 @@ struct Interval {
 
 async fn admin_forced_outage(
     State(shared): State<AppState>,
-    headers: HeaderMap,
+    auth: AdminAuth,
     Body(body): Body<Switch>,
 ) -> Result<Response, ApiError> {
     let command = if body.on {
@@ -687,12 +728,12 @@ async fn admin_forced_outage(
     } else {
         AdminCommandName::DisableForcedOutage
     };
-    admin(&shared, &headers, command, None).await
+    admin(&shared, auth, command, None).await
 }
 
 async fn admin_ha_sdk(
     State(shared): State<AppState>,
-    headers: HeaderMap,
+    auth: AdminAuth,
     Body(body): Body<Switch>,
 ) -> Result<Response, ApiError> {
     let command = if body.on {
@@ -700,12 +741,12 @@ async fn admin_ha_sdk(
     } else {
         AdminCommandName::DisableHaSdk
     };
-    admin(&shared, &headers, command, None).await
+    admin(&shared, auth, command, None).await
 }
 
 async fn admin_css_trace(
     State(shared): State<AppState>,
-    headers: HeaderMap,
+    auth: AdminAuth,
     Body(body): Body<Switch>,
 ) -> Result<Response, ApiError> {
     let command = if body.on {
@@ -713,15 +754,14 @@ async fn admin_css_trace(
     } else {
         AdminCommandName::DisableCssTrace
     };
-    admin(&shared, &headers, command, None).await
+    admin(&shared, auth, command, None).await
 }
 
 async fn admin_sync_interval(
     State(shared): State<AppState>,
-    headers: HeaderMap,
+    auth: AdminAuth,
     Body(body): Body<Interval>,
 ) -> Result<Response, ApiError> {
-    authorize(&shared, &headers)?;
     if !(60..=3600).contains(&body.seconds) {
         return Err(ApiError::bad(format!(
             "field `seconds`: {} is outside the allowed 60..=3600",
@@ -730,7 +770,7 @@ async fn admin_sync_interval(
     }
     admin(
         &shared,
-        &headers,
+        auth,
         AdminCommandName::SetConfigSyncInterval,
         Some(body.seconds),
     )
@@ -739,11 +779,11 @@ async fn admin_sync_interval(
 
 async fn admin_sync_interval_clear(
     State(shared): State<AppState>,
-    headers: HeaderMap,
+    auth: AdminAuth,
 ) -> Result<Response, ApiError> {
     admin(
         &shared,
-        &headers,
+        auth,
         AdminCommandName::ClearConfigSyncInterval,
         None,
     )

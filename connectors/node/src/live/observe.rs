@@ -28,8 +28,26 @@ fn client(timeout: Duration) -> reqwest::Client {
     reqwest::Client::builder()
         .timeout(timeout)
         .connect_timeout(timeout)
+        .redirect(same_host_redirects())
         .build()
         .expect("an HTTP client without TLS builds")
+}
+
+/// Redirects are followed only to the same scheme, host and port, at most 5: a health
+/// check of `--cloud-url` must not end up asking another host whether the cloud is up. A
+/// redirect elsewhere is answered as it is (3xx: a failed check, naming the status).
+fn same_host_redirects() -> reqwest::redirect::Policy {
+    reqwest::redirect::Policy::custom(|attempt| {
+        let first = &attempt.previous()[0];
+        let same = attempt.url().scheme() == first.scheme()
+            && attempt.url().host_str() == first.host_str()
+            && attempt.url().port_or_known_default() == first.port_or_known_default();
+        if same && attempt.previous().len() <= 5 {
+            attempt.follow()
+        } else {
+            attempt.stop()
+        }
+    })
 }
 
 fn interval(period: Duration) -> tokio::time::Interval {
@@ -87,15 +105,23 @@ fn error_text(e: &(dyn std::error::Error + 'static)) -> String {
     text
 }
 
-/// Base URL of a peer's API.
-pub(crate) fn peer_url(shared: &Shared, peer: &str) -> String {
-    shared
+/// Base URL of a peer's API: its `--peer` URL, else `http://ID:PORT` when the id is a host
+/// name. An id with any other character (`/`, `@`, `:`, `?`...) would change what the URL
+/// points at, so it gets no URL: its probes fail until `--peer` gives one.
+pub(crate) fn peer_url(shared: &Shared, peer: &str) -> Option<String> {
+    if let Some((_, url)) = shared
         .config
         .peers
         .iter()
         .find(|(name, _)| name.eq_ignore_ascii_case(peer))
-        .map(|(_, url)| url.trim_end_matches('/').to_string())
-        .unwrap_or_else(|| format!("http://{peer}:{}", shared.config.listen.port()))
+    {
+        return Some(url.trim_end_matches('/').to_string());
+    }
+    let host_name = !peer.is_empty()
+        && peer
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.');
+    host_name.then(|| format!("http://{peer}:{}", shared.config.listen.port()))
 }
 
 async fn peer_probes(shared: Arc<Shared>) {
@@ -104,6 +130,8 @@ async fn peer_probes(shared: Arc<Shared>) {
     let mut every = interval(period);
     // When each peer's current run of failed probes began.
     let mut failing_since: BTreeMap<String, Instant> = BTreeMap::new();
+    // Peers whose id is not a host name, warned about once.
+    let mut warned: std::collections::BTreeSet<String> = Default::default();
     loop {
         every.tick().await;
         let peers: Vec<(String, String)> = {
@@ -120,12 +148,21 @@ async fn peer_probes(shared: Arc<Shared>) {
         };
         let mut probes = tokio::task::JoinSet::new();
         for (me, peer) in peers {
-            let url = format!("{}/election", peer_url(&shared, &peer));
+            let url = peer_url(&shared, &peer).map(|base| format!("{base}/election"));
+            if url.is_none() && warned.insert(peer.clone()) {
+                tracing::warn!(
+                    "peer {peer:?} is not a host name, so no URL is built from it: its probes \
+                     fail until --peer {peer}=URL gives one"
+                );
+            }
             let http = http.clone();
             probes.spawn(async move {
-                let ok = match http.get(&url).send().await {
-                    Ok(answer) => answer.status().is_success(),
-                    Err(_) => false,
+                let ok = match url {
+                    Some(url) => match http.get(&url).send().await {
+                        Ok(answer) => answer.status().is_success(),
+                        Err(_) => false,
+                    },
+                    None => false,
                 };
                 (me, peer, ok)
             });
