@@ -269,11 +269,13 @@ fn latency(bench: &NodeBench, backend: Backend) -> anyhow::Result<Latencies> {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         http.post(format!("{base}/storefront/heartbeat"))
+            .header("content-type", "application/json")
             .body(r#"{"storefront":"sf1"}"#)
             .send()
             .await?;
         for v in 0..200 {
             http.post(format!("{base}/vda/heartbeat"))
+                .header("content-type", "application/json")
                 .body(format!(r#"{{"machine":"vda{v:03}.zone1.corp.example","sessions":[]}}"#))
                 .send()
                 .await?;
@@ -290,7 +292,12 @@ fn latency(bench: &NodeBench, backend: Backend) -> anyhow::Result<Latencies> {
                 r#"{{"request":"bench-{i}","user":"user{i:06}","resource":"app","client":{{"name":"pc{i}","ip":"10.0.0.1"}}}}"#
             );
             tasks.spawn(async move {
-                let answer = http.post(url).body(body).send().await;
+                let answer = http
+                    .post(url)
+                    .header("content-type", "application/json")
+                    .body(body)
+                    .send()
+                    .await;
                 let elapsed = due.elapsed();
                 let brokered = match answer {
                     Ok(r) if r.status().is_success() => {

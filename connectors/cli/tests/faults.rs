@@ -457,3 +457,88 @@ fn invalid_utf8_and_odd_whitespace_are_rejected_where_they_lie() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("stdin:line 4"), "{stderr}");
 }
+
+/// Item 7, "no idle or header timeout and no connection cap": hundreds of idle sockets and
+/// sockets that send half a request do not keep the node from answering; a socket that
+/// never finishes its headers is closed after the header timeout (10 s).
+#[test]
+fn idle_and_slow_sockets_neither_starve_the_node_nor_stay_open() {
+    use std::io::{Read, Write};
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("log");
+    let imported = lhc()
+        .args(["log", "import"])
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../docs/examples/site-outage.jsonl"
+        ))
+        .arg("--log")
+        .arg(&log)
+        .output()
+        .unwrap();
+    assert!(imported.status.success(), "{imported:?}");
+    let port = free_port();
+    let mut child = lhc()
+        .args([
+            "connector",
+            "run",
+            "--connector",
+            "ddc1.corp.example",
+            "--listen",
+        ])
+        .arg(format!("127.0.0.1:{port}"))
+        .args([
+            "--cloud-url",
+            "http://127.0.0.1:9/",
+            "--fsync",
+            "never",
+            "--log",
+        ])
+        .arg(&log)
+        .arg("--data")
+        .arg(tmp.path().join("node"))
+        .env("RUST_LOG", "error")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_until("the node serves", Duration::from_secs(30), || {
+        http(port, "GET", "/healthz", None, None).is_some_and(|(s, _)| s == 200)
+    });
+    let mut idle = Vec::new();
+    for i in 0..300 {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        if i % 2 == 0 {
+            s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+                .unwrap(); // never finished
+        }
+        idle.push(s);
+    }
+    let started = Instant::now();
+    let answer = http(port, "GET", "/healthz", None, None);
+    assert!(
+        answer.is_some_and(|(s, _)| s == 200),
+        "answered while 300 sockets idle"
+    );
+    assert!(started.elapsed() < Duration::from_secs(5));
+    // The half-sent request is closed by the header timeout.
+    let slow = &mut idle[0];
+    slow.set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let waited = Instant::now();
+    let mut buf = [0u8; 256];
+    let closed = match slow.read(&mut buf) {
+        Ok(_) => true, // EOF, or an error answer before closing
+        Err(e) => {
+            e.kind() != std::io::ErrorKind::WouldBlock && e.kind() != std::io::ErrorKind::TimedOut
+        }
+    };
+    assert!(
+        closed,
+        "the node closes a socket that never finishes its headers"
+    );
+    assert!(waited.elapsed() < Duration::from_secs(15));
+    drop(idle);
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert!(child.wait().unwrap().success());
+}

@@ -481,8 +481,8 @@ pub async fn run(
             _ = failed.failed.notified() => tokio::time::sleep(FAILED_LINGER).await,
         }
     };
-    let server = axum::serve(listener, app).with_graceful_shutdown(shutdown);
-    let served = server.await;
+    serve(listener, app, shutdown).await;
+    let served: std::io::Result<()> = Ok(());
     for task in observers {
         task.abort();
     }
@@ -506,6 +506,81 @@ pub async fn run(
         addr: shared.config.listen,
         source,
     })
+}
+
+/// Most connections served at once; more wait in the kernel's accept queue until one
+/// closes, so idle sockets cannot starve the node of file descriptors or tasks.
+pub const MAX_CONNECTIONS: usize = 1024;
+/// A client has this long to send a request's headers (idle keep-alive time included):
+/// a socket that sends nothing is closed, not kept forever.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// A connection is closed gracefully after this long, whatever it does (bounds a slow
+/// body and a keep-alive that never ends).
+pub const CONNECTION_LIFETIME: Duration = Duration::from_secs(300);
+
+/// Serves `app` on `listener` until `shutdown` resolves, with the limits above (axum's own
+/// `serve` has no header timeout or connection cap), then lets open connections finish
+/// their request for up to 10 s.
+async fn serve(
+    listener: tokio::net::TcpListener,
+    app: axum::Router,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    use hyper_util::service::TowerToHyperService;
+    let permits = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let (stop_tx, stop_rx) = watch::channel(false);
+    tokio::pin!(shutdown);
+    loop {
+        let permit = tokio::select! {
+            _ = &mut shutdown => break,
+            permit = permits.clone().acquire_owned() => permit.expect("never closed"),
+        };
+        let stream = tokio::select! {
+            _ = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // Out of file descriptors, or a connection reset before accept: wait a
+                    // little rather than spin.
+                    tracing::warn!("accepting a connection failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let _ = stream.set_nodelay(true);
+        let service = TowerToHyperService::new(app.clone());
+        let mut stop = stop_rx.clone();
+        tokio::spawn(async move {
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_READ_TIMEOUT);
+            let conn = builder.serve_connection(TokioIo::new(stream), service);
+            tokio::pin!(conn);
+            let lifetime = tokio::time::sleep(CONNECTION_LIFETIME);
+            tokio::pin!(lifetime);
+            let mut closing = false;
+            loop {
+                tokio::select! {
+                    _ = conn.as_mut() => break,
+                    _ = stop.changed(), if !closing => {
+                        closing = true;
+                        conn.as_mut().graceful_shutdown();
+                    }
+                    _ = &mut lifetime, if !closing => {
+                        closing = true;
+                        conn.as_mut().graceful_shutdown();
+                    }
+                }
+            }
+            drop(permit);
+        });
+    }
+    let _ = stop_tx.send(true);
+    let all = MAX_CONNECTIONS as u32;
+    let _ = tokio::time::timeout(Duration::from_secs(10), permits.acquire_many(all)).await;
 }
 
 /// After a clean stop the engine holds this connector stopped: say it started again.
