@@ -466,10 +466,15 @@ impl Engine {
         let result = if !started {
             decision(Err(Reason::ConnectorStopped), Via::Cloud)
         } else if in_lhc {
-            let outcome = if brokering {
-                self.choose(&name, &user, &request.resource, ts)
-            } else {
+            let outcome = if !brokering {
                 Err(Reason::NotElected)
+            } else if !self.connectors[&name].snapshot_usable {
+                // Forced in at its start, then found to have been powered off in normal
+                // operations (R-STATE-10): it holds the zone but cannot decide from that
+                // snapshot.
+                Err(Reason::NoLhcDatabase)
+            } else {
+                self.choose(&name, &user, &request.resource, ts)
             };
             decision(outcome, Via::Lhc)
         } else if check_failed {
@@ -727,9 +732,11 @@ impl Engine {
             // Sorts first: in the preferred zone, then fewest sessions, then FQDN order.
             return Ok(Found::Candidate((!preferred, load, rank)));
         }
+        // Only what the broker reaches counts: a zone that lost the cloud path holds no
+        // machine the cloud can use, whatever its last registrations say.
         let looked: Vec<&str> = zone.map_or(group_zones, |z| vec![z]);
         let (mut registered, mut tagged) = (0, 0);
-        for z in looked {
+        for z in looked.into_iter().filter(|z| reachable(z)) {
             if let Some(pool) = self.pools.get(&pool_key(registrar, group_id, z)) {
                 registered += pool.registered;
                 tagged += pool.tagged;
@@ -779,22 +786,33 @@ impl Engine {
                         || self.cloud_assigned.contains(m)
                         || catalog.machines.get(m).is_none_or(|e| e.maintenance)
                 };
+                // (Among the zones the cloud reaches: one that lost the cloud path has no
+                // machine it can start a session on.)
                 let free = catalog
                     .group_zone_machines
                     .get(group_id)
                     .into_iter()
-                    .flat_map(|zones| zones.values())
-                    .filter_map(|machines| machines.iter().find(|m| !taken(m)))
+                    .flat_map(|zones| zones.iter())
+                    .filter(|(z, _)| crate::engine::zone_offers_cloud(&self.connectors, z))
+                    .filter_map(|(_, machines)| machines.iter().find(|m| !taken(m)))
                     .min()
                     .cloned();
                 let Some(m) = free else {
-                    return Err(Reason::MachineCapacity);
+                    // Free machines only in zones the cloud does not reach: none registered.
+                    let unreachable_free = catalog
+                        .group_zone_machines
+                        .get(group_id)
+                        .into_iter()
+                        .flat_map(|zones| zones.values())
+                        .any(|machines| machines.iter().any(|m| !taken(m)));
+                    return Err(if unreachable_free {
+                        Reason::NoRegisteredMachine
+                    } else {
+                        Reason::MachineCapacity
+                    });
                 };
-                self.cloud_assignments
-                    .entry(group_id.to_string())
-                    .or_default()
-                    .insert(user.to_string(), m.clone());
-                self.cloud_assigned.insert(m.clone());
+                // Recorded below, only if the launch is brokered: a rejected launch makes no
+                // assignment (none would ever be reported).
                 (m, true)
             }
         };
@@ -821,6 +839,13 @@ impl Engine {
         let load = runtime.map_or(0, |r| r.sessions.len() + r.pending.len()) as u32;
         if load >= entry.max_sessions {
             return Err(Reason::MachineCapacity);
+        }
+        if new_assignment {
+            self.cloud_assignments
+                .entry(group_id.to_string())
+                .or_default()
+                .insert(user.to_string(), machine.clone());
+            self.cloud_assigned.insert(machine.clone());
         }
         Ok(self.broker_new(catalog, machine, user, ts, new_assignment))
     }

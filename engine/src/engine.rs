@@ -820,9 +820,9 @@ impl Engine {
         let first_after_start = std::mem::take(&mut c.first_check_after_start);
         // R-STATE-10: what the restart did to the snapshot shows at the first check.
         let restarted_in_outage = std::mem::take(&mut c.stopped_in_lhc) && first_after_start;
-        // (A forced connector that entered LHC mode at its start record already brokers
-        // from its snapshot; its checks are held.)
-        if first_after_start && !ok && !restarted_in_outage && c.snapshot.is_some() && !c.in_lhc() {
+        // (Also for a forced connector that entered LHC mode at its start record: R-STATE-10
+        // judges the snapshot by when the connector stopped, not by how it entered.)
+        if first_after_start && !ok && !restarted_in_outage && c.snapshot.is_some() {
             // Powered off in normal operations, on during an outage: not usable.
             c.snapshot_usable = false;
         }
@@ -1220,9 +1220,15 @@ impl Engine {
     ) {
         let c = self.connectors.get_mut(name).expect("exists");
         c.session_count = 0;
+        let epoch = c.epoch;
         for machine in std::mem::take(&mut c.registrations) {
             if let Some(m) = self.machines.get_mut(machine.as_str()) {
                 m.registrar = Registrar::None;
+                if let Some(reason) = reason {
+                    // The drop is the refusal: the next heartbeat does not repeat it while
+                    // the connector's state and elected broker stay as they are (R-REG-2).
+                    m.refusals.insert(name.to_string(), (reason, epoch));
+                }
             }
             self.place(&machine);
             out.push(Output::Registration(Registration {
@@ -1566,9 +1572,10 @@ impl Engine {
         let Some(import) = c.import.take() else {
             return;
         };
-        if import.lhc_started || c.in_lhc() {
+        if import.lhc_started {
             // LHC mode started during the import (even if it has ended since): abandoned,
-            // the previous snapshot stays (R-CSS-3).
+            // the previous snapshot stays (R-CSS-3). An import that began in LHC mode (an
+            // unusable snapshot re-imported while the control plane answers) completes.
             let data = EventData::Version(VersionData {
                 version: import.version,
             });

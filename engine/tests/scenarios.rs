@@ -1813,3 +1813,48 @@ fn unknown_machines_keep_no_sessions() {
     );
     engine.check_invariants().unwrap();
 }
+
+/// §6.2: a zone that lost the cloud path offers the cloud nothing — its VDAs are not
+/// launched on before their next heartbeat moves them (`no_registered_machine`, not
+/// `machine_capacity`), and a static user is assigned the first free machine the cloud
+/// reaches.
+#[test]
+fn launch_the_cloud_reaches_only_zones_that_offer_the_cloud_path() {
+    let out = run("launch-cloud-unreachable-zone");
+    assert_eq!(
+        refused(&out, "r1"),
+        (Via::Cloud, Reason::NoRegisteredMachine)
+    );
+    let r2 = decision(&out, "r2");
+    assert_eq!(
+        (r2.machine.as_deref(), r2.new_assignment),
+        (Some("s-b.z1.example"), Some(true))
+    );
+}
+
+/// R-LAUNCH-5 (cloud side): a rejected launch makes no assignment; the next one that is
+/// brokered makes it, and says so.
+#[test]
+fn r_launch_5_a_rejected_launch_assigns_nothing() {
+    let out = run("r-launch-5-rejected-assigns-nothing");
+    assert_eq!(
+        refused(&out, "r1"),
+        (Via::Cloud, Reason::NoRegisteredMachine)
+    );
+    let r2 = decision(&out, "r2");
+    assert_eq!(
+        (r2.machine.as_deref(), r2.new_assignment),
+        (Some("s-a.z2.example"), Some(true))
+    );
+}
+
+/// R-STATE-10 with forced outage: a forced connector stopped outside LHC mode and started
+/// during the outage enters LHC mode at its start record (the setting survives a restart),
+/// but its first check fails, so its snapshot is not usable: it decides nothing
+/// (`no_lhc_database`), the same hazard as without the force.
+#[test]
+fn r_state_10_a_forced_connector_powered_on_during_the_outage_cannot_broker() {
+    let (out, engine) = run_engine("r-state-10-forced-powered-on");
+    assert_eq!(refused(&out, "r1"), (Via::Lhc, Reason::NoLhcDatabase));
+    assert!(!engine.connectors()[A].snapshot_usable);
+}
