@@ -390,7 +390,13 @@ fn export(
     quiet: bool,
 ) -> anyhow::Result<ExitCode> {
     let log = target.open_for_read()?;
-    let end = log.end_offset()?;
+    // A damaged log still exports what precedes the damage (`--to N` is the way out the
+    // error suggests): read up to it, and let the reader report the damage if reached.
+    let end = match log.end_offset() {
+        Ok(end) => end,
+        Err(lhc_log::LogError::Corrupt { offset, .. }) => to.unwrap_or(u64::MAX).max(offset),
+        Err(e) => return Err(e.into()),
+    };
     let stop = to.unwrap_or(end).min(end);
     let mut reader = log.reader(from)?;
     let mut sink = Out::new(out.as_deref())?;

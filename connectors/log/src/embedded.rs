@@ -445,6 +445,59 @@ pub fn probe_end(dir: &Path) -> Result<u64, LogError> {
     }
 }
 
+/// Checks what a writer relies on before its first append: the log starts at offset 0 and
+/// every closed segment ends whole exactly where the next one begins (a truncated,
+/// missing or stray segment would make appended records unreachable, or give two records
+/// one offset). Each closed segment is scanned from its last index entry (a few KiB), or
+/// whole when that does not land; damage in the middle of a closed segment is found by
+/// readers and `log check` when they reach it.
+fn check_closed_segments(dir: &Path, bases: &[u64]) -> Result<(), LogError> {
+    if let Some(&first) = bases.first() {
+        if first != 0 {
+            return Err(LogError::Corrupt {
+                segment: segment_path(dir, first),
+                offset: 0,
+                detail: format!(
+                    "the log starts at offset {first}: the segments before it are missing"
+                ),
+            });
+        }
+    }
+    for pair in bases.windows(2) {
+        let (base, next) = (pair[0], pair[1]);
+        let path = segment_path(dir, base);
+        let file = open_segment(&path, base)?;
+        let (offset, position) = seek_hint(dir, base, u64::MAX);
+        let len = file.metadata().map_err(|e| LogError::io(&path, e))?.len();
+        let mut scan = if position <= len {
+            scan_segment(&file, &path, offset, position, |_, _, _| {})?
+        } else {
+            scan_segment(&file, &path, base, SEGMENT_HEADER_BYTES, |_, _, _| {})?
+        };
+        let fine = |s: &Scan| matches!(s.end, ScanEnd::Clean) && s.next_offset == next;
+        if !fine(&scan) && position != SEGMENT_HEADER_BYTES {
+            // The index is only a hint: judge from the segment's start.
+            scan = scan_segment(&file, &path, base, SEGMENT_HEADER_BYTES, |_, _, _| {})?;
+        }
+        if fine(&scan) {
+            continue;
+        }
+        let detail = match scan.end {
+            ScanEnd::Clean => format!(
+                "the segment ends at offset {} but the next one starts at {next}",
+                scan.next_offset
+            ),
+            ScanEnd::Torn { detail, .. } | ScanEnd::Corrupt { detail } => detail,
+        };
+        return Err(LogError::Corrupt {
+            segment: path,
+            offset: scan.next_offset,
+            detail,
+        });
+    }
+    Ok(())
+}
+
 /// The appending side: owned by one thread, serialized across processes by the lock file.
 struct Writer {
     dir: PathBuf,
@@ -566,6 +619,19 @@ impl Writer {
                 }
             },
         )?;
+        if let ScanEnd::Corrupt { detail } = &scan.end {
+            // Refuse before touching anything: not even the index is rewritten.
+            return Err(LogError::Corrupt {
+                segment: path,
+                offset: scan.next_offset,
+                detail: detail.clone(),
+            });
+        }
+        if rebuild {
+            // First open (or another process rolled): the closed segments must lead up to
+            // this one, or appends would land where no reader reaches them.
+            check_closed_segments(&self.dir, &bases)?;
+        }
         let index_file = index_path(&self.dir, base);
         let index = OpenOptions::new()
             .create(true)
@@ -967,6 +1033,16 @@ impl EmbeddedReader {
     /// A reader of the log in `dir`, positioned at `from`.
     pub fn new(dir: &Path, from: u64) -> Result<EmbeddedReader, LogError> {
         let start = list_segments(dir)?.first().copied().unwrap_or(0);
+        if start != 0 {
+            // The embedded log starts at 0 and never deletes: its first segments are gone.
+            return Err(LogError::Corrupt {
+                segment: segment_path(dir, start),
+                offset: 0,
+                detail: format!(
+                    "the log starts at offset {start}: the segments before it are missing"
+                ),
+            });
+        }
         // Records before damage stay readable; the reader reports the damage on reaching it.
         let end = match probe_end(dir) {
             Ok(end) => end,
@@ -988,6 +1064,7 @@ impl EmbeddedReader {
     }
 
     fn try_next(&mut self) -> Result<Option<LogEntry>, LogError> {
+        let mut rechecked = false;
         loop {
             if self.cursor.is_none() {
                 let bases = list_segments(&self.dir)?;
@@ -1007,6 +1084,27 @@ impl EmbeddedReader {
                 Ok(Step::AtEnd) => {
                     // A newer segment starting here means this one is finished.
                     let next_segment = segment_path(&self.dir, self.next);
+                    let later = list_segments(&self.dir)?
+                        .into_iter()
+                        .find(|&b| b > cursor.base);
+                    if let Some(later) = later.filter(|&b| b != self.next) {
+                        // A closed segment that ends short of the next (truncated, or a
+                        // segment missing or stray): never an end of the log. Look once more
+                        // first: a writer finishes a segment before it creates the next, so
+                        // frames written since our last look are there now.
+                        if !rechecked {
+                            rechecked = true;
+                            continue;
+                        }
+                        return Err(LogError::Corrupt {
+                            segment: cursor.path.clone(),
+                            offset: self.next,
+                            detail: format!(
+                                "the segment ends at offset {} but the next one starts at {later}",
+                                self.next
+                            ),
+                        });
+                    }
                     if cursor.base != self.next && next_segment.exists() {
                         let len = cursor
                             .file
@@ -1082,6 +1180,16 @@ pub fn check(dir: &Path) -> Result<CheckReport, LogError> {
         start_offset: bases.first().copied().unwrap_or(0),
         ..Default::default()
     };
+    if report.start_offset != 0 {
+        return Err(LogError::Corrupt {
+            segment: segment_path(dir, report.start_offset),
+            offset: 0,
+            detail: format!(
+                "the log starts at offset {}: the segments before it are missing",
+                report.start_offset
+            ),
+        });
+    }
     let mut expected = report.start_offset;
     for (i, &base) in bases.iter().enumerate() {
         let path = segment_path(dir, base);

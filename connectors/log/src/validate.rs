@@ -47,6 +47,17 @@ pub fn validate_one(bytes: &[u8]) -> Result<(), DecodeError> {
             ),
         });
     }
+    if let Err(e) = std::str::from_utf8(bytes) {
+        return Err(DecodeError {
+            offset: None,
+            path: String::new(),
+            kind: DecodeErrorKind::Syntax,
+            detail: format!(
+                "the record is not UTF-8 text (invalid byte at position {})",
+                e.valid_up_to()
+            ),
+        });
+    }
     decode_record(bytes).map(|_| ())
 }
 

@@ -452,3 +452,112 @@ mod properties {
         }
     }
 }
+
+/// A refused append (damage before the tail) changes nothing, not even the index: the
+/// records before the damage stay readable, through the index.
+#[test]
+fn a_refused_append_leaves_the_index_alone() {
+    let tmp = tempfile::tempdir().unwrap();
+    write(tmp.path(), 300, 1 << 20);
+    let seg = segment(tmp.path(), 0);
+    let idx = tmp.path().join(format!("{:020}.idx", 0));
+    let mut bytes = std::fs::read(&seg).unwrap();
+    let middle = 16 + (0..150).map(frame).sum::<u64>() as usize + 25;
+    bytes[middle] ^= 2;
+    std::fs::write(&seg, &bytes).unwrap();
+    let index_before = std::fs::read(&idx).unwrap();
+    assert!(!index_before.is_empty());
+    assert!(matches!(
+        EmbeddedLog::open(tmp.path(), options(1 << 20)),
+        Err(LogError::Corrupt { offset: 150, .. })
+    ));
+    assert_eq!(
+        std::fs::read(&idx).unwrap(),
+        index_before,
+        "index untouched"
+    );
+    assert_eq!(std::fs::read(&seg).unwrap(), bytes, "segment untouched");
+    let log = EmbeddedLog::open_read_only(tmp.path()).unwrap();
+    let mut reader = log.reader(0).unwrap();
+    let mut read = 0;
+    let error = loop {
+        match reader.next(Duration::ZERO) {
+            Ok(Some(_)) => read += 1,
+            Ok(None) => panic!("damage must not read as the end of the log"),
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(read, 150);
+    assert!(
+        matches!(error, LogError::Corrupt { offset: 150, .. }),
+        "{error}"
+    );
+}
+
+/// A truncated, emptied or missing closed segment, or a stray one, is never the end of the
+/// log: readers fail naming where, `check` fails, and no writer appends where no reader
+/// would reach the records.
+#[test]
+fn a_damaged_segment_sequence_is_an_error_for_readers_writers_and_check() {
+    let tmp = tempfile::tempdir().unwrap();
+    let original = tmp.path().join("original");
+    write(&original, 40, 512);
+    let bases = list_segments(&original).unwrap();
+    assert!(bases.len() >= 4, "{bases:?}");
+    type Damage = fn(&Path, &[u64]);
+    let cases: [(&str, Damage); 4] = [
+        ("closed segment truncated", |dir, bases| {
+            let seg = segment(dir, bases[1]);
+            let len = std::fs::metadata(&seg).unwrap().len();
+            let f = std::fs::OpenOptions::new().write(true).open(&seg).unwrap();
+            f.set_len(len - frame(0) - 3).unwrap();
+        }),
+        (
+            "the segment before the last emptied to its header",
+            |dir, bases| {
+                let seg = segment(dir, bases[bases.len() - 2]);
+                let f = std::fs::OpenOptions::new().write(true).open(&seg).unwrap();
+                f.set_len(16).unwrap();
+            },
+        ),
+        ("first segment missing", |dir, _| {
+            std::fs::remove_file(segment(dir, 0)).unwrap();
+        }),
+        ("a stray segment after a gap", |dir, _| {
+            let stray = segment(dir, 45);
+            let mut bytes = lhc_log::frame::segment_header(45).to_vec();
+            lhc_log::frame::encode_frame(&mut bytes, 45, &record(45));
+            std::fs::write(stray, bytes).unwrap();
+        }),
+    ];
+    for (what, damage) in cases {
+        let dir = tmp.path().join(what.replace(' ', "-"));
+        copy_dir(&original, &dir);
+        damage(&dir, &bases);
+        assert!(
+            matches!(check(&dir), Err(LogError::Corrupt { .. })),
+            "{what}: check fails"
+        );
+        assert!(
+            matches!(
+                EmbeddedLog::open(&dir, options(512)),
+                Err(LogError::Corrupt { .. })
+            ),
+            "{what}: an appender refuses"
+        );
+        if let Ok(log) = EmbeddedLog::open_read_only(&dir) {
+            if let Ok(mut reader) = log.reader(log.start_offset().unwrap()) {
+                let result = loop {
+                    match reader.next(Duration::ZERO) {
+                        Ok(Some(_)) => continue,
+                        other => break other,
+                    }
+                };
+                assert!(
+                    matches!(result, Err(LogError::Corrupt { .. })),
+                    "{what}: a reader fails instead of ending: {result:?}"
+                );
+            }
+        }
+    }
+}
