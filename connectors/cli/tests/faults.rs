@@ -20,6 +20,72 @@ fn lhc() -> Command {
     Command::new(env!("CARGO_BIN_EXE_lhc"))
 }
 
+/// Imports the bundled example outage into an embedded log at `log`.
+fn import_example(log: &Path) {
+    let imported = lhc()
+        .args(["log", "import"])
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../docs/examples/site-outage.jsonl"
+        ))
+        .arg("--log")
+        .arg(log)
+        .output()
+        .unwrap();
+    assert!(imported.status.success(), "{imported:?}");
+}
+
+/// Starts a node of the example site on `port` and waits until it serves.
+fn spawn_node(log: &Path, data: &Path, port: u16, token: Option<&Path>) -> std::process::Child {
+    let mut command = lhc();
+    command
+        .args([
+            "connector",
+            "run",
+            "--connector",
+            "ddc1.corp.example",
+            "--listen",
+        ])
+        .arg(format!("127.0.0.1:{port}"))
+        .args([
+            "--cloud-url",
+            "http://127.0.0.1:9/",
+            "--fsync",
+            "never",
+            "--log",
+        ])
+        .arg(log)
+        .arg("--data")
+        .arg(data);
+    if let Some(token) = token {
+        command.arg("--admin-token-file").arg(token);
+    }
+    let child = command
+        .env("RUST_LOG", "error")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_until("the node serves", Duration::from_secs(30), || {
+        http(port, "GET", "/healthz", None, None).is_some_and(|(s, _)| s == 200)
+    });
+    child
+}
+
+/// `lhc log append --log LOG` with `input` on its standard input.
+fn append_stdin(log: &Path, input: &[u8]) -> std::process::Output {
+    use std::io::Write;
+    let mut child = lhc()
+        .args(["log", "append", "--log"])
+        .arg(log)
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    child.wait_with_output().unwrap()
+}
+
 /// A tmpfs of `mb` MiB at `dir`, unmounted on drop.
 struct Tmpfs(std::path::PathBuf);
 
@@ -61,17 +127,7 @@ fn a_node_whose_data_disk_fills_says_so_on_every_probe_and_exits_non_zero() {
         return;
     };
     let log = tmp.path().join("log");
-    let imported = lhc()
-        .args(["log", "import"])
-        .arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../docs/examples/site-outage.jsonl"
-        ))
-        .arg("--log")
-        .arg(&log)
-        .output()
-        .unwrap();
-    assert!(imported.status.success(), "{imported:?}");
+    import_example(&log);
     let data = disk.0.join("node");
     let port = free_port();
     let args = |data: &Path| -> Vec<String> {
@@ -181,49 +237,11 @@ fn a_node_whose_data_disk_fills_says_so_on_every_probe_and_exits_non_zero() {
 fn concurrent_identical_admin_commands_are_all_answered_applied() {
     let tmp = tempfile::tempdir().unwrap();
     let log = tmp.path().join("log");
-    let imported = lhc()
-        .args(["log", "import"])
-        .arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../docs/examples/site-outage.jsonl"
-        ))
-        .arg("--log")
-        .arg(&log)
-        .output()
-        .unwrap();
-    assert!(imported.status.success(), "{imported:?}");
+    import_example(&log);
     let token = tmp.path().join("token");
     std::fs::write(&token, "t0ken\n").unwrap();
     let port = free_port();
-    let mut child = lhc()
-        .args([
-            "connector",
-            "run",
-            "--connector",
-            "ddc1.corp.example",
-            "--listen",
-        ])
-        .arg(format!("127.0.0.1:{port}"))
-        .args([
-            "--cloud-url",
-            "http://127.0.0.1:9/",
-            "--fsync",
-            "never",
-            "--log",
-        ])
-        .arg(&log)
-        .arg("--data")
-        .arg(tmp.path().join("node"))
-        .arg("--admin-token-file")
-        .arg(&token)
-        .env("RUST_LOG", "error")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    wait_until("the node serves", Duration::from_secs(30), || {
-        http(port, "GET", "/healthz", None, None).is_some_and(|(s, _)| s == 200)
-    });
+    let mut child = spawn_node(&log, &tmp.path().join("node"), port, Some(&token));
     for round in 0..5 {
         let answers: Vec<_> = (0..16)
             .map(|_| {
@@ -311,21 +329,7 @@ fn a_full_disk_keeps_whole_batches_and_the_import_says_what_it_appended() {
     );
     // `log append` of a batch that does not fit appends none of it.
     let batch: String = (0..5_000).map(|i| tick(i) + "\n").collect();
-    let mut child = lhc()
-        .args(["log", "append", "--log"])
-        .arg(&log)
-        .stdin(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    use std::io::Write;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(batch.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = append_stdin(&log, batch.as_bytes());
     assert!(!out.status.success());
     let cat = lhc()
         .args(["log", "cat", "--log"])
@@ -438,21 +442,7 @@ fn invalid_utf8_and_odd_whitespace_are_rejected_where_they_lie() {
         .collect();
     assert_eq!(quarantined, vec![1, 2]);
     // `log append` names the input line, blank lines counted.
-    let mut child = lhc()
-        .args(["log", "append", "--log"])
-        .arg(&log)
-        .stdin(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    use std::io::Write;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(format!("\n\n{}\nnot json\n", tick(2)).as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = append_stdin(&log, format!("\n\n{}\nnot json\n", tick(2)).as_bytes());
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("stdin:line 4"), "{stderr}");
@@ -466,45 +456,9 @@ fn idle_and_slow_sockets_neither_starve_the_node_nor_stay_open() {
     use std::io::{Read, Write};
     let tmp = tempfile::tempdir().unwrap();
     let log = tmp.path().join("log");
-    let imported = lhc()
-        .args(["log", "import"])
-        .arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../docs/examples/site-outage.jsonl"
-        ))
-        .arg("--log")
-        .arg(&log)
-        .output()
-        .unwrap();
-    assert!(imported.status.success(), "{imported:?}");
+    import_example(&log);
     let port = free_port();
-    let mut child = lhc()
-        .args([
-            "connector",
-            "run",
-            "--connector",
-            "ddc1.corp.example",
-            "--listen",
-        ])
-        .arg(format!("127.0.0.1:{port}"))
-        .args([
-            "--cloud-url",
-            "http://127.0.0.1:9/",
-            "--fsync",
-            "never",
-            "--log",
-        ])
-        .arg(&log)
-        .arg("--data")
-        .arg(tmp.path().join("node"))
-        .env("RUST_LOG", "error")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    wait_until("the node serves", Duration::from_secs(30), || {
-        http(port, "GET", "/healthz", None, None).is_some_and(|(s, _)| s == 200)
-    });
+    let mut child = spawn_node(&log, &tmp.path().join("node"), port, None);
     let mut idle = Vec::new();
     for i in 0..300 {
         let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
