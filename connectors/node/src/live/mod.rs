@@ -430,6 +430,13 @@ pub async fn run(
         })
         .map_err(|e| RunError::Fold(e.to_string()))?;
 
+    // The caller's stop signal, watched from now on: a SIGTERM during a long catch-up stops
+    // the node too (before, it was only polled once serving).
+    let (stop_tx, stop_rx) = watch::channel(false);
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+    });
     // Catch up before serving, so the first answers come from current state.
     let end = tokio::task::spawn_blocking({
         let log = log.clone();
@@ -440,7 +447,7 @@ pub async fn run(
     let started = Instant::now();
     let mut applied_rx = shared.site_pos.subscribe();
     while *applied_rx.borrow_and_update() < end {
-        if fold_thread.is_finished() {
+        if fold_thread.is_finished() || *stop_rx.borrow() {
             break;
         }
         let _ = tokio::time::timeout(Duration::from_millis(200), applied_rx.changed()).await;
@@ -475,9 +482,10 @@ pub async fn run(
     // Stop on the caller's signal, or shortly after the node failed (it cannot decide: a
     // supervisor restarts it from its last commit).
     let failed = health.clone();
+    let mut stop = stop_rx.clone();
     let shutdown = async move {
         tokio::select! {
-            _ = shutdown => {}
+            _ = stop.wait_for(|stopped| *stopped) => {}
             _ = failed.failed.notified() => tokio::time::sleep(FAILED_LINGER).await,
         }
     };
