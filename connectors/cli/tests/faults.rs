@@ -496,3 +496,103 @@ fn idle_and_slow_sockets_neither_starve_the_node_nor_stay_open() {
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     assert!(child.wait().unwrap().success());
 }
+
+/// Item 9: `--cloud-url` health checks do not follow a redirect to another host (a 302 to
+/// another port is a failed check naming the status), and a peer whose id is not a host
+/// name gets no URL built from it (`evil@127.0.0.1` would have probed this very node).
+#[test]
+fn health_checks_stay_on_their_host_and_peer_ids_are_not_urls() {
+    use std::io::{Read, Write};
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+    let tmp = tempfile::tempdir().unwrap();
+    let elsewhere = live::stub_cloud(Arc::new(AtomicBool::new(true)));
+    let redirect = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let redirect_port = redirect.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in redirect.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut buf = [0u8; 2048];
+            let _ = stream.read(&mut buf);
+            let answer = format!(
+                "HTTP/1.1 302 Found\r\nLocation: http://127.0.0.1:{elsewhere}/health\r\n\
+                 Content-Length: 0\r\nConnection: close\r\n\r\n"
+            );
+            let _ = stream.write_all(answer.as_bytes());
+        }
+    });
+    let config = tmp.path().join("config.jsonl");
+    std::fs::write(
+        &config,
+        r#"{"ts":"2026-01-05T09:00:00.000Z","type":"config.change","version":1,"ops":[{"op":"upsert","kind":"site","id":"site"},{"op":"upsert","kind":"zone","id":"z1","data":{"name":"z"}},{"op":"upsert","kind":"connector","id":"ddc1.corp.example","data":{"zone":"z1"}},{"op":"upsert","kind":"connector","id":"evil@127.0.0.1","data":{"zone":"z1"}}]}
+"#,
+    )
+    .unwrap();
+    let log = tmp.path().join("log");
+    let imported = lhc()
+        .args(["log", "import"])
+        .arg(&config)
+        .arg("--log")
+        .arg(&log)
+        .output()
+        .unwrap();
+    assert!(imported.status.success(), "{imported:?}");
+    let port = free_port();
+    let mut child = lhc()
+        .args([
+            "connector",
+            "run",
+            "--connector",
+            "ddc1.corp.example",
+            "--listen",
+        ])
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("--cloud-url")
+        .arg(format!("http://127.0.0.1:{redirect_port}/health"))
+        .args(["--health-interval", "200ms", "--probe-interval", "200ms"])
+        .args(["--fsync", "never", "--log"])
+        .arg(&log)
+        .arg("--data")
+        .arg(tmp.path().join("node"))
+        .env("RUST_LOG", "error")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_until("the node serves", Duration::from_secs(30), || {
+        http(port, "GET", "/healthz", None, None).is_some_and(|(s, _)| s == 200)
+    });
+    std::thread::sleep(Duration::from_millis(1500));
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert!(child.wait().unwrap().success());
+    let cat = lhc()
+        .args(["log", "cat", "--log"])
+        .arg(&log)
+        .output()
+        .unwrap();
+    let records: Vec<serde_json::Value> = String::from_utf8_lossy(&cat.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let checks: Vec<&serde_json::Value> = records
+        .iter()
+        .filter(|r| r["type"] == "health.check")
+        .collect();
+    assert!(checks.len() >= 3, "{checks:?}");
+    for check in &checks {
+        assert_eq!(
+            check["ok"], false,
+            "a redirect elsewhere is no answer: {check}"
+        );
+        assert!(check["detail"].as_str().unwrap().contains("302"), "{check}");
+    }
+    let probes: Vec<&serde_json::Value> = records
+        .iter()
+        .filter(|r| r["type"] == "peer.probe" && r["peer"] == "evil@127.0.0.1")
+        .collect();
+    assert!(!probes.is_empty());
+    assert!(
+        probes.iter().all(|p| p["ok"] == false),
+        "no URL from an id that is not a host name: {probes:?}"
+    );
+}
