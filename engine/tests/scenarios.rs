@@ -386,6 +386,24 @@ fn r_state_9_lowered_periods_fire_at_the_record_that_lowered_them() {
     // cc-b's last ok probe of cc-a (721.12 s) aged past the new 10 s timeout: its view
     // changes at the params record, not at 731.12 s.
     assert!(elected_views(&out, B).contains(&(params_at, Some(B.to_string()))));
+    // R-STATE-9: one connector's timers due at one instant fire in a fixed order — peer-probe
+    // expiry (cc-b's view: 3504) before the end of pending_recovery (3003).
+    let b_then: Vec<u32> = events(&out, B, 3504)
+        .into_iter()
+        .chain(events(&out, B, 3003))
+        .filter(|e| e.ts == params_at)
+        .map(|e| e.event_id)
+        .collect();
+    assert_eq!(b_then.len(), 2, "{b_then:?}");
+    let position = |id: u32| {
+        out.iter()
+            .position(|o| matches!(o, Output::Event(e) if e.connector == B && e.ts == params_at && e.event_id == id))
+            .unwrap()
+    };
+    assert!(
+        position(3504) < position(3003),
+        "probe expiry fires before the recovery end"
+    );
     assert_no_output_before_its_cause(&out);
 }
 
