@@ -1872,5 +1872,11 @@ fn r_launch_5_a_rejected_launch_assigns_nothing() {
 fn r_state_10_a_forced_connector_powered_on_during_the_outage_cannot_broker() {
     let (out, engine) = run_engine("r-state-10-forced-powered-on");
     assert_eq!(refused(&out, "r1"), (Via::Lhc, Reason::NoLhcDatabase));
-    assert!(!engine.connectors()[A].snapshot_usable);
+    // The control plane answers again while it is held in LHC mode: the sync check that can
+    // run re-imports the unusable snapshot (R-CSS-2), and that import completes — R-CSS-3's
+    // 507 is for an episode that starts during an import — so it brokers again.
+    assert!(css_ids(&out, A).contains(&(at(901.0), 503)));
+    assert!(css_ids(&out, A).contains(&(at(901.0), 504)));
+    assert_eq!(chose(&out, "r2").0, A);
+    assert!(engine.connectors()[A].snapshot_usable);
 }
