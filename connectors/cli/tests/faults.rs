@@ -35,10 +35,17 @@ fn import_example(log: &Path) {
     assert!(imported.status.success(), "{imported:?}");
 }
 
-/// Starts a node of the example site on `port` and waits until it serves.
-fn spawn_node(log: &Path, data: &Path, port: u16, token: Option<&Path>) -> std::process::Child {
-    let mut command = lhc();
-    command
+/// Starts `lhc connector run` for ddc1.corp.example on `port` over `log` and `data`, asking
+/// `cloud` for health, with `extra` options; waits until it serves.
+fn spawn_node(
+    log: &Path,
+    data: &Path,
+    port: u16,
+    cloud: &str,
+    extra: &[&std::ffi::OsStr],
+    stderr: Stdio,
+) -> std::process::Child {
+    let child = lhc()
         .args([
             "connector",
             "run",
@@ -47,23 +54,16 @@ fn spawn_node(log: &Path, data: &Path, port: u16, token: Option<&Path>) -> std::
             "--listen",
         ])
         .arg(format!("127.0.0.1:{port}"))
-        .args([
-            "--cloud-url",
-            "http://127.0.0.1:9/",
-            "--fsync",
-            "never",
-            "--log",
-        ])
+        .arg("--cloud-url")
+        .arg(cloud)
+        .args(["--fsync", "never", "--log"])
         .arg(log)
         .arg("--data")
-        .arg(data);
-    if let Some(token) = token {
-        command.arg("--admin-token-file").arg(token);
-    }
-    let child = command
+        .arg(data)
+        .args(extra)
         .env("RUST_LOG", "error")
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(stderr)
         .spawn()
         .unwrap();
     wait_until("the node serves", Duration::from_secs(30), || {
@@ -71,6 +71,9 @@ fn spawn_node(log: &Path, data: &Path, port: u16, token: Option<&Path>) -> std::
     });
     child
 }
+
+/// A cloud URL nothing answers on (health checks fail, which these tests do not mind).
+const NO_CLOUD: &str = "http://127.0.0.1:9/";
 
 /// `lhc log append --log LOG` with `input` on its standard input.
 fn append_stdin(log: &Path, input: &[u8]) -> std::process::Output {
@@ -130,44 +133,18 @@ fn a_node_whose_data_disk_fills_says_so_on_every_probe_and_exits_non_zero() {
     import_example(&log);
     let data = disk.0.join("node");
     let port = free_port();
-    let args = |data: &Path| -> Vec<String> {
-        [
-            "connector",
-            "run",
-            "--connector",
-            "ddc1.corp.example",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--cloud-url",
-            "http://127.0.0.1:9/",
-            "--health-interval",
-            "100ms",
-            "--tick-interval",
-            "50ms",
-            "--commit-interval",
-            "10ms",
-            "--fsync",
-            "never",
-            "--log",
-            &log.display().to_string(),
-            "--data",
-            &data.display().to_string(),
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect()
-    };
-    let mut child = lhc()
-        .args(args(&data))
-        .env("RUST_LOG", "error")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    wait_until("the node serves", Duration::from_secs(30), || {
-        http(port, "GET", "/healthz", None, None)
-            .is_some_and(|(s, b)| s == 200 && b["status"] == "ok")
-    });
+    let fast: Vec<&std::ffi::OsStr> = [
+        "--health-interval",
+        "100ms",
+        "--tick-interval",
+        "50ms",
+        "--commit-interval",
+        "10ms",
+    ]
+    .iter()
+    .map(|s| std::ffi::OsStr::new(*s))
+    .collect();
+    let mut child = spawn_node(&log, &data, port, NO_CLOUD, &fast, Stdio::piped());
     let filler = fill(&disk.0);
     // Within a few commits the committer hits the full disk: the node says it cannot decide.
     let mut seen_health = None;
@@ -214,17 +191,7 @@ fn a_node_whose_data_disk_fills_says_so_on_every_probe_and_exits_non_zero() {
     assert!(stderr.contains("cannot decide"), "{stderr}");
     // Space freed, restarted by its supervisor: it resumes and serves again.
     std::fs::remove_file(filler).unwrap();
-    let mut child = lhc()
-        .args(args(&data))
-        .env("RUST_LOG", "error")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    wait_until("the restarted node serves", Duration::from_secs(30), || {
-        http(port, "GET", "/healthz", None, None)
-            .is_some_and(|(s, b)| s == 200 && b["status"] == "ok")
-    });
+    let mut child = spawn_node(&log, &data, port, NO_CLOUD, &fast, Stdio::null());
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     assert!(child.wait().unwrap().success());
     drop(disk);
@@ -241,7 +208,12 @@ fn concurrent_identical_admin_commands_are_all_answered_applied() {
     let token = tmp.path().join("token");
     std::fs::write(&token, "t0ken\n").unwrap();
     let port = free_port();
-    let mut child = spawn_node(&log, &tmp.path().join("node"), port, Some(&token));
+    let token_args = [
+        std::ffi::OsStr::new("--admin-token-file"),
+        token.as_os_str(),
+    ];
+    let data = tmp.path().join("node");
+    let mut child = spawn_node(&log, &data, port, NO_CLOUD, &token_args, Stdio::null());
     for round in 0..5 {
         let answers: Vec<_> = (0..16)
             .map(|_| {
@@ -458,7 +430,8 @@ fn idle_and_slow_sockets_neither_starve_the_node_nor_stay_open() {
     let log = tmp.path().join("log");
     import_example(&log);
     let port = free_port();
-    let mut child = spawn_node(&log, &tmp.path().join("node"), port, None);
+    let data = tmp.path().join("node");
+    let mut child = spawn_node(&log, &data, port, NO_CLOUD, &[], Stdio::null());
     let mut idle = Vec::new();
     for i in 0..300 {
         let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
@@ -502,24 +475,15 @@ fn idle_and_slow_sockets_neither_starve_the_node_nor_stay_open() {
 /// name gets no URL built from it (`evil@127.0.0.1` would have probed this very node).
 #[test]
 fn health_checks_stay_on_their_host_and_peer_ids_are_not_urls() {
-    use std::io::{Read, Write};
     use std::sync::atomic::AtomicBool;
     use std::sync::Arc;
     let tmp = tempfile::tempdir().unwrap();
     let elsewhere = live::stub_cloud(Arc::new(AtomicBool::new(true)));
-    let redirect = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let redirect_port = redirect.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for stream in redirect.incoming() {
-            let Ok(mut stream) = stream else { continue };
-            let mut buf = [0u8; 2048];
-            let _ = stream.read(&mut buf);
-            let answer = format!(
-                "HTTP/1.1 302 Found\r\nLocation: http://127.0.0.1:{elsewhere}/health\r\n\
-                 Content-Length: 0\r\nConnection: close\r\n\r\n"
-            );
-            let _ = stream.write_all(answer.as_bytes());
-        }
+    let redirect_port = live::stub_server(move || {
+        format!(
+            "HTTP/1.1 302 Found\r\nLocation: http://127.0.0.1:{elsewhere}/health\r\n\
+             Content-Length: 0\r\nConnection: close\r\n\r\n"
+        )
     });
     let config = tmp.path().join("config.jsonl");
     std::fs::write(
@@ -538,30 +502,13 @@ fn health_checks_stay_on_their_host_and_peer_ids_are_not_urls() {
         .unwrap();
     assert!(imported.status.success(), "{imported:?}");
     let port = free_port();
-    let mut child = lhc()
-        .args([
-            "connector",
-            "run",
-            "--connector",
-            "ddc1.corp.example",
-            "--listen",
-        ])
-        .arg(format!("127.0.0.1:{port}"))
-        .arg("--cloud-url")
-        .arg(format!("http://127.0.0.1:{redirect_port}/health"))
-        .args(["--health-interval", "200ms", "--probe-interval", "200ms"])
-        .args(["--fsync", "never", "--log"])
-        .arg(&log)
-        .arg("--data")
-        .arg(tmp.path().join("node"))
-        .env("RUST_LOG", "error")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    wait_until("the node serves", Duration::from_secs(30), || {
-        http(port, "GET", "/healthz", None, None).is_some_and(|(s, _)| s == 200)
-    });
+    let cloud = format!("http://127.0.0.1:{redirect_port}/health");
+    let often: Vec<&std::ffi::OsStr> = ["--health-interval", "200ms", "--probe-interval", "200ms"]
+        .iter()
+        .map(|s| std::ffi::OsStr::new(*s))
+        .collect();
+    let data = tmp.path().join("node");
+    let mut child = spawn_node(&log, &data, port, &cloud, &often, Stdio::null());
     std::thread::sleep(Duration::from_millis(1500));
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     assert!(child.wait().unwrap().success());

@@ -445,6 +445,19 @@ pub fn probe_end(dir: &Path) -> Result<u64, LogError> {
     }
 }
 
+/// The embedded log starts at offset 0 and never deletes: a first segment based elsewhere
+/// means the segments before it are gone.
+fn starts_at_zero(dir: &Path, first: u64) -> Result<(), LogError> {
+    if first == 0 {
+        return Ok(());
+    }
+    Err(LogError::Corrupt {
+        segment: segment_path(dir, first),
+        offset: 0,
+        detail: format!("the log starts at offset {first}: the segments before it are missing"),
+    })
+}
+
 /// Checks what a writer relies on before its first append: the log starts at offset 0 and
 /// every closed segment ends whole exactly where the next one begins (a truncated,
 /// missing or stray segment would make appended records unreachable, or give two records
@@ -452,17 +465,7 @@ pub fn probe_end(dir: &Path) -> Result<u64, LogError> {
 /// whole when that does not land; damage in the middle of a closed segment is found by
 /// readers and `log check` when they reach it.
 fn check_closed_segments(dir: &Path, bases: &[u64]) -> Result<(), LogError> {
-    if let Some(&first) = bases.first() {
-        if first != 0 {
-            return Err(LogError::Corrupt {
-                segment: segment_path(dir, first),
-                offset: 0,
-                detail: format!(
-                    "the log starts at offset {first}: the segments before it are missing"
-                ),
-            });
-        }
-    }
+    starts_at_zero(dir, bases.first().copied().unwrap_or(0))?;
     for pair in bases.windows(2) {
         let (base, next) = (pair[0], pair[1]);
         let path = segment_path(dir, base);
@@ -1033,16 +1036,7 @@ impl EmbeddedReader {
     /// A reader of the log in `dir`, positioned at `from`.
     pub fn new(dir: &Path, from: u64) -> Result<EmbeddedReader, LogError> {
         let start = list_segments(dir)?.first().copied().unwrap_or(0);
-        if start != 0 {
-            // The embedded log starts at 0 and never deletes: its first segments are gone.
-            return Err(LogError::Corrupt {
-                segment: segment_path(dir, start),
-                offset: 0,
-                detail: format!(
-                    "the log starts at offset {start}: the segments before it are missing"
-                ),
-            });
-        }
+        starts_at_zero(dir, start)?;
         // Records before damage stay readable; the reader reports the damage on reaching it.
         let end = match probe_end(dir) {
             Ok(end) => end,
@@ -1180,16 +1174,7 @@ pub fn check(dir: &Path) -> Result<CheckReport, LogError> {
         start_offset: bases.first().copied().unwrap_or(0),
         ..Default::default()
     };
-    if report.start_offset != 0 {
-        return Err(LogError::Corrupt {
-            segment: segment_path(dir, report.start_offset),
-            offset: 0,
-            detail: format!(
-                "the log starts at offset {}: the segments before it are missing",
-                report.start_offset
-            ),
-        });
-    }
+    starts_at_zero(dir, report.start_offset)?;
     let mut expected = report.start_offset;
     for (i, &base) in bases.iter().enumerate() {
         let path = segment_path(dir, base);

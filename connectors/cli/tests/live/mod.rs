@@ -44,6 +44,19 @@ pub fn http(
 
 /// A control plane that answers 200 while `up`, else 503; returns its port.
 pub fn stub_cloud(up: Arc<AtomicBool>) -> u16 {
+    stub_server(move || {
+        if up.load(Ordering::SeqCst) {
+            "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok".to_string()
+        } else {
+            "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 4\r\nConnection: close\r\n\r\ndown"
+                .to_string()
+        }
+    })
+}
+
+/// A loopback HTTP server that reads each request and sends `answer()`, whole, then closes;
+/// returns its port.
+pub fn stub_server(answer: impl Fn() -> String + Send + 'static) -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     std::thread::spawn(move || {
@@ -51,12 +64,7 @@ pub fn stub_cloud(up: Arc<AtomicBool>) -> u16 {
             let Ok(mut stream) = stream else { continue };
             let mut buf = [0u8; 2048];
             let _ = stream.read(&mut buf);
-            let answer = if up.load(Ordering::SeqCst) {
-                "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"
-            } else {
-                "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 4\r\nConnection: close\r\n\r\ndown"
-            };
-            let _ = stream.write_all(answer.as_bytes());
+            let _ = stream.write_all(answer().as_bytes());
         }
     });
     port
