@@ -1077,7 +1077,6 @@ impl EmbeddedReader {
                 }
                 Ok(Step::AtEnd) => {
                     // A newer segment starting here means this one is finished.
-                    let next_segment = segment_path(&self.dir, self.next);
                     let later = list_segments(&self.dir)?
                         .into_iter()
                         .find(|&b| b > cursor.base);
@@ -1099,7 +1098,7 @@ impl EmbeddedReader {
                             ),
                         });
                     }
-                    if cursor.base != self.next && next_segment.exists() {
+                    if later == Some(self.next) {
                         let len = cursor
                             .file
                             .metadata()
