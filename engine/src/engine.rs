@@ -909,9 +909,9 @@ impl Engine {
         first_after_start
     }
 
-    /// R-STATE-8's zone rule: a started peer of the zone that is not forced and whose latest
-    /// check is ok and within `peer_health_window_s` keeps a forced connector out.
-    fn unforced_healthy_peer(&self, name: &str, ts: Ts) -> bool {
+    /// The zone rule's question: does a started peer of `name`'s zone, among those `counts`
+    /// keeps, have an ok check as its latest, within `peer_health_window_s`?
+    fn healthy_peer(&self, name: &str, ts: Ts, counts: impl Fn(&Connector) -> bool) -> bool {
         let Some(zone) = self.site.connector_zone(name) else {
             return false;
         };
@@ -919,23 +919,22 @@ impl Engine {
         self.site.zone_connectors(zone).filter(|p| *p != name).any(|peer| {
             self.connectors.get(peer).is_some_and(|p| {
                 p.started()
-                    && !p.forced
+                    && counts(p)
                     && matches!(p.last_check, Some((t, true)) if ts.millis() - t.millis() < window_ms)
             })
         })
     }
 
-    /// R-STATE-3: no other started connector of the zone has an ok check within the window.
+    /// R-STATE-8's zone rule: a healthy peer that is not forced keeps a forced connector out
+    /// (a forced peer counts as down).
+    fn unforced_healthy_peer(&self, name: &str, ts: Ts) -> bool {
+        self.healthy_peer(name, ts, |p| !p.forced)
+    }
+
+    /// R-STATE-3: no other started connector of the zone has an ok check within the window,
+    /// forced or not.
     fn zone_rule_holds(&self, name: &str, ts: Ts) -> bool {
-        let Some(zone) = self.site.connector_zone(name) else {
-            return true;
-        };
-        let window_ms = self.params.peer_health_window_s as i64 * 1000;
-        !self.site.zone_connectors(zone).filter(|p| *p != name).any(|peer| {
-            self.connectors.get(peer).is_some_and(|p| {
-                p.started() && matches!(p.last_check, Some((t, true)) if ts.millis() - t.millis() < window_ms)
-            })
-        })
+        !self.healthy_peer(name, ts, |_| true)
     }
 
     /// The site settings a connector goes by: its snapshot's, else the cloud's.
