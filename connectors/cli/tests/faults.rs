@@ -543,3 +543,77 @@ fn health_checks_stay_on_their_host_and_peer_ids_are_not_urls() {
         "no URL from an id that is not a host name: {probes:?}"
     );
 }
+
+/// Item 9, "HTTP-layer errors with empty bodies": requests hyper refuses before the API
+/// sees them (a malformed request line, a bad header value, a URI or header section over
+/// the limits) are answered with their status and a JSON body naming the problem, like
+/// every other answer of the node; the node keeps serving.
+#[test]
+fn requests_refused_by_the_http_layer_get_a_json_error() {
+    use std::io::{Read, Write};
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("log");
+    import_example(&log);
+    let port = free_port();
+    let data = tmp.path().join("node");
+    let mut child = spawn_node(&log, &data, port, NO_CLOUD, &[], Stdio::null());
+    let raw = |request: Vec<u8>| {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        // The node may answer and close before it has read everything sent.
+        let _ = s.write_all(&request);
+        let mut answer = Vec::new();
+        let _ = s.read_to_end(&mut answer);
+        String::from_utf8(answer).unwrap()
+    };
+    let long_uri = [
+        b"GET /".as_slice(),
+        &[b'a'; 70_000],
+        b" HTTP/1.1\r\nHost: x\r\n\r\n",
+    ]
+    .concat();
+    let big_headers = [
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\n".as_slice(),
+        &b"X-Filler: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n"
+            .repeat(200),
+        b"\r\n",
+    ]
+    .concat();
+    let cases: [(&str, Vec<u8>, &str, &str); 4] = [
+        (
+            "malformed request line",
+            b"GARBAGE\r\n\r\n".to_vec(),
+            "400",
+            "malformed",
+        ),
+        (
+            "bad Content-Length",
+            b"POST /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: zz\r\n\r\n".to_vec(),
+            "400",
+            "malformed",
+        ),
+        ("URI over the limit", long_uri, "414", "URI too long"),
+        ("too many headers", big_headers, "431", "too large"),
+    ];
+    for (what, request, status, words) in cases {
+        let answer = raw(request);
+        let (head, body) = answer
+            .split_once("\r\n\r\n")
+            .unwrap_or_else(|| panic!("{what}: no answer: {answer:?}"));
+        assert!(
+            head.starts_with(&format!("HTTP/1.1 {status} ")),
+            "{what}: {head}"
+        );
+        assert!(
+            head.contains("content-type: application/json"),
+            "{what}: {head}"
+        );
+        let json: serde_json::Value = serde_json::from_str(body)
+            .unwrap_or_else(|e| panic!("{what}: body {body:?} is not JSON: {e}"));
+        let error = json["error"].as_str().unwrap_or_default();
+        assert!(error.contains(words), "{what}: {error}");
+    }
+    assert!(http(port, "GET", "/healthz", None, None).is_some_and(|(s, _)| s == 200));
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert!(child.wait().unwrap().success());
+}

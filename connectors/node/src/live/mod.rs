@@ -9,6 +9,7 @@
 //! offset, so a restart neither repeats nor loses one.
 
 mod appender;
+mod errbody;
 mod fold;
 mod http;
 mod observe;
@@ -527,7 +528,8 @@ pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 pub const CONNECTION_LIFETIME: Duration = Duration::from_secs(300);
 
 /// Serves `app` on `listener` until `shutdown` resolves, with the limits above (axum's own
-/// `serve` has no header timeout or connection cap), then lets open connections finish
+/// `serve` has no header timeout or connection cap) and JSON bodies on the errors hyper
+/// answers itself (see `errbody`), then lets open connections finish
 /// their request for up to 10 s.
 async fn serve(
     listener: tokio::net::TcpListener,
@@ -565,7 +567,8 @@ async fn serve(
             builder
                 .timer(TokioTimer::new())
                 .header_read_timeout(HEADER_READ_TIMEOUT);
-            let conn = builder.serve_connection(TokioIo::new(stream), service);
+            let conn =
+                builder.serve_connection(TokioIo::new(errbody::JsonErrors::new(stream)), service);
             tokio::pin!(conn);
             let lifetime = tokio::time::sleep(CONNECTION_LIFETIME);
             tokio::pin!(lifetime);
