@@ -13,6 +13,7 @@ pub mod engine;
 pub mod output;
 pub mod params;
 pub mod record;
+pub mod rows;
 pub mod schema;
 pub mod site;
 pub mod snapshot;

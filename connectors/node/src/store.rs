@@ -6,7 +6,7 @@
 //! `WriteBatch`. A process killed at any instant restarts from the last commit: no record
 //! is applied twice, no output is lost or stored twice.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Deref;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
@@ -16,13 +16,17 @@ use lhc_engine::site::SiteConfig;
 use lhc_engine::{decode_record_at, ConfigPart, Engine, Output, Validation};
 use lhc_log::{Log, LogEntry, LogError};
 use rocksdb::{ColumnFamilyDescriptor, IteratorMode, Options, WriteBatch, WriteOptions};
+use xxhash_rust::xxh3::xxh3_128;
 
 /// Multi-threaded mode: snapshot column families are created and dropped while others
 /// read.
 type DB = rocksdb::DBWithThreadMode<rocksdb::MultiThreaded>;
 
-/// Column family of the engine state and the applied offset.
+/// Column family of the applied offset, the site configuration and the snapshot list.
 const META: &str = "meta";
+/// Column family of the engine state, one row per object (`lhc_engine::rows`): a commit
+/// writes the rows its records changed, not the whole state.
+const STATE: &str = "state";
 /// Column family of outputs, keyed by (input offset, index) big-endian.
 const OUTPUTS: &str = "outputs";
 /// Column family of the journal (Kafka mode): every record the node applied, by engine
@@ -36,7 +40,7 @@ const OUTBOX: &str = "outbox";
 /// Key of the next Kafka offset to read (Kafka mode).
 const KAFKA_NEXT_KEY: &[u8] = b"kafka_next";
 /// Every column family, in creation order.
-const FAMILIES: [&str; 5] = [META, OUTPUTS, JOURNAL, LOCAL, OUTBOX];
+const FAMILIES: [&str; 6] = [META, OUTPUTS, JOURNAL, LOCAL, OUTBOX, STATE];
 
 /// Prefix of the column family holding one validated configuration version.
 const SNAPSHOT_PREFIX: &str = "snapshot-v";
@@ -54,8 +58,9 @@ fn snapshot_family(version: u64) -> String {
     format!("{SNAPSHOT_PREFIX}{version}")
 }
 
-/// Key of the serialized engine.
-const STATE_KEY: &[u8] = b"engine";
+/// Key of the whole serialized engine in `meta`, as stores before the `state` family kept
+/// it: read once, then replaced by rows at the next commit.
+const LEGACY_STATE_KEY: &[u8] = b"engine";
 /// Key of the next offset to apply.
 const NEXT_KEY: &[u8] = b"next_offset";
 
@@ -113,15 +118,59 @@ pub struct Store {
     path: PathBuf,
     sync: bool,
     options: Options,
-    /// What the config part in the store holds: (site version, snapshot versions).
+    /// What the config part and the state rows in the store hold.
     written: Mutex<Written>,
+    /// What the last commit wrote of the state.
+    row_stats: Mutex<RowStats>,
 }
 
-/// The configuration part as last written.
+/// The configuration part and the state rows as last written.
 #[derive(Default)]
 struct Written {
     site_version: Option<u64>,
     snapshots: BTreeSet<u64>,
+    /// Hash of every state row the store holds, by key: a row whose hash is unchanged is
+    /// not written again. 128 bits, so that a collision (a change not written) is not a
+    /// risk worth naming.
+    rows: HashMap<Box<[u8]>, RowMark>,
+    /// Commits prepared so far (see [`RowMark::pass`]).
+    pass: u64,
+    /// `rows` was read from the store (by a load or the first commit).
+    rows_known: bool,
+    /// The store still holds the whole engine under [`LEGACY_STATE_KEY`]; rows, once
+    /// written, take precedence and the next commit deletes it.
+    legacy_state: bool,
+}
+
+/// A state row as written.
+#[derive(Clone, Copy)]
+struct RowMark {
+    /// xxh3-128 of its value.
+    hash: u128,
+    /// The last commit preparation that found it in the state: rows not found by the
+    /// current one are objects gone, to delete.
+    pass: u64,
+}
+
+/// The state rows a commit puts and deletes.
+#[derive(Default)]
+struct ChangedRows {
+    puts: Vec<(Box<[u8]>, u128)>,
+    deletes: Vec<Box<[u8]>>,
+    bytes: usize,
+}
+
+/// What the last commit wrote of the state (for tests and benchmarks).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RowStats {
+    /// Rows the state has.
+    pub rows: usize,
+    /// Rows written (new or changed).
+    pub written: usize,
+    /// Rows deleted (objects gone).
+    pub deleted: usize,
+    /// Bytes of the rows written.
+    pub bytes: usize,
 }
 
 impl Store {
@@ -159,6 +208,7 @@ impl Store {
             sync: options.sync,
             options: db_options,
             written: Mutex::new(Written::default()),
+            row_stats: Mutex::new(RowStats::default()),
         };
         let listed = store.listed_snapshots()?;
         // A snapshot family the meta does not list is an import interrupted before its
@@ -173,6 +223,12 @@ impl Store {
         *store.written.lock().expect("written") = Written {
             site_version: store.site_version()?,
             snapshots: listed,
+            legacy_state: store
+                .db
+                .get_cf(&store.cf(META), LEGACY_STATE_KEY)
+                .map_err(|e| store.error(e))?
+                .is_some(),
+            ..Written::default()
         };
         Ok(store)
     }
@@ -238,13 +294,22 @@ impl Store {
             ),
             None => return Ok((Engine::new(), 0)),
         };
-        let state = self
-            .db
-            .get_cf(&meta, STATE_KEY)
-            .map_err(|e| self.error(e))?
-            .ok_or_else(|| corrupt("an offset without a state".into()))?;
-        let mut engine: Engine =
-            serde_json::from_slice(&state).map_err(|e| corrupt(format!("state: {e}")))?;
+        let (rows, hashes) = self.read_rows()?;
+        let mut written = self.written.lock().expect("written");
+        written.rows = hashes;
+        written.rows_known = true;
+        let mut engine = match rows {
+            Some(engine) => engine,
+            None => {
+                let state = self
+                    .db
+                    .get_cf(&meta, LEGACY_STATE_KEY)
+                    .map_err(|e| self.error(e))?
+                    .ok_or_else(|| corrupt("an offset without a state".into()))?;
+                serde_json::from_slice(&state).map_err(|e| corrupt(format!("state: {e}")))?
+            }
+        };
+        drop(written);
         let mut part = ConfigPart::default();
         if let Some(site) = self.db.get_cf(&meta, SITE_KEY).map_err(|e| self.error(e))? {
             part.site = serde_json::from_slice(&site).map_err(|e| corrupt(format!("site: {e}")))?;
@@ -266,6 +331,32 @@ impl Store {
         }
         engine.restore_config(part);
         Ok((engine, next))
+    }
+
+    /// The state rows: the engine they make (`None` when there are none) and their hashes.
+    #[allow(clippy::type_complexity)]
+    fn read_rows(&self) -> Result<(Option<Engine>, HashMap<Box<[u8]>, RowMark>), NodeError> {
+        let mut builder = lhc_engine::rows::StateRows::new();
+        let mut hashes = HashMap::new();
+        for item in self.db.iterator_cf(&self.cf(STATE), IteratorMode::Start) {
+            let (key, value) = item.map_err(|e| self.error(e))?;
+            builder.add(&key, &value).map_err(|e| NodeError::Corrupt {
+                path: self.path.clone(),
+                detail: e.to_string(),
+            })?;
+            let hash = xxh3_128(&value);
+            hashes.insert(key, RowMark { hash, pass: 0 });
+        }
+        let engine = builder.finish().map_err(|e| NodeError::Corrupt {
+            path: self.path.clone(),
+            detail: e.to_string(),
+        })?;
+        Ok((engine, hashes))
+    }
+
+    /// What the last commit wrote of the state.
+    pub fn row_stats(&self) -> RowStats {
+        *self.row_stats.lock().expect("row stats")
     }
 
     /// Writes the state, the next offset, the pending outputs and the journal changes in one
@@ -334,17 +425,23 @@ impl Store {
         };
         // After a configuration change the site, the new snapshot and the state are tens of
         // megabytes of JSON for a big site: the site serializes on a second thread meanwhile.
-        let (site, prepared, state) = std::thread::scope(|scope| {
+        if !written.rows_known {
+            // A commit without a load first: learn what the store holds, so that rows of
+            // objects gone are deleted.
+            written.rows = self.read_rows()?.1;
+            written.rows_known = true;
+        }
+        let mut batch = WriteBatch::default();
+        let (site, prepared, changed) = std::thread::scope(|scope| {
             let site = site.map(|site| {
                 scope.spawn(move || serde_json::to_vec(site).expect("the site serializes"))
             });
             let prepared = self.prepare_config(validations, &written);
-            let state = serde_json::to_vec(state).expect("state serializes");
+            let changed = self.put_changed_rows(state, &mut written, &mut batch);
             let site = site.map(|job| (site_version, job.join().expect("serializing the site")));
-            (site, prepared, state)
+            (site, prepared, changed)
         });
         let (snapshots, retired) = prepared?;
-        let mut batch = WriteBatch::default();
         let meta = self.cf(META);
         if let Some((version, bytes)) = &site {
             batch.put_cf(&meta, SITE_KEY, bytes);
@@ -369,7 +466,9 @@ impl Store {
         if let Some(k) = journal.kafka_next {
             batch.put_cf(&self.cf(META), KAFKA_NEXT_KEY, k.to_be_bytes());
         }
-        batch.put_cf(&meta, STATE_KEY, state);
+        if written.legacy_state {
+            batch.delete_cf(&meta, LEGACY_STATE_KEY);
+        }
         batch.put_cf(&meta, NEXT_KEY, next.to_be_bytes());
         let cf = self.cf(OUTPUTS);
         for (offset, list) in outputs {
@@ -391,6 +490,22 @@ impl Store {
         if let Some((version, _)) = site {
             written.site_version = Some(version);
         }
+        written.legacy_state = false;
+        let mut stats = RowStats {
+            written: changed.puts.len(),
+            deleted: changed.deletes.len(),
+            bytes: changed.bytes,
+            ..RowStats::default()
+        };
+        for key in changed.deletes {
+            written.rows.remove(&key);
+        }
+        let pass = written.pass;
+        for (key, hash) in changed.puts {
+            written.rows.insert(key, RowMark { hash, pass });
+        }
+        stats.rows = written.rows.len();
+        *self.row_stats.lock().expect("row stats") = stats;
         written.snapshots = snapshots;
         for version in retired {
             self.db
@@ -398,6 +513,45 @@ impl Store {
                 .map_err(|e| self.error(e))?;
         }
         Ok(())
+    }
+
+    /// Puts the state rows that differ from the written ones into `batch`, and deletes the
+    /// rows of objects gone; says what it put and deleted, for `written` to follow once the
+    /// batch is written (a failed write leaves `written` as the store is).
+    fn put_changed_rows(
+        &self,
+        state: &Engine,
+        written: &mut Written,
+        batch: &mut WriteBatch,
+    ) -> ChangedRows {
+        let cf = self.cf(STATE);
+        let mut changed = ChangedRows::default();
+        written.pass += 1;
+        let pass = written.pass;
+        let mut seen = 0usize;
+        state.for_each_state_row(|key, value| {
+            let hash = xxh3_128(value);
+            if let Some(mark) = written.rows.get_mut(key) {
+                // Marked whether written or not: marks only tell this pass's rows apart.
+                mark.pass = pass;
+                seen += 1;
+                if mark.hash == hash {
+                    return;
+                }
+            }
+            batch.put_cf(&cf, key, value);
+            changed.bytes += key.len() + value.len();
+            changed.puts.push((key.into(), hash));
+        });
+        if seen < written.rows.len() {
+            for (key, mark) in &written.rows {
+                if mark.pass != pass {
+                    batch.delete_cf(&cf, key);
+                    changed.deletes.push(key.clone());
+                }
+            }
+        }
+        changed
     }
 
     /// Writes new snapshot families and says what the batch must switch: the versions in
@@ -778,4 +932,74 @@ pub fn fold(
         commits: folder.commits(),
     };
     Ok((summary, folder.into_engine()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A store written before the `state` family holds the whole engine in `meta`: it
+    /// loads, and its first commit replaces it by rows.
+    #[test]
+    fn a_store_with_the_whole_engine_in_meta_loads_and_moves_to_rows() {
+        let example = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../docs/examples/site-outage.jsonl"
+        ))
+        .unwrap();
+        let lines: Vec<&str> = example.lines().collect();
+        let mut engine = Engine::new();
+        for (i, line) in lines[..200].iter().enumerate() {
+            engine.apply(
+                i as u64,
+                decode_record_at(line.as_bytes(), i as u64),
+                &mut Vec::new(),
+            );
+        }
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = Store::open(dir.path(), &StoreOptions::default()).unwrap();
+            let meta = store.cf(META);
+            let mut old = engine.clone();
+            let part = old.take_config();
+            store
+                .db
+                .put_cf(&meta, LEGACY_STATE_KEY, serde_json::to_vec(&old).unwrap())
+                .unwrap();
+            store
+                .db
+                .put_cf(&meta, NEXT_KEY, 200u64.to_be_bytes())
+                .unwrap();
+            store
+                .db
+                .put_cf(&meta, SITE_KEY, serde_json::to_vec(&part.site).unwrap())
+                .unwrap();
+        }
+        let store = Store::open(dir.path(), &StoreOptions::default()).unwrap();
+        let (loaded, next) = store.load().unwrap();
+        assert_eq!(next, 200);
+        let mut expected = engine.clone();
+        expected.take_config();
+        let mut got = loaded.clone();
+        got.take_config();
+        assert_eq!(got.digest(), expected.digest());
+        let mut folder = Folder::open(&store).unwrap();
+        folder.apply(&LogEntry {
+            offset: 200,
+            bytes: lines[200].as_bytes().to_vec(),
+        });
+        folder.commit().unwrap();
+        let meta = store.cf(META);
+        assert!(store.db.get_cf(&meta, LEGACY_STATE_KEY).unwrap().is_none());
+        drop(meta);
+        assert!(store.row_stats().written > 5, "{:?}", store.row_stats());
+        let (reloaded, next) = store.load().unwrap();
+        assert_eq!(next, 201);
+        let folded = folder.engine();
+        let mut folded = folded.read().unwrap().clone();
+        folded.take_config();
+        let mut reloaded = reloaded;
+        reloaded.take_config();
+        assert_eq!(reloaded.digest(), folded.digest());
+    }
 }

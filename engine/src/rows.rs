@@ -1,0 +1,240 @@
+//! The engine state as rows keyed by object, so that a store writes only the rows a batch
+//! of records changed instead of the whole state at every commit (issue 15, item 6: a node
+//! rewriting tens of megabytes per commit made its RocksDB directory swing by gigabytes).
+//!
+//! Each connector, machine, brokering pool and user's session tally is one row, and each
+//! other field one row of its own. The configuration part (site and validations) is not in the
+//! rows: stores keep it apart (see [`Engine::take_config`]).
+//!
+//! Invariant: rebuilding an engine from the rows of `e` (then restoring `e`'s configuration
+//! part) gives an engine equal to `e`, with the same digest. Both directions destructure
+//! [`Engine`] exhaustively, so a field added to it does not compile until it has a row.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use compact_str::CompactString;
+use serde::Serialize;
+
+use crate::broker::{Pool, Tally};
+use crate::detmap::DetMap;
+use crate::engine::{Connector, Engine};
+use crate::params::Params;
+use crate::Ts;
+
+/// First byte of a row key: what the rest of the key names.
+const REST: u8 = b'=';
+const CONNECTOR: u8 = b'c';
+const MACHINE: u8 = b'm';
+const POOL: u8 = b'p';
+const USER: u8 = b'u';
+
+/// Calls `each` with a key and its JSON value, reusing both buffers.
+fn emit<T: Serialize + ?Sized>(
+    tag: u8,
+    name: &str,
+    value: &T,
+    key: &mut Vec<u8>,
+    bytes: &mut Vec<u8>,
+    each: &mut impl FnMut(&[u8], &[u8]),
+) {
+    key.clear();
+    key.push(tag);
+    key.extend_from_slice(name.as_bytes());
+    bytes.clear();
+    serde_json::to_writer(&mut *bytes, value).expect("engine state serializes");
+    each(key, bytes);
+}
+
+impl Engine {
+    /// Calls `each(key, value)` for every row of the state (configuration part excluded),
+    /// in key order within each kind. Keys are unique; values are JSON.
+    pub fn for_each_state_row(&self, mut each: impl FnMut(&[u8], &[u8])) {
+        let Engine {
+            params,
+            now,
+            site: _,
+            validations: _,
+            connectors,
+            connector_order,
+            machines,
+            pools,
+            user_sessions,
+            cloud_assignments,
+            cloud_assigned,
+            pending_expiry,
+            cloud: _,
+            quiet_until: _,
+        } = self;
+        let (mut key, mut bytes) = (Vec::new(), Vec::new());
+        // One row per field: the clock changes with every record, the parameters hardly
+        // ever.
+        emit(REST, "params", params, &mut key, &mut bytes, &mut each);
+        emit(REST, "now", now, &mut key, &mut bytes, &mut each);
+        emit(
+            REST,
+            "connector_order",
+            connector_order,
+            &mut key,
+            &mut bytes,
+            &mut each,
+        );
+        emit(
+            REST,
+            "cloud_assignments",
+            cloud_assignments,
+            &mut key,
+            &mut bytes,
+            &mut each,
+        );
+        emit(
+            REST,
+            "cloud_assigned",
+            cloud_assigned,
+            &mut key,
+            &mut bytes,
+            &mut each,
+        );
+        emit(
+            REST,
+            "pending_expiry",
+            pending_expiry,
+            &mut key,
+            &mut bytes,
+            &mut each,
+        );
+        for (name, connector) in connectors {
+            emit(CONNECTOR, name, connector, &mut key, &mut bytes, &mut each);
+        }
+        for (name, machine) in machines.sorted() {
+            emit(MACHINE, name, machine, &mut key, &mut bytes, &mut each);
+        }
+        for (name, pool) in pools {
+            emit(POOL, name, pool, &mut key, &mut bytes, &mut each);
+        }
+        for (name, tallies) in user_sessions.sorted() {
+            emit(USER, name, tallies, &mut key, &mut bytes, &mut each);
+        }
+    }
+}
+
+/// Builds an engine from its rows, in any order (see [`Engine::for_each_state_row`]).
+#[derive(Default)]
+pub struct StateRows {
+    params: Option<Params>,
+    now: Option<Option<Ts>>,
+    connector_order: Option<Vec<String>>,
+    cloud_assignments: Option<BTreeMap<String, BTreeMap<String, String>>>,
+    cloud_assigned: Option<BTreeSet<String>>,
+    pending_expiry: Option<BTreeSet<(Ts, CompactString)>>,
+    connectors: BTreeMap<String, Connector>,
+    machines: DetMap<CompactString, crate::engine::MachineRuntime>,
+    pools: BTreeMap<String, Pool>,
+    user_sessions: DetMap<String, BTreeMap<String, Tally>>,
+}
+
+/// A row that does not belong to an engine state: what is wrong with it.
+#[derive(Debug, thiserror::Error)]
+#[error("state row {key:?}: {detail}")]
+pub struct RowError {
+    /// The row's key, lossily as text.
+    pub key: String,
+    /// What is wrong.
+    pub detail: String,
+}
+
+impl StateRows {
+    /// No rows yet.
+    pub fn new() -> StateRows {
+        StateRows::default()
+    }
+
+    /// Adds one row.
+    pub fn add(&mut self, key: &[u8], value: &[u8]) -> Result<(), RowError> {
+        let fail = |detail: String| RowError {
+            key: String::from_utf8_lossy(key).into_owned(),
+            detail,
+        };
+        let (&tag, name) = key.split_first().ok_or_else(|| fail("empty key".into()))?;
+        let name = std::str::from_utf8(name).map_err(|_| fail("name is not UTF-8".into()))?;
+        let bad = |e: serde_json::Error| fail(e.to_string());
+        /// Sets a field row; whether it was not set before.
+        fn field<T: serde::de::DeserializeOwned>(
+            slot: &mut Option<T>,
+            value: &[u8],
+        ) -> Result<bool, serde_json::Error> {
+            Ok(slot.replace(serde_json::from_slice(value)?).is_none())
+        }
+        let fresh = match (tag, name) {
+            (REST, "params") => field(&mut self.params, value).map_err(bad)?,
+            (REST, "now") => field(&mut self.now, value).map_err(bad)?,
+            (REST, "connector_order") => field(&mut self.connector_order, value).map_err(bad)?,
+            (REST, "cloud_assignments") => {
+                field(&mut self.cloud_assignments, value).map_err(bad)?
+            }
+            (REST, "cloud_assigned") => field(&mut self.cloud_assigned, value).map_err(bad)?,
+            (REST, "pending_expiry") => field(&mut self.pending_expiry, value).map_err(bad)?,
+            (CONNECTOR, name) => self
+                .connectors
+                .insert(name.into(), serde_json::from_slice(value).map_err(bad)?)
+                .is_none(),
+            (MACHINE, name) => self
+                .machines
+                .insert(name.into(), serde_json::from_slice(value).map_err(bad)?)
+                .is_none(),
+            (POOL, name) => self
+                .pools
+                .insert(name.into(), serde_json::from_slice(value).map_err(bad)?)
+                .is_none(),
+            (USER, name) => self
+                .user_sessions
+                .insert(name.into(), serde_json::from_slice(value).map_err(bad)?)
+                .is_none(),
+            _ => return Err(fail("unknown kind of row".into())),
+        };
+        if fresh {
+            Ok(())
+        } else {
+            Err(fail("given twice".into()))
+        }
+    }
+
+    /// The engine the rows make (configuration part empty): `Ok(None)` when there were no
+    /// rows at all, an error naming the first missing field row when some are missing.
+    pub fn finish(self) -> Result<Option<Engine>, RowError> {
+        let StateRows {
+            params,
+            now,
+            connector_order,
+            cloud_assignments,
+            cloud_assigned,
+            pending_expiry,
+            connectors,
+            machines,
+            pools,
+            user_sessions,
+        } = self;
+        if params.is_none() && now.is_none() && connectors.is_empty() && machines.is_empty() {
+            return Ok(None);
+        }
+        let missing = |name: &str| RowError {
+            key: format!("={name}"),
+            detail: "missing".into(),
+        };
+        Ok(Some(Engine {
+            params: params.ok_or_else(|| missing("params"))?,
+            now: now.ok_or_else(|| missing("now"))?,
+            connector_order: connector_order.ok_or_else(|| missing("connector_order"))?,
+            cloud_assignments: cloud_assignments.ok_or_else(|| missing("cloud_assignments"))?,
+            cloud_assigned: cloud_assigned.ok_or_else(|| missing("cloud_assigned"))?,
+            pending_expiry: pending_expiry.ok_or_else(|| missing("pending_expiry"))?,
+            site: Default::default(),
+            validations: Default::default(),
+            connectors,
+            machines,
+            pools,
+            user_sessions,
+            cloud: None,
+            quiet_until: None,
+        }))
+    }
+}
