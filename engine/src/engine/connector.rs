@@ -1,0 +1,250 @@
+//! The per-object runtime state the reducer keeps: connectors, machines, outage episodes,
+//! imports in progress, and the validation of each configuration version.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::output::*;
+use crate::record::*;
+use crate::snapshot::Snapshot;
+use crate::ts::Ts;
+
+/// The result of validating one configuration version.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Validation {
+    /// It imports: the shared snapshot.
+    Valid(Arc<Snapshot>),
+    /// It fails: every failure, in (kind, id) order.
+    Invalid(Vec<ImportFailure>),
+}
+
+/// Who a VDA is registered with.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Registrar {
+    /// Nobody.
+    #[default]
+    None,
+    /// The cloud broker, through its zone's connectors (R-REG-1).
+    Cloud,
+    /// A connector brokering in LHC mode.
+    Connector(String),
+}
+
+impl Registrar {
+    /// Who holds the registration, as outputs name it: "cloud", a connector id, or nobody.
+    pub fn name(&self) -> Option<&str> {
+        match self {
+            Registrar::None => None,
+            Registrar::Cloud => Some("cloud"),
+            Registrar::Connector(c) => Some(c),
+        }
+    }
+}
+
+/// What the engine knows of a VDA at run time.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MachineRuntime {
+    /// Current registration.
+    pub registrar: Registrar,
+    /// Sessions of its last heartbeat (updated by session events).
+    pub sessions: Vec<SessionReport>,
+    /// Last refusal per connector ("cloud" included) with the connector's epoch, so a
+    /// refusal is reported once per change, not at every heartbeat.
+    pub refusals: BTreeMap<String, (Reason, u64)>,
+    /// The machine's zone as of a site version (None: not configured), so a heartbeat
+    /// costs one lookup. Derived from the configuration, so not saved.
+    #[serde(skip)]
+    pub resolved: Option<(u64, Option<u32>)>,
+    /// Launches brokered to it that it has not reported yet (they count as load).
+    pub pending: Vec<crate::broker::PendingLaunch>,
+    /// Its contribution to the brokering pools.
+    pub placement: Option<Box<crate::broker::Placement>>,
+}
+
+/// A machine as listings show it (the node's SDK, `lhc query`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct MachineSummary<'a> {
+    /// Its exact id.
+    pub machine: &'a str,
+    /// Who holds its registration ("cloud", a connector id, or nobody).
+    pub registered_with: Option<&'a str>,
+    /// Sessions of its last report.
+    pub sessions: usize,
+}
+
+impl MachineRuntime {
+    /// This machine, named `machine`, as listings show it.
+    pub fn summary<'a>(&'a self, machine: &'a str) -> MachineSummary<'a> {
+        MachineSummary {
+            machine,
+            registered_with: self.registrar.name(),
+            sessions: self.sessions.len(),
+        }
+    }
+}
+
+/// One outage episode of a connector: from entry into initial_ha to its end.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Episode {
+    /// Entry into initial_ha.
+    pub started: Ts,
+    /// When the next 3507/3509 is due.
+    pub next_report: Ts,
+    /// Distinct machines that registered with this connector during the episode.
+    pub registered: BTreeSet<String>,
+    /// `via: "lhc"` launches brokered.
+    pub successful_launches: u64,
+    /// `via: "lhc"` launches rejected.
+    pub failed_launches: u64,
+}
+
+/// An import in progress (`import_duration_s` > 0).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingImport {
+    /// Version being imported.
+    pub version: u64,
+    /// When it completes.
+    pub done_at: Ts,
+    /// LHC mode started while it ran: it is abandoned with 507 even if LHC mode has ended
+    /// by the time it completes (R-CSS-3).
+    #[serde(default)]
+    pub lhc_started: bool,
+}
+
+/// One connector's state.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Connector {
+    /// Zone id (lowercased), per the site configuration.
+    pub zone: String,
+    /// State of the Remote Broker Provider state machine.
+    pub state: ConnectorState,
+    /// When the current state was entered.
+    pub state_since: Ts,
+    /// High Availability Service running.
+    pub ha_running: bool,
+    /// Remote Broker Provider running.
+    pub rbp_running: bool,
+    /// Config Synchronizer running.
+    pub css_running: bool,
+    /// Latest health check: (time, ok).
+    pub last_check: Option<(Ts, bool)>,
+    /// First failed check of the current failure streak.
+    pub first_failure: Option<Ts>,
+    /// Started (`connector.lifecycle` start) and no health check since: its first check
+    /// decides what the restart did to its snapshot (R-STATE-10), runs its first config
+    /// sync check (R-CSS-1), and until then it offers no cloud path (R-REG-1).
+    pub first_check_after_start: bool,
+    /// It was stopped while in LHC mode (restarted during an outage): its snapshot stays
+    /// usable and its first failed check after the start re-enters LHC mode at once
+    /// (R-STATE-10). Consumed by that check.
+    #[serde(default)]
+    pub stopped_in_lhc: bool,
+    /// Start of the running pending_recovery period: entering pending_recovery, or
+    /// disabling forced outage in it (a full new period, R-STATE-8).
+    #[serde(default)]
+    pub recovery_since: Option<Ts>,
+    /// Latest StoreFront heartbeat.
+    pub storefront_last: Option<Ts>,
+    /// StoreFront servers seen, with their last contact (R-DATA).
+    pub storefronts: BTreeMap<String, Ts>,
+    /// Latest probe of each peer: (time, ok, expiry already handled).
+    pub probes: BTreeMap<String, (Ts, bool, bool)>,
+    /// Version of the imported snapshot.
+    pub snapshot: Option<u64>,
+    /// Whether the snapshot may be used (R-STATE-10 makes it unusable).
+    pub snapshot_usable: bool,
+    /// A record has named this connector (its first sync check happened).
+    pub named: bool,
+    /// Next config sync check.
+    pub next_sync: Option<Ts>,
+    /// `set_config_sync_interval` override.
+    pub sync_override_s: Option<u64>,
+    /// Import in progress.
+    pub import: Option<PendingImport>,
+    /// A `storage.fault` waiting to fail the next import: its offset and detail.
+    pub storage_fault: Option<(u64, String)>,
+    /// CSS trace mode.
+    pub css_trace: bool,
+    /// HA SDK (read-only query API) enabled.
+    pub ha_sdk: bool,
+    /// Forced outage set.
+    pub forced: bool,
+    /// Last 3002 reason reported, so each reason is reported once.
+    pub reported_ineligible: Option<IneligibleReason>,
+    /// Elected broker in this connector's view.
+    pub elected: Option<String>,
+    /// Candidates in this connector's view, sorted.
+    pub candidates: Vec<String>,
+    /// In LHC mode and elected in its own view.
+    pub brokering: bool,
+    /// Bumped at every change that may turn a refusal into something else.
+    pub epoch: u64,
+    /// Machines registered with this connector.
+    pub registrations: BTreeSet<String>,
+    /// Sessions on the machines registered with this connector (kept in step, for 3507).
+    pub session_count: u64,
+    /// The current outage episode.
+    pub episode: Option<Episode>,
+    /// Machines this connector put in maintenance.
+    pub maintenance: BTreeSet<String>,
+    /// The LHC database content besides the configuration (R-DATA).
+    pub data: crate::broker::LhcData,
+}
+
+impl Connector {
+    pub(super) fn new(ts: Ts) -> Connector {
+        Connector {
+            zone: String::new(),
+            state: ConnectorState::WorkingNormally,
+            state_since: ts,
+            ha_running: true,
+            rbp_running: true,
+            css_running: true,
+            last_check: None,
+            first_failure: None,
+            first_check_after_start: false,
+            stopped_in_lhc: false,
+            recovery_since: None,
+            storefront_last: None,
+            storefronts: BTreeMap::new(),
+            probes: BTreeMap::new(),
+            snapshot: None,
+            snapshot_usable: false,
+            named: false,
+            next_sync: None,
+            sync_override_s: None,
+            import: None,
+            storage_fault: None,
+            css_trace: false,
+            ha_sdk: false,
+            forced: false,
+            reported_ineligible: None,
+            elected: None,
+            candidates: Vec::new(),
+            brokering: false,
+            epoch: 0,
+            registrations: BTreeSet::new(),
+            session_count: 0,
+            episode: None,
+            maintenance: BTreeSet::new(),
+            data: Default::default(),
+        }
+    }
+
+    /// In LHC mode: initial_ha, extended_ha or pending_recovery.
+    pub fn in_lhc(&self) -> bool {
+        matches!(
+            self.state,
+            ConnectorState::InitialHa
+                | ConnectorState::ExtendedHa
+                | ConnectorState::PendingRecovery
+        )
+    }
+
+    /// Not stopped (R-STATE-10).
+    pub fn started(&self) -> bool {
+        self.state != ConnectorState::Stopped
+    }
+}

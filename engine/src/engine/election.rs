@@ -1,0 +1,60 @@
+//! R-ELECT: each connector's view of the election (3504), and brokering (3502) for the
+//! elected connector in LHC mode; a connector that stops brokering drops its registrations.
+
+use crate::output::*;
+use crate::ts::Ts;
+
+use super::{fqdn_key, Engine};
+impl Engine {
+    /// Recomputes a connector's view of the election, with 3504 on change, 3502 when it
+    /// starts brokering and registration drops when it stops (R-ELECT-1..5, R-REG-3).
+    pub(super) fn update_view(&mut self, name: &str, ts: Ts, out: &mut Vec<Output>) {
+        let c = &self.connectors[name];
+        if !c.started() {
+            return;
+        }
+        let timeout_ms = self.params.peer_timeout_s as i64 * 1000;
+        let mut candidates: Vec<String> = Vec::new();
+        if c.ha_running && c.snapshot.is_some() {
+            candidates.push(name.to_string());
+        }
+        if let Some(snapshot) = self.snapshot_of(name) {
+            for peer in snapshot.zone_peers(name) {
+                let peer = self.site.connector_id(peer).unwrap_or(peer);
+                if matches!(c.probes.get(peer), Some((t, true, _)) if ts.millis() - t.millis() < timeout_ms)
+                {
+                    candidates.push(peer.to_string());
+                }
+            }
+        }
+        candidates.sort_by_key(|a| fqdn_key(a));
+        candidates.dedup();
+        let elected = candidates.first().cloned();
+        let c = self.connectors.get_mut(name).expect("exists");
+        let changed = c.elected != elected;
+        c.candidates = candidates;
+        if changed {
+            c.elected = elected.clone();
+            c.epoch += 1;
+            let data = EventData::ElectionView(ElectionViewData {
+                elected,
+                candidates: c.candidates.clone(),
+            });
+            out.push(self.event(ts, name, EventSource::HighAvailabilityService, 3504, data));
+        }
+        let c = self.connectors.get_mut(name).expect("exists");
+        let brokering = c.in_lhc() && c.elected.as_deref() == Some(name);
+        if brokering != c.brokering {
+            c.brokering = brokering;
+            c.epoch += 1;
+            if brokering {
+                let data = EventData::Brokering(BrokeringData {
+                    elected: name.to_string(),
+                });
+                out.push(self.event(ts, name, EventSource::HighAvailabilityService, 3502, data));
+            } else {
+                self.drop_registrations(name, ts, Some(Reason::NotElected), out);
+            }
+        }
+    }
+}

@@ -1,0 +1,134 @@
+//! The invariants the reducer keeps, checked from scratch (`check_invariants`, for tests
+//! after every record), and the state digest that replay chains verify.
+
+use std::collections::BTreeMap;
+
+use super::{fqdn_key, Engine, Registrar};
+impl Engine {
+    /// Checks the invariants the reducer keeps; the error says which one broke. It rebuilds
+    /// the brokering pools from scratch, so it costs O(state): for tests, after every record.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let mut order: Vec<&String> = self.connectors.keys().collect();
+        order.sort_by_key(|a| fqdn_key(a));
+        if order != self.connector_order.iter().collect::<Vec<_>>() {
+            return Err("connector_order is not the connectors in FQDN order".into());
+        }
+        for (name, c) in &self.connectors {
+            if !c.brokering && !c.registrations.is_empty() {
+                return Err(format!("{name} holds registrations without brokering"));
+            }
+            if c.brokering && !(c.in_lhc() && c.elected.as_deref() == Some(name.as_str())) {
+                return Err(format!(
+                    "{name} brokers outside LHC mode or without being elected"
+                ));
+            }
+            if c.in_lhc() != c.episode.is_some() {
+                return Err(format!("{name}: an episode exists exactly in LHC mode"));
+            }
+            let mut sessions = 0;
+            for machine in &c.registrations {
+                let runtime = self
+                    .machines
+                    .get(machine.as_str())
+                    .ok_or(format!("{machine} has no runtime"))?;
+                if runtime.registrar != Registrar::Connector(name.clone()) {
+                    return Err(format!(
+                        "{machine} is in {name}'s registrations but registered elsewhere"
+                    ));
+                }
+                sessions += runtime.sessions.len() as u64;
+            }
+            if sessions != c.session_count {
+                return Err(format!(
+                    "{name}: session_count {} but {sessions} sessions",
+                    c.session_count
+                ));
+            }
+        }
+        // The user index counts exactly the sessions and pending launches the machines hold.
+        let mut counted: BTreeMap<String, BTreeMap<String, crate::broker::Tally>> = BTreeMap::new();
+        for (machine, runtime) in self.machines.sorted() {
+            for s in &runtime.sessions {
+                let user = s.user.as_str().to_lowercase();
+                let machines = counted.entry(user).or_default();
+                machines
+                    .entry(machine.to_string())
+                    .or_default()
+                    .count(s.state);
+            }
+            for p in &runtime.pending {
+                let machines = counted.entry(p.user.clone()).or_default();
+                machines.entry(machine.to_string()).or_default().pending += 1;
+            }
+        }
+        let kept: BTreeMap<String, BTreeMap<String, crate::broker::Tally>> = self
+            .user_sessions
+            .sorted()
+            .into_iter()
+            .map(|(user, machines)| (user.clone(), machines.clone()))
+            .collect();
+        if kept != counted {
+            return Err(format!(
+                "the user index differs from the machines' sessions: kept {kept:?}, counted {counted:?}"
+            ));
+        }
+        // The pools, kept in step incrementally, equal pools rebuilt from scratch.
+        let mut rebuilt = self.clone();
+        rebuilt.pools.clear();
+        for runtime in rebuilt.machines.values_mut() {
+            runtime.placement = None;
+        }
+        rebuilt.place_all();
+        if rebuilt.pools != self.pools {
+            let differ: Vec<_> = self
+                .pools
+                .iter()
+                .filter(|(k, v)| rebuilt.pools.get(*k) != Some(*v))
+                .map(|(k, v)| format!("{k:?}: kept {v:?}, rebuilt {:?}", rebuilt.pools.get(k)))
+                .chain(
+                    rebuilt
+                        .pools
+                        .keys()
+                        .filter(|k| !self.pools.contains_key(*k))
+                        .map(|k| format!("{k:?} missing")),
+                )
+                .collect();
+            return Err(format!(
+                "brokering pools differ from pools rebuilt from scratch: {differ:?}"
+            ));
+        }
+        for (machine, runtime) in self.machines.iter() {
+            // Every pending launch expires by the timer queue, not at a later heartbeat.
+            if let Some(p) = runtime
+                .pending
+                .iter()
+                .find(|p| !self.pending_expiry.contains(&(p.ts, machine.clone())))
+            {
+                return Err(format!(
+                    "{machine}: pending launch {} of {} has no expiry",
+                    p.request, p.ts
+                ));
+            }
+            if let Registrar::Connector(name) = &runtime.registrar {
+                if !self
+                    .connectors
+                    .get(name)
+                    .is_some_and(|c| c.registrations.contains(machine.as_str()))
+                {
+                    return Err(format!(
+                        "{machine} says it is registered with {name}, which does not list it"
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Canonical digest of the whole state: SHA-256 of its canonical JSON, hex.
+    pub fn digest(&self) -> String {
+        use sha2::Digest;
+        let bytes = serde_json::to_vec(self).expect("state serializes");
+        let hash = sha2::Sha256::digest(&bytes);
+        hash.iter().map(|b| format!("{b:02x}")).collect()
+    }
+}

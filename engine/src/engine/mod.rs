@@ -1,0 +1,368 @@
+//! The reducer: `(state, record) -> (state, outputs)` for LHC states (R-STATE), election
+//! (R-ELECT), registration (R-REG), config sync (R-CSS) and the periodic reports.
+//!
+//! Invariants:
+//! - Time is the records' `ts` and the deadlines derived from them; nothing else.
+//! - Every collection that drives output is ordered (`BTreeMap`, `BTreeSet`, sorted `Vec`).
+//! - A record that cannot be applied changes nothing and yields one `quarantine` output.
+//! - Before a record at `ts`, every timer with a deadline at or before `ts` fires, in
+//!   (deadline, connector, timer kind) order, with the deadline as its time (R-STATE-9).
+
+//!
+//! One module per spec area, each a block of `impl Engine`: `state` (R-STATE), `election`
+//! (R-ELECT), `registration` (R-REG), `sync` (R-CSS), `timers` (R-STATE-9 and the periodic
+//! reports), `events` (event text and levels), `invariants` (checks and the digest);
+//! brokering is `crate::broker`. This module holds the state and `apply`, the dispatch.
+
+mod connector;
+mod election;
+mod events;
+mod invariants;
+mod registration;
+mod state;
+mod sync;
+mod timers;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::decode::DecodeError;
+use crate::output::*;
+use crate::params::Params;
+use crate::record::*;
+use crate::site::SiteConfig;
+use crate::snapshot::Snapshot;
+use crate::ts::Ts;
+
+pub use connector::{
+    Connector, Episode, MachineRuntime, MachineSummary, PendingImport, Registrar, Validation,
+};
+use events::quarantine;
+pub use events::snake;
+pub(crate) use registration::zone_offers_cloud;
+use sync::snapshot_in;
+
+/// The whole engine state.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Engine {
+    pub(crate) params: Params,
+    pub(crate) now: Option<Ts>,
+    pub(crate) site: SiteConfig,
+    pub(crate) validations: BTreeMap<u64, Validation>,
+    pub(crate) connectors: BTreeMap<String, Connector>,
+    /// Connector ids in FQDN order (lowercase, byte order): the order of equal deadlines.
+    pub(crate) connector_order: Vec<String>,
+    pub(crate) machines: crate::detmap::DetMap<compact_str::CompactString, MachineRuntime>,
+    /// Brokering pools by registrar, group and zone (see `broker`).
+    pub(crate) pools: BTreeMap<String, crate::broker::Pool>,
+    /// Sessions per user (lowercased) per machine: reconnects and session limits.
+    pub(crate) user_sessions: crate::detmap::DetMap<String, BTreeMap<String, crate::broker::Tally>>,
+    /// Static assignments the cloud broker made that no config.change records yet:
+    /// group → user → machine (lowercased).
+    pub(crate) cloud_assignments: BTreeMap<String, BTreeMap<String, String>>,
+    /// Machines (lowercased) the cloud broker assigned.
+    pub(crate) cloud_assigned: BTreeSet<String>,
+    /// Launches brokered and not yet reported, by (brokered at, machine): each expires
+    /// `PENDING_LAUNCH_S` later, at that instant and not at the machine's next heartbeat.
+    /// An entry whose launch was reported meanwhile expires as a no-op.
+    #[serde(default)]
+    pub(crate) pending_expiry: BTreeSet<(Ts, compact_str::CompactString)>,
+    /// The cloud broker's catalog of the current configuration. Derived, so not saved.
+    #[serde(skip)]
+    pub(crate) cloud: Option<Arc<Snapshot>>,
+    /// No timer fires before this instant: set when timers are computed, cleared by any
+    /// record that can create or move a timer. VDA heartbeats, session events, ticks and
+    /// launch requests cannot, which spares the hot path a scan. Derived, so not saved.
+    #[serde(skip)]
+    pub(crate) quiet_until: Option<Ts>,
+}
+
+/// The configuration part of the engine state: the site configuration as the cloud holds
+/// it and the validated snapshots by version. It changes only with `config.change` records
+/// and imports, so a store can keep it apart from the state that changes with every record.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ConfigPart {
+    /// The site configuration.
+    pub site: SiteConfig,
+    /// Validated configuration versions: shared snapshots, or the failures of a version.
+    pub validations: BTreeMap<u64, Validation>,
+}
+
+/// Sort key of connector FQDNs: lowercase, byte order (R-ELECT-2).
+fn fqdn_key(name: &str) -> String {
+    name.to_lowercase()
+}
+
+impl Engine {
+    /// An engine with default parameters and no configuration.
+    pub fn new() -> Engine {
+        Engine::default()
+    }
+
+    /// Current parameters.
+    pub fn params(&self) -> &Params {
+        &self.params
+    }
+
+    /// The site configuration as the cloud holds it.
+    pub fn site(&self) -> &SiteConfig {
+        &self.site
+    }
+
+    /// Connectors by exact id.
+    pub fn connectors(&self) -> &BTreeMap<String, Connector> {
+        &self.connectors
+    }
+
+    /// VDAs seen, by exact id.
+    pub fn machines(&self) -> &crate::detmap::DetMap<compact_str::CompactString, MachineRuntime> {
+        &self.machines
+    }
+
+    /// Time of the last applied record or fired timer.
+    pub fn now(&self) -> Option<Ts> {
+        self.now
+    }
+
+    /// The snapshot a connector uses, if any.
+    pub fn snapshot_of(&self, connector: &str) -> Option<&Arc<Snapshot>> {
+        snapshot_in(&self.validations, self.connectors.get(connector)?)
+    }
+
+    /// Moves the configuration part out (leaving it empty), so the rest serializes alone;
+    /// give it back with [`Engine::restore_config`] before applying anything.
+    pub fn take_config(&mut self) -> ConfigPart {
+        ConfigPart {
+            site: std::mem::take(&mut self.site),
+            validations: std::mem::take(&mut self.validations),
+        }
+    }
+
+    /// Puts back a configuration part taken with [`Engine::take_config`] (or stored apart).
+    pub fn restore_config(&mut self, part: ConfigPart) {
+        self.site = part.site;
+        self.validations = part.validations;
+    }
+
+    /// Validated configuration versions held (snapshots in use, the current version).
+    pub fn validations(&self) -> &BTreeMap<u64, Validation> {
+        &self.validations
+    }
+
+    /// Applies one log entry: a decoded record, or the error that made it undecodable.
+    pub fn apply(
+        &mut self,
+        offset: u64,
+        input: Result<Record, DecodeError>,
+        out: &mut Vec<Output>,
+    ) {
+        let record = match input {
+            Ok(r) => r,
+            Err(e) => {
+                out.push(quarantine(offset, e.without_offset()));
+                return;
+            }
+        };
+        if let Err(error) = self.admissible(&record) {
+            out.push(quarantine(offset, error));
+            return;
+        }
+        let ts = record.ts();
+        self.expire_pending(ts);
+        self.fire_timers(ts, out);
+        self.now = Some(ts);
+        if let Some(name) = record
+            .connector()
+            .and_then(|n| self.site.connector_id(n))
+            .map(str::to_string)
+        {
+            if !self.connectors[&name].named {
+                self.connectors.get_mut(&name).expect("exists").named = true;
+                self.quiet_until = None; // the first check schedules the next one
+                self.sync_check(&name, ts, out);
+            }
+        }
+        let moves_deadlines = matches!(record, Record::EngineParams(_) | Record::AdminCommand(_));
+        self.apply_record(offset, record, out);
+        if moves_deadlines {
+            // A lowered period or a forced outage lifted can leave a deadline at or before
+            // now: it fires at once, stamped with this record's time, never earlier
+            // (R-STATE-8, R-STATE-9).
+            self.fire_timers(ts, out);
+        }
+    }
+
+    /// Whether the record can be applied; the error names the field at fault.
+    fn admissible(&self, record: &Record) -> Result<(), String> {
+        if let Some(now) = self.now {
+            if record.ts() < now {
+                return Err(format!(
+                    "field `ts`: {} is older than the previous record's {now} (R-LOG-4)",
+                    record.ts()
+                ));
+            }
+        }
+        if let Some(name) = record.connector() {
+            if self.site.connector_id(name).is_none() {
+                return Err(format!(
+                    "field `connector`: unknown connector {name:?}: no configuration names it yet"
+                ));
+            }
+        }
+        match record {
+            Record::EngineParams(p) => self.params.clone().apply(p),
+            Record::ConfigChange(change) => self.site.check(change),
+            Record::PeerProbe(p) if self.site.connector_id(&p.peer).is_none() => Err(format!(
+                "field `peer`: unknown connector {:?}: no configuration names it yet",
+                p.peer
+            )),
+            Record::AdminCommand(a) => match (a.command, a.seconds) {
+                (AdminCommandName::SetConfigSyncInterval, Some(s)) if (60..=3600).contains(&s) => {
+                    Ok(())
+                }
+                (AdminCommandName::SetConfigSyncInterval, Some(s)) => Err(format!(
+                    "field `seconds`: {s} is outside the allowed 60..=3600"
+                )),
+                (AdminCommandName::SetConfigSyncInterval, None) => Err(
+                    "field `seconds`: set_config_sync_interval needs seconds (60..=3600)".into(),
+                ),
+                (_, Some(_)) => {
+                    Err("field `seconds`: only set_config_sync_interval takes seconds".to_string())
+                }
+                (_, None) => Ok(()),
+            },
+            _ => Ok(()),
+        }
+    }
+
+    fn apply_record(&mut self, offset: u64, record: Record, out: &mut Vec<Output>) {
+        let ts = record.ts();
+        match &record {
+            Record::EngineParams(p) => {
+                self.params.apply(p).expect("checked by admissible");
+                self.quiet_until = None;
+            }
+            Record::ConfigChange(_) => {
+                let Record::ConfigChange(change) = record else {
+                    unreachable!("matched above")
+                };
+                self.site.apply_checked(change, offset);
+                for id in self.site.connector_ids.values() {
+                    let zone = self
+                        .site
+                        .connector_zone(id)
+                        .unwrap_or_default()
+                        .to_lowercase();
+                    self.connectors
+                        .entry(id.clone())
+                        .or_insert_with(|| Connector::new(ts))
+                        .zone = zone;
+                }
+                let mut order: Vec<String> = self.connectors.keys().cloned().collect();
+                order.sort_by_key(|a| fqdn_key(a));
+                self.connector_order = order;
+                self.collect_validations();
+                self.quiet_until = None;
+                self.place_all();
+            }
+            Record::ClockTick(_) => {}
+            Record::LaunchRequest(request) => {
+                self.launch(request, ts, out);
+                let name = self.connector_name(&record);
+                self.retry_forced(&name, ts, false, out);
+            }
+            Record::VdaHeartbeat(_) => {
+                let Record::VdaHeartbeat(hb) = record else {
+                    unreachable!("matched above")
+                };
+                if let Some((machine, old)) = self.vda_heartbeat(hb, ts, out) {
+                    self.sessions_changed(&machine, &old, ts);
+                }
+            }
+            Record::SessionEvent(ev) => self.session_event(ev, ts, out),
+            _ => {
+                self.quiet_until = None;
+                let name = self.connector_name(&record);
+                let just_forced = matches!(
+                    &record,
+                    Record::AdminCommand(a) if a.command == AdminCommandName::EnableForcedOutage
+                );
+                let mut first_check_after_start = false;
+                if self.connectors[&name].started() {
+                    first_check_after_start = self.connector_record(&name, offset, &record, out);
+                } else if let Record::ConnectorLifecycle(l) = record {
+                    if l.event == LifecycleEvent::Start {
+                        self.start(&name, ts, out);
+                    }
+                }
+                self.retry_forced(&name, ts, just_forced, out);
+                if first_check_after_start {
+                    // R-CSS-1: after a start, the first sync check runs at the first health
+                    // check, which it sees: restarted during an outage, it reports 510.
+                    self.sync_check(&name, ts, out);
+                }
+                self.update_view(&name, ts, out);
+            }
+        }
+    }
+
+    fn connector_name(&self, record: &Record) -> String {
+        let name = record.connector().expect("connector records");
+        self.site
+            .connector_id(name)
+            .expect("checked by admissible")
+            .to_string()
+    }
+
+    /// Records about a started connector. Returns whether the record was its first health
+    /// check since a start.
+    fn connector_record(
+        &mut self,
+        name: &str,
+        offset: u64,
+        record: &Record,
+        out: &mut Vec<Output>,
+    ) -> bool {
+        let ts = record.ts();
+        match record {
+            Record::HealthCheck(h) => return self.health_check(name, ts, h.ok, out),
+            Record::PeerProbe(p) => {
+                let peer = self
+                    .site
+                    .connector_id(&p.peer)
+                    .expect("checked")
+                    .to_string();
+                self.connectors
+                    .get_mut(name)
+                    .expect("exists")
+                    .probes
+                    .insert(peer, (ts, p.ok, false));
+            }
+            Record::StorefrontHeartbeat(s) => {
+                let c = self.connectors.get_mut(name).expect("exists");
+                c.storefront_last = Some(ts);
+                c.storefronts.insert(s.storefront.clone(), ts);
+            }
+            Record::ServiceStatus(s) => {
+                let c = self.connectors.get_mut(name).expect("exists");
+                match s.service {
+                    Service::HighAvailability => c.ha_running = s.running,
+                    Service::RemoteBrokerProvider => c.rbp_running = s.running,
+                    Service::ConfigSync => c.css_running = s.running,
+                }
+            }
+            Record::ConnectorLifecycle(l) if l.event == LifecycleEvent::Stop => {
+                self.stop(name, ts, out)
+            }
+            Record::StorageFault(f) => {
+                self.connectors.get_mut(name).expect("exists").storage_fault =
+                    Some((offset, f.detail.clone()));
+            }
+            Record::AdminCommand(a) => self.admin(name, ts, a, out),
+            _ => {}
+        }
+        false
+    }
+}

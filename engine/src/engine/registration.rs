@@ -1,0 +1,346 @@
+//! R-REG: where each VDA registers at its heartbeat (the cloud, the elected LHC broker, or
+//! nobody), with every change of registrar and every refusal as an output; session events
+//! and the brokers' session counts.
+
+use std::collections::BTreeMap;
+
+use crate::output::*;
+use crate::record::*;
+use crate::ts::Ts;
+
+use super::sync::snapshot_in;
+use super::{Connector, Engine, MachineRuntime, Registrar};
+impl Engine {
+    pub(super) fn drop_registrations(
+        &mut self,
+        name: &str,
+        ts: Ts,
+        reason: Option<Reason>,
+        out: &mut Vec<Output>,
+    ) {
+        let c = self.connectors.get_mut(name).expect("exists");
+        c.session_count = 0;
+        let epoch = c.epoch;
+        for machine in std::mem::take(&mut c.registrations) {
+            if let Some(m) = self.machines.get_mut(machine.as_str()) {
+                m.registrar = Registrar::None;
+                if let Some(reason) = reason {
+                    // The drop is the refusal: the next heartbeat does not repeat it while
+                    // the connector's state and elected broker stay as they are (R-REG-2).
+                    m.refusals.insert(name.to_string(), (reason, epoch));
+                }
+            }
+            self.place(&machine);
+            out.push(Output::Registration(Registration {
+                ts,
+                machine,
+                connector: name.to_string(),
+                accepted: false,
+                reason,
+            }));
+        }
+    }
+
+    /// Registration at a heartbeat (R-REG). Returns the machine and its previous sessions
+    /// when anything brokering depends on changed, for `sessions_changed`.
+    pub(super) fn vda_heartbeat(
+        &mut self,
+        hb: VdaHeartbeat,
+        ts: Ts,
+        out: &mut Vec<Output>,
+    ) -> Option<(String, Vec<SessionReport>)> {
+        // Split borrows: the configuration is read while runtime state changes, and the
+        // hot path (one call per VDA heartbeat) allocates nothing when nothing changes.
+        let Engine {
+            site,
+            connectors,
+            connector_order,
+            machines,
+            validations,
+            ..
+        } = self;
+        // One map lookup on the hot path: the runtime found here serves the whole heartbeat
+        // (each lookup of a 40,000-entry map costs a cache miss on the key's bytes).
+        let mut found = machines.get_mut(hb.machine.as_str());
+        let cached = found
+            .as_ref()
+            .and_then(|rt| rt.resolved)
+            .filter(|(version, _)| *version == site.version);
+        let resolved: Option<(&str, u32)> = match cached {
+            Some((_, zone)) => zone.map(|z| (hb.machine.as_str(), z)),
+            None => site.machine(&hb.machine).map(|e| (e.id.as_str(), e.zone)),
+        };
+        if let Some((id, _)) = resolved {
+            if id != hb.machine {
+                // Named in another case than the configuration's id: the runtime is keyed
+                // by the id.
+                found = machines.get_mut(id);
+            }
+        }
+        let Some((machine, zone)) = resolved else {
+            // Not in the site configuration: the cloud broker refuses it.
+            let runtime = match found {
+                Some(r) => r,
+                None => machines.entry(hb.machine.as_str().into()).or_default(),
+            };
+            // Deleted from the configuration while registered with a broker: the broker
+            // still holds it, so its session count follows. Held by nobody, its sessions are
+            // not kept: what a VDA unknown to the site can cost is bounded (its refusal),
+            // whatever it reports.
+            let reported = if runtime.registrar == Registrar::None {
+                Vec::new()
+            } else {
+                hb.sessions
+            };
+            let (before, after) = (runtime.sessions.len(), reported.len());
+            follow_sessions(connectors, &runtime.registrar, before, after);
+            let old = std::mem::replace(&mut runtime.sessions, reported);
+            runtime.resolved = Some((site.version, None));
+            refuse(
+                runtime,
+                ts,
+                &hb.machine,
+                "cloud",
+                Reason::UnknownMachine,
+                0,
+                out,
+            );
+            let changed = old != runtime.sessions;
+            return changed.then_some((hb.machine.into(), old));
+        };
+        let zone_index = zone;
+        let zone: &str = site.zone_name(zone_index);
+        let in_zone = || {
+            connector_order
+                .iter()
+                .map(|name| (name.as_str(), &connectors[name]))
+                .filter(|(_, c)| c.zone == zone)
+        };
+        // R-REG-1: the zone offers the cloud path through a connector in working_normally
+        // that has had a check since its start, or, in the detection gap while no connector
+        // of the zone is in LHC mode, through one in pending_ha. So a restarted or pending
+        // connector never pulls VDAs off the LHC broker. (Any order will do for this
+        // question: no lookup of each connector by name.)
+        let cloud = zone_offers_cloud(connectors, zone);
+        let current = found.as_deref().map(|r| &r.registrar);
+        let held_by = |name: &str| matches!(current, Some(Registrar::Connector(n)) if n == name);
+        let mut refusals = Vec::new();
+        let mut target: Option<&str> = None; // None: the cloud (when `cloud`) or nobody
+        if !cloud {
+            for (name, c) in in_zone().filter(|(_, c)| c.in_lhc()) {
+                let reason = if !c.brokering {
+                    Some(Reason::NotElected)
+                } else if !held_by(name)
+                    && snapshot_in(validations, c)
+                        .and_then(|s| s.machine(machine))
+                        .is_none()
+                {
+                    // (A machine it already holds was in its snapshot when it registered,
+                    // and a snapshot does not change during LHC mode.)
+                    Some(Reason::UnknownMachine)
+                } else {
+                    None
+                };
+                match reason {
+                    Some(reason) => refusals.push((name, reason, c.epoch)),
+                    None => {
+                        target.get_or_insert(name);
+                    }
+                }
+            }
+        }
+        let runtime = match found {
+            Some(r) => r,
+            None => machines.entry(machine.into()).or_default(),
+        };
+        let (old_sessions, new_sessions) =
+            (runtime.sessions.len() as u64, hb.sessions.len() as u64);
+        let old = std::mem::replace(&mut runtime.sessions, hb.sessions);
+        let dirty = old != runtime.sessions || !runtime.pending.is_empty();
+        if runtime
+            .resolved
+            .as_ref()
+            .is_none_or(|(version, _)| *version != site.version)
+        {
+            runtime.resolved = Some((site.version, Some(zone_index)));
+        }
+        for (name, reason, epoch) in refusals {
+            refuse(runtime, ts, machine, name, reason, epoch, out);
+        }
+        let unchanged = match (&runtime.registrar, target) {
+            (Registrar::Cloud, _) => cloud,
+            (Registrar::Connector(current), Some(name)) => !cloud && current == name,
+            (Registrar::None, None) => !cloud,
+            _ => false,
+        };
+        if unchanged {
+            follow_sessions(
+                connectors,
+                &runtime.registrar,
+                old_sessions as usize,
+                new_sessions as usize,
+            );
+            return dirty.then(|| (machine.to_string(), old));
+        }
+        let new = match (cloud, target) {
+            (true, _) => Registrar::Cloud,
+            (false, Some(name)) => Registrar::Connector(name.to_string()),
+            (false, None) => Registrar::None,
+        };
+        // R-REG-3: every change of registrar is visible, the one left first.
+        match std::mem::replace(&mut runtime.registrar, new) {
+            Registrar::Connector(old) => {
+                if let Some(c) = connectors.get_mut(&old) {
+                    if c.registrations.remove(machine) {
+                        c.session_count -= old_sessions;
+                    }
+                }
+                out.push(Output::Registration(Registration {
+                    ts,
+                    machine: machine.to_string(),
+                    connector: old,
+                    accepted: false,
+                    reason: None,
+                }));
+            }
+            Registrar::Cloud => out.push(Output::Registration(Registration {
+                ts,
+                machine: machine.to_string(),
+                connector: crate::broker::CLOUD.to_string(),
+                accepted: false,
+                reason: Some(Reason::CloudUnreachable),
+            })),
+            Registrar::None => {}
+        }
+        let connector = match (cloud, target) {
+            (true, _) => "cloud",
+            (false, Some(name)) => {
+                let c = connectors.get_mut(name).expect("exists");
+                c.registrations.insert(machine.to_string());
+                c.session_count += new_sessions;
+                if let Some(e) = &mut c.episode {
+                    e.registered.insert(machine.to_string());
+                }
+                name
+            }
+            (false, None) => return Some((machine.to_string(), old)),
+        };
+        runtime.refusals.remove(connector);
+        out.push(Output::Registration(Registration {
+            ts,
+            machine: machine.to_string(),
+            connector: connector.to_string(),
+            accepted: true,
+            reason: None,
+        }));
+        Some((machine.to_string(), old))
+    }
+
+    pub(super) fn session_event(&mut self, ev: &SessionEvent, ts: Ts, out: &mut Vec<Output>) {
+        let configured = self.site.machine_id(&ev.machine).is_some();
+        let machine = self
+            .site
+            .machine_id(&ev.machine)
+            .unwrap_or(&ev.machine)
+            .to_string();
+        let held = self
+            .machines
+            .get(machine.as_str())
+            .is_some_and(|r| r.registrar != Registrar::None);
+        if !configured && !held {
+            // A machine the site does not know and nobody holds: nothing to keep.
+            return;
+        }
+        let runtime = self.machines.entry(machine.as_str().into()).or_default();
+        let old = runtime.sessions.clone();
+        let existing = runtime.sessions.iter().position(|s| s.id == ev.session);
+        match (ev.event, existing) {
+            (SessionEventKind::Logoff, Some(i)) => {
+                runtime.sessions.remove(i);
+            }
+            (SessionEventKind::Logoff, None) => {}
+            (kind, i) => {
+                let state = if kind == SessionEventKind::Disconnect {
+                    SessionState::Disconnected
+                } else {
+                    SessionState::Active
+                };
+                match i {
+                    Some(i) => runtime.sessions[i].state = state,
+                    None => runtime.sessions.push(SessionReport {
+                        id: ev.session.as_str().into(),
+                        user: ev.user.as_str().into(),
+                        state,
+                    }),
+                }
+            }
+        }
+        follow_sessions(
+            &mut self.connectors,
+            &runtime.registrar,
+            old.len(),
+            runtime.sessions.len(),
+        );
+        self.sessions_changed(&machine, &old, ts);
+        if ev.event == SessionEventKind::Logoff {
+            self.pooled_logoff(&machine, ts, out);
+        }
+    }
+}
+
+/// Keeps a broker's session count in step when a machine it holds reports `after`
+/// sessions instead of `before` (3507 reads the count; summing at each report would scan).
+pub(super) fn follow_sessions(
+    connectors: &mut BTreeMap<String, Connector>,
+    registrar: &Registrar,
+    before: usize,
+    after: usize,
+) {
+    if let Registrar::Connector(name) = registrar {
+        if let Some(c) = connectors.get_mut(name) {
+            c.session_count = c.session_count + after as u64 - before as u64;
+        }
+    }
+}
+
+/// R-REG-1: whether zone `zone` (lowercased) offers the cloud path: one of its connectors
+/// is in working_normally and has had a health check since its last start, or, while none
+/// of them is in LHC mode, one is in pending_ha (the detection gap). Registration and the
+/// cloud broker both ask this, so the cloud never brokers onto a VDA whose zone has lost
+/// the path, even before the VDA's next heartbeat moves it.
+pub(crate) fn zone_offers_cloud(connectors: &BTreeMap<String, Connector>, zone: &str) -> bool {
+    let (mut working, mut pending, mut lhc) = (false, false, false);
+    for c in connectors.values().filter(|c| c.zone == zone) {
+        match c.state {
+            ConnectorState::WorkingNormally => working |= !c.first_check_after_start,
+            ConnectorState::PendingHa => pending = true,
+            ConnectorState::Stopped => {}
+            _ => lhc = true,
+        }
+    }
+    working || (pending && !lhc)
+}
+
+pub(super) fn refuse(
+    runtime: &mut MachineRuntime,
+    ts: Ts,
+    machine: &str,
+    connector: &str,
+    reason: Reason,
+    epoch: u64,
+    out: &mut Vec<Output>,
+) {
+    if runtime.refusals.get(connector) == Some(&(reason, epoch)) {
+        return;
+    }
+    runtime
+        .refusals
+        .insert(connector.to_string(), (reason, epoch));
+    out.push(Output::Registration(Registration {
+        ts,
+        machine: machine.to_string(),
+        connector: connector.to_string(),
+        accepted: false,
+        reason: Some(reason),
+    }));
+}
