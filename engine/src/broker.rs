@@ -491,7 +491,7 @@ impl Engine {
             decision(self.choose(CLOUD, &user, &request.resource, ts), Via::Cloud)
         };
         // Bookkeeping: R-DATA, episode counters, the detection gap.
-        let c = self.connectors.get_mut(&name).expect("exists");
+        let c = self.connector_mut(&name);
         if c.started() {
             c.data.recent_users.insert(user.as_str().into(), ts);
             c.data.clients.insert(

@@ -5,6 +5,7 @@ use crate::output::*;
 use crate::ts::Ts;
 
 use super::{fqdn_key, Engine};
+
 impl Engine {
     /// Recomputes a connector's view of the election, with 3504 on change, 3502 when it
     /// starts brokering and registration drops when it stops (R-ELECT-1..5, R-REG-3).
@@ -30,7 +31,7 @@ impl Engine {
         candidates.sort_by_key(|a| fqdn_key(a));
         candidates.dedup();
         let elected = candidates.first().cloned();
-        let c = self.connectors.get_mut(name).expect("exists");
+        let c = self.connector_mut(name);
         let changed = c.elected != elected;
         c.candidates = candidates;
         if changed {
@@ -42,7 +43,7 @@ impl Engine {
             });
             out.push(self.event(ts, name, EventSource::HighAvailabilityService, 3504, data));
         }
-        let c = self.connectors.get_mut(name).expect("exists");
+        let c = self.connector_mut(name);
         let brokering = c.in_lhc() && c.elected.as_deref() == Some(name);
         if brokering != c.brokering {
             c.brokering = brokering;

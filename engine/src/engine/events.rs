@@ -6,6 +6,7 @@ use crate::output::*;
 use crate::ts::Ts;
 
 use super::Engine;
+
 impl Engine {
     pub(super) fn event(
         &self,
@@ -47,7 +48,8 @@ pub fn snake<T: Serialize>(value: &T) -> String {
         .unwrap_or_default()
 }
 
-/// The human-readable text of an event.
+/// The human-readable text of an event: one arm per event id, a table kept in one place
+/// (so it is one function, however long).
 pub(super) fn message(event_id: u32, data: &EventData) -> String {
     match (event_id, data) {
         (503, EventData::Version(v)) => format!("Importing configuration version {}", v.version),

@@ -4,10 +4,19 @@
 use std::collections::BTreeMap;
 
 use super::{fqdn_key, Engine, Registrar};
+
 impl Engine {
     /// Checks the invariants the reducer keeps; the error says which one broke. It rebuilds
     /// the brokering pools from scratch, so it costs O(state): for tests, after every record.
     pub fn check_invariants(&self) -> Result<(), String> {
+        self.check_connectors()?;
+        self.check_user_index()?;
+        self.check_pools()?;
+        self.check_machines()
+    }
+
+    /// Connector order, brokering, episodes and registrations agree.
+    fn check_connectors(&self) -> Result<(), String> {
         let mut order: Vec<&String> = self.connectors.keys().collect();
         order.sort_by_key(|a| fqdn_key(a));
         if order != self.connector_order.iter().collect::<Vec<_>>() {
@@ -45,7 +54,11 @@ impl Engine {
                 ));
             }
         }
-        // The user index counts exactly the sessions and pending launches the machines hold.
+        Ok(())
+    }
+
+    /// The user index counts exactly the sessions and pending launches the machines hold.
+    fn check_user_index(&self) -> Result<(), String> {
         let mut counted: BTreeMap<String, BTreeMap<String, crate::broker::Tally>> = BTreeMap::new();
         for (machine, runtime) in self.machines.sorted() {
             for s in &runtime.sessions {
@@ -72,7 +85,11 @@ impl Engine {
                 "the user index differs from the machines' sessions: kept {kept:?}, counted {counted:?}"
             ));
         }
-        // The pools, kept in step incrementally, equal pools rebuilt from scratch.
+        Ok(())
+    }
+
+    /// The pools, kept in step incrementally, equal pools rebuilt from scratch.
+    fn check_pools(&self) -> Result<(), String> {
         let mut rebuilt = self.clone();
         rebuilt.pools.clear();
         for runtime in rebuilt.machines.values_mut() {
@@ -97,6 +114,11 @@ impl Engine {
                 "brokering pools differ from pools rebuilt from scratch: {differ:?}"
             ));
         }
+        Ok(())
+    }
+
+    /// Pending launches have an expiry; machines and their registrar agree.
+    fn check_machines(&self) -> Result<(), String> {
         for (machine, runtime) in self.machines.iter() {
             // Every pending launch expires by the timer queue, not at a later heartbeat.
             if let Some(p) = runtime

@@ -101,6 +101,14 @@ impl Engine {
         Engine::default()
     }
 
+    /// A configured connector's state, to change. Records reach the reducers only after
+    /// `admissible` checked that the site names their connector, so it exists.
+    pub(crate) fn connector_mut(&mut self, name: &str) -> &mut Connector {
+        self.connectors
+            .get_mut(name)
+            .expect("admissible records name configured connectors")
+    }
+
     /// Current parameters.
     pub fn params(&self) -> &Params {
         &self.params
@@ -179,7 +187,7 @@ impl Engine {
             .map(str::to_string)
         {
             if !self.connectors[&name].named {
-                self.connectors.get_mut(&name).expect("exists").named = true;
+                self.connector_mut(&name).named = true;
                 self.quiet_until = None; // the first check schedules the next one
                 self.sync_check(&name, ts, out);
             }
@@ -334,19 +342,17 @@ impl Engine {
                     .connector_id(&p.peer)
                     .expect("checked")
                     .to_string();
-                self.connectors
-                    .get_mut(name)
-                    .expect("exists")
+                self.connector_mut(name)
                     .probes
                     .insert(peer, (ts, p.ok, false));
             }
             Record::StorefrontHeartbeat(s) => {
-                let c = self.connectors.get_mut(name).expect("exists");
+                let c = self.connector_mut(name);
                 c.storefront_last = Some(ts);
                 c.storefronts.insert(s.storefront.clone(), ts);
             }
             Record::ServiceStatus(s) => {
-                let c = self.connectors.get_mut(name).expect("exists");
+                let c = self.connector_mut(name);
                 match s.service {
                     Service::HighAvailability => c.ha_running = s.running,
                     Service::RemoteBrokerProvider => c.rbp_running = s.running,
@@ -357,8 +363,7 @@ impl Engine {
                 self.stop(name, ts, out)
             }
             Record::StorageFault(f) => {
-                self.connectors.get_mut(name).expect("exists").storage_fault =
-                    Some((offset, f.detail.clone()));
+                self.connector_mut(name).storage_fault = Some((offset, f.detail.clone()));
             }
             Record::AdminCommand(a) => self.admin(name, ts, a, out),
             _ => {}

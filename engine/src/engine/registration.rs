@@ -9,7 +9,8 @@ use crate::record::*;
 use crate::ts::Ts;
 
 use super::sync::snapshot_in;
-use super::{Connector, Engine, MachineRuntime, Registrar};
+use super::{Connector, Engine, MachineRuntime, Registrar, Validation};
+
 impl Engine {
     pub(super) fn drop_registrations(
         &mut self,
@@ -18,7 +19,7 @@ impl Engine {
         reason: Option<Reason>,
         out: &mut Vec<Output>,
     ) {
-        let c = self.connectors.get_mut(name).expect("exists");
+        let c = self.connector_mut(name);
         c.session_count = 0;
         let epoch = c.epoch;
         for machine in std::mem::take(&mut c.registrations) {
@@ -43,6 +44,10 @@ impl Engine {
 
     /// Registration at a heartbeat (R-REG). Returns the machine and its previous sessions
     /// when anything brokering depends on changed, for `sessions_changed`.
+    ///
+    /// Longer than the other reducers on purpose: it is the hot path (one call per VDA
+    /// heartbeat), which keeps one machine lookup and one set of split borrows for the whole
+    /// heartbeat; each step that is not a lookup is a function below.
     pub(super) fn vda_heartbeat(
         &mut self,
         hb: VdaHeartbeat,
@@ -77,45 +82,15 @@ impl Engine {
                 found = machines.get_mut(id);
             }
         }
-        let Some((machine, zone)) = resolved else {
+        let Some((machine, zone_index)) = resolved else {
             // Not in the site configuration: the cloud broker refuses it.
             let runtime = match found {
                 Some(r) => r,
                 None => machines.entry(hb.machine.as_str().into()).or_default(),
             };
-            // Deleted from the configuration while registered with a broker: the broker
-            // still holds it, so its session count follows. Held by nobody, its sessions are
-            // not kept: what a VDA unknown to the site can cost is bounded (its refusal),
-            // whatever it reports.
-            let reported = if runtime.registrar == Registrar::None {
-                Vec::new()
-            } else {
-                hb.sessions
-            };
-            let (before, after) = (runtime.sessions.len(), reported.len());
-            follow_sessions(connectors, &runtime.registrar, before, after);
-            let old = std::mem::replace(&mut runtime.sessions, reported);
-            runtime.resolved = Some((site.version, None));
-            refuse(
-                runtime,
-                ts,
-                &hb.machine,
-                "cloud",
-                Reason::UnknownMachine,
-                0,
-                out,
-            );
-            let changed = old != runtime.sessions;
-            return changed.then_some((hb.machine.into(), old));
+            return unknown_machine(runtime, connectors, site.version, hb, ts, out);
         };
-        let zone_index = zone;
         let zone: &str = site.zone_name(zone_index);
-        let in_zone = || {
-            connector_order
-                .iter()
-                .map(|name| (name.as_str(), &connectors[name]))
-                .filter(|(_, c)| c.zone == zone)
-        };
         // R-REG-1: the zone offers the cloud path through a connector in working_normally
         // that has had a check since its start, or, in the detection gap while no connector
         // of the zone is in LHC mode, through one in pending_ha. So a restarted or pending
@@ -123,38 +98,23 @@ impl Engine {
         // question: no lookup of each connector by name.)
         let cloud = zone_offers_cloud(connectors, zone);
         let current = found.as_deref().map(|r| &r.registrar);
-        let held_by = |name: &str| matches!(current, Some(Registrar::Connector(n)) if n == name);
-        let mut refusals = Vec::new();
-        let mut target: Option<&str> = None; // None: the cloud (when `cloud`) or nobody
-        if !cloud {
-            for (name, c) in in_zone().filter(|(_, c)| c.in_lhc()) {
-                let reason = if !c.brokering {
-                    Some(Reason::NotElected)
-                } else if !held_by(name)
-                    && snapshot_in(validations, c)
-                        .and_then(|s| s.machine(machine))
-                        .is_none()
-                {
-                    // (A machine it already holds was in its snapshot when it registered,
-                    // and a snapshot does not change during LHC mode.)
-                    Some(Reason::UnknownMachine)
-                } else {
-                    None
-                };
-                match reason {
-                    Some(reason) => refusals.push((name, reason, c.epoch)),
-                    None => {
-                        target.get_or_insert(name);
-                    }
-                }
-            }
-        }
+        let (target, refusals) = if cloud {
+            (None, Vec::new())
+        } else {
+            lhc_broker(
+                connectors,
+                connector_order,
+                validations,
+                zone,
+                machine,
+                current,
+            )
+        };
         let runtime = match found {
             Some(r) => r,
             None => machines.entry(machine.into()).or_default(),
         };
-        let (old_sessions, new_sessions) =
-            (runtime.sessions.len() as u64, hb.sessions.len() as u64);
+        let (old_sessions, new_sessions) = (runtime.sessions.len(), hb.sessions.len());
         let old = std::mem::replace(&mut runtime.sessions, hb.sessions);
         let dirty = old != runtime.sessions || !runtime.pending.is_empty();
         if runtime
@@ -174,12 +134,7 @@ impl Engine {
             _ => false,
         };
         if unchanged {
-            follow_sessions(
-                connectors,
-                &runtime.registrar,
-                old_sessions as usize,
-                new_sessions as usize,
-            );
+            follow_sessions(connectors, &runtime.registrar, old_sessions, new_sessions);
             return dirty.then(|| (machine.to_string(), old));
         }
         let new = match (cloud, target) {
@@ -187,52 +142,8 @@ impl Engine {
             (false, Some(name)) => Registrar::Connector(name.to_string()),
             (false, None) => Registrar::None,
         };
-        // R-REG-3: every change of registrar is visible, the one left first.
-        match std::mem::replace(&mut runtime.registrar, new) {
-            Registrar::Connector(old) => {
-                if let Some(c) = connectors.get_mut(&old) {
-                    if c.registrations.remove(machine) {
-                        c.session_count -= old_sessions;
-                    }
-                }
-                out.push(Output::Registration(Registration {
-                    ts,
-                    machine: machine.to_string(),
-                    connector: old,
-                    accepted: false,
-                    reason: None,
-                }));
-            }
-            Registrar::Cloud => out.push(Output::Registration(Registration {
-                ts,
-                machine: machine.to_string(),
-                connector: crate::broker::CLOUD.to_string(),
-                accepted: false,
-                reason: Some(Reason::CloudUnreachable),
-            })),
-            Registrar::None => {}
-        }
-        let connector = match (cloud, target) {
-            (true, _) => "cloud",
-            (false, Some(name)) => {
-                let c = connectors.get_mut(name).expect("exists");
-                c.registrations.insert(machine.to_string());
-                c.session_count += new_sessions;
-                if let Some(e) = &mut c.episode {
-                    e.registered.insert(machine.to_string());
-                }
-                name
-            }
-            (false, None) => return Some((machine.to_string(), old)),
-        };
-        runtime.refusals.remove(connector);
-        out.push(Output::Registration(Registration {
-            ts,
-            machine: machine.to_string(),
-            connector: connector.to_string(),
-            accepted: true,
-            reason: None,
-        }));
+        let sessions = (old_sessions as u64, new_sessions as u64);
+        move_registration(connectors, runtime, machine, new, sessions, ts, out);
         Some((machine.to_string(), old))
     }
 
@@ -286,6 +197,145 @@ impl Engine {
             self.pooled_logoff(&machine, ts, out);
         }
     }
+}
+
+/// A heartbeat of a machine the site configuration does not name: the cloud refuses it
+/// (once per change). Deleted from the configuration while registered with a broker, the
+/// broker still holds it, so its session count follows; held by nobody, its sessions are
+/// not kept: what a VDA unknown to the site can cost is bounded (its refusal), whatever it
+/// reports.
+fn unknown_machine(
+    runtime: &mut MachineRuntime,
+    connectors: &mut BTreeMap<String, Connector>,
+    site_version: u64,
+    hb: VdaHeartbeat,
+    ts: Ts,
+    out: &mut Vec<Output>,
+) -> Option<(String, Vec<SessionReport>)> {
+    let reported = if runtime.registrar == Registrar::None {
+        Vec::new()
+    } else {
+        hb.sessions
+    };
+    let (before, after) = (runtime.sessions.len(), reported.len());
+    follow_sessions(connectors, &runtime.registrar, before, after);
+    let old = std::mem::replace(&mut runtime.sessions, reported);
+    runtime.resolved = Some((site_version, None));
+    refuse(
+        runtime,
+        ts,
+        &hb.machine,
+        "cloud",
+        Reason::UnknownMachine,
+        0,
+        out,
+    );
+    let changed = old != runtime.sessions;
+    changed.then_some((hb.machine.into(), old))
+}
+
+/// Without the cloud path: the first connector of `zone` (FQDN order) in LHC mode that
+/// brokers and knows `machine`, and the refusals of the others in LHC mode with their
+/// epoch (R-REG-2).
+#[allow(clippy::type_complexity)]
+fn lhc_broker<'a>(
+    connectors: &'a BTreeMap<String, Connector>,
+    connector_order: &'a [String],
+    validations: &BTreeMap<u64, Validation>,
+    zone: &str,
+    machine: &str,
+    current: Option<&Registrar>,
+) -> (Option<&'a str>, Vec<(&'a str, Reason, u64)>) {
+    let held_by = |name: &str| matches!(current, Some(Registrar::Connector(n)) if n == name);
+    let mut refusals = Vec::new();
+    let mut target = None;
+    let in_lhc = connector_order
+        .iter()
+        .map(|name| (name.as_str(), &connectors[name]))
+        .filter(|(_, c)| c.zone == zone && c.in_lhc());
+    for (name, c) in in_lhc {
+        let reason = if !c.brokering {
+            Some(Reason::NotElected)
+        } else if !held_by(name)
+            && snapshot_in(validations, c)
+                .and_then(|s| s.machine(machine))
+                .is_none()
+        {
+            // (A machine it already holds was in its snapshot when it registered, and a
+            // snapshot does not change during LHC mode.)
+            Some(Reason::UnknownMachine)
+        } else {
+            None
+        };
+        match reason {
+            Some(reason) => refusals.push((name, reason, c.epoch)),
+            None => {
+                target.get_or_insert(name);
+            }
+        }
+    }
+    (target, refusals)
+}
+
+/// Moves `machine` to registrar `new` (R-REG-3): every change is visible, the registrar
+/// left first (leaving the cloud carries `cloud_unreachable`), and the brokers' counts
+/// follow its `(old, new)` session counts.
+fn move_registration(
+    connectors: &mut BTreeMap<String, Connector>,
+    runtime: &mut MachineRuntime,
+    machine: &str,
+    new: Registrar,
+    (old_sessions, new_sessions): (u64, u64),
+    ts: Ts,
+    out: &mut Vec<Output>,
+) {
+    match std::mem::replace(&mut runtime.registrar, new) {
+        Registrar::Connector(old) => {
+            if let Some(c) = connectors.get_mut(&old) {
+                if c.registrations.remove(machine) {
+                    c.session_count -= old_sessions;
+                }
+            }
+            out.push(Output::Registration(Registration {
+                ts,
+                machine: machine.to_string(),
+                connector: old,
+                accepted: false,
+                reason: None,
+            }));
+        }
+        Registrar::Cloud => out.push(Output::Registration(Registration {
+            ts,
+            machine: machine.to_string(),
+            connector: crate::broker::CLOUD.to_string(),
+            accepted: false,
+            reason: Some(Reason::CloudUnreachable),
+        })),
+        Registrar::None => {}
+    }
+    let connector = match &runtime.registrar {
+        Registrar::Cloud => crate::broker::CLOUD,
+        Registrar::Connector(name) => {
+            let c = connectors
+                .get_mut(name)
+                .expect("a broker in LHC mode exists");
+            c.registrations.insert(machine.to_string());
+            c.session_count += new_sessions;
+            if let Some(e) = &mut c.episode {
+                e.registered.insert(machine.to_string());
+            }
+            name.as_str()
+        }
+        Registrar::None => return,
+    };
+    runtime.refusals.remove(connector);
+    out.push(Output::Registration(Registration {
+        ts,
+        machine: machine.to_string(),
+        connector: connector.to_string(),
+        accepted: true,
+        reason: None,
+    }));
 }
 
 /// Keeps a broker's session count in step when a machine it holds reports `after`

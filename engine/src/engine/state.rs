@@ -12,9 +12,12 @@ use crate::record::*;
 use crate::ts::Ts;
 
 use super::{Connector, Engine, Episode};
+
 impl Engine {
     pub(super) fn admin(&mut self, name: &str, ts: Ts, a: &AdminCommand, out: &mut Vec<Output>) {
-        let c = self.connectors.get_mut(name).expect("exists");
+        // Forced outage moves deadlines (the pending_recovery timer needs `forced` false).
+        self.quiet_until = None;
+        let c = self.connector_mut(name);
         match a.command {
             AdminCommandName::EnableForcedOutage => {
                 // In LHC mode it is held there from now on (a running pending_recovery
@@ -23,11 +26,9 @@ impl Engine {
                 // and waiting for the whole zone are retried then too, in FQDN order: forcing
                 // the last connector brings the zone in at this record (R-STATE-8).
                 c.forced = true;
-                self.quiet_until = None;
             }
             AdminCommandName::DisableForcedOutage => {
                 let was_forced = std::mem::replace(&mut c.forced, false);
-                self.quiet_until = None;
                 match c.state {
                     ConnectorState::InitialHa | ConnectorState::ExtendedHa => self.transition(
                         name,
@@ -106,12 +107,29 @@ impl Engine {
         ok: bool,
         out: &mut Vec<Output>,
     ) -> bool {
-        let initial_ha_s = self.params.initial_ha_s;
-        let threshold = match self.site_settings(name).profile {
-            crate::config::Profile::Daas => self.params.second_check_s,
-            crate::config::Profile::Onprem => self.params.onprem_outage_s,
-        };
-        let c = self.connectors.get_mut(name).expect("exists");
+        let (first_after_start, restarted_in_outage) = self.note_check(name, ts, ok);
+        let c = &self.connectors[name];
+        if c.forced && c.in_lhc() {
+            // Held in LHC mode; only the end of initial_ha moves it: the outage goes on.
+            if c.state == ConnectorState::InitialHa && self.initial_ha_over(name, ts) {
+                self.transition(
+                    name,
+                    ts,
+                    ConnectorState::ExtendedHa,
+                    TransitionCause::InitialHaElapsed,
+                    out,
+                );
+            }
+        } else {
+            self.follow_check(name, ts, ok, restarted_in_outage, out);
+        }
+        first_after_start
+    }
+
+    /// Records a check on the connector; says whether it is the first since a start and
+    /// whether that start ended a stop during an outage (R-STATE-10).
+    fn note_check(&mut self, name: &str, ts: Ts, ok: bool) -> (bool, bool) {
+        let c = self.connector_mut(name);
         let first_after_start = std::mem::take(&mut c.first_check_after_start);
         // R-STATE-10: what the restart did to the snapshot shows at the first check.
         let restarted_in_outage = std::mem::take(&mut c.stopped_in_lhc) && first_after_start;
@@ -122,20 +140,32 @@ impl Engine {
             c.snapshot_usable = false;
         }
         c.last_check = Some((ts, ok));
-        let initial_over = ts >= c.state_since.plus_s(initial_ha_s);
-        if c.forced && c.in_lhc() {
-            // Held in LHC mode; only the end of initial_ha moves it: the outage goes on.
-            if c.state == ConnectorState::InitialHa && initial_over {
-                self.transition(
-                    name,
-                    ts,
-                    ConnectorState::ExtendedHa,
-                    TransitionCause::InitialHaElapsed,
-                    out,
-                );
-            }
-            return first_after_start;
-        }
+        (first_after_start, restarted_in_outage)
+    }
+
+    /// Whether initial_ha has lasted `initial_ha_s` at `ts`.
+    fn initial_ha_over(&self, name: &str, ts: Ts) -> bool {
+        ts >= self.connectors[name]
+            .state_since
+            .plus_s(self.params.initial_ha_s)
+    }
+
+    /// The state machine's answer to a check on a connector that is not held in LHC mode
+    /// by a forced outage (R-STATE-1..7).
+    fn follow_check(
+        &mut self,
+        name: &str,
+        ts: Ts,
+        ok: bool,
+        restarted_in_outage: bool,
+        out: &mut Vec<Output>,
+    ) {
+        let threshold = match self.site_settings(name).profile {
+            crate::config::Profile::Daas => self.params.second_check_s,
+            crate::config::Profile::Onprem => self.params.onprem_outage_s,
+        };
+        let initial_over = self.initial_ha_over(name, ts);
+        let c = self.connector_mut(name);
         match (c.state, ok) {
             (ConnectorState::WorkingNormally, false) => {
                 c.first_failure = Some(ts);
@@ -201,7 +231,6 @@ impl Engine {
             ),
             _ => {}
         }
-        first_after_start
     }
 
     /// The zone rule's question: does a started peer of `name`'s zone, among those `counts`
@@ -293,7 +322,7 @@ impl Engine {
         reason: IneligibleReason,
         out: &mut Vec<Output>,
     ) {
-        let c = self.connectors.get_mut(name).expect("exists");
+        let c = self.connector_mut(name);
         if c.reported_ineligible != Some(reason) {
             c.reported_ineligible = Some(reason);
             let data = EventData::Ineligible(IneligibleData { reason });
@@ -311,7 +340,7 @@ impl Engine {
         out: &mut Vec<Output>,
     ) {
         let report_interval_s = self.params.report_interval_s;
-        let c = self.connectors.get_mut(name).expect("exists");
+        let c = self.connector_mut(name);
         let from = c.state;
         let was_lhc = c.in_lhc();
         let data = TransitionData {
@@ -331,7 +360,7 @@ impl Engine {
             3003,
             EventData::Transition(data),
         ));
-        let c = self.connectors.get_mut(name).expect("exists");
+        let c = self.connector_mut(name);
         let now_lhc = c.in_lhc();
         if !was_lhc && now_lhc {
             c.reported_ineligible = None;
@@ -353,17 +382,14 @@ impl Engine {
             self.end_episode(name, ts, to == ConnectorState::Stopped, out);
         }
         if to == ConnectorState::WorkingNormally {
-            self.connectors
-                .get_mut(name)
-                .expect("exists")
-                .reported_ineligible = None;
+            self.connector_mut(name).reported_ineligible = None;
         }
     }
 
     /// LHC mode ended (to working_normally, or stopped): summary events, registrations
     /// dropped, maintenance lifted.
     pub(super) fn end_episode(&mut self, name: &str, ts: Ts, stopped: bool, out: &mut Vec<Output>) {
-        let c = self.connectors.get_mut(name).expect("exists");
+        let c = self.connector_mut(name);
         let Some(episode) = c.episode.take() else {
             return;
         };
@@ -402,7 +428,7 @@ impl Engine {
         }
         let reason = stopped.then_some(Reason::ConnectorStopped);
         self.drop_registrations(name, ts, reason, out);
-        let c = self.connectors.get_mut(name).expect("exists");
+        let c = self.connector_mut(name);
         let lifted = std::mem::take(&mut c.maintenance);
         let reason = if stopped {
             MaintenanceReason::ConnectorStopped
@@ -433,7 +459,7 @@ impl Engine {
         // A reboot forgets health, probe and StoreFront history and any sync in progress;
         // the snapshot and the registry settings (forced outage, sync interval, CSS trace,
         // HA SDK) survive it (R-STATE-10, R-STATE-8).
-        let c = self.connectors.get_mut(name).expect("exists");
+        let c = self.connector_mut(name);
         c.stopped_in_lhc = in_lhc;
         c.last_check = None;
         c.first_failure = None;
@@ -454,9 +480,6 @@ impl Engine {
         );
         // Its first sync check waits for its first health check (R-CSS-1); a forced
         // outage is retried after this record (`retry_forced`).
-        self.connectors
-            .get_mut(name)
-            .expect("exists")
-            .first_check_after_start = true;
+        self.connector_mut(name).first_check_after_start = true;
     }
 }

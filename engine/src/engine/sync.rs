@@ -10,6 +10,7 @@ use crate::snapshot::{self, Snapshot};
 use crate::ts::Ts;
 
 use super::{Connector, Engine, PendingImport, Validation};
+
 impl Engine {
     /// One config sync check (R-CSS-2), then the next is scheduled.
     pub(super) fn sync_check(&mut self, name: &str, ts: Ts, out: &mut Vec<Output>) {
@@ -17,7 +18,7 @@ impl Engine {
             .sync_override_s
             .unwrap_or(self.params.sync_interval_s);
         let latest = self.site.version;
-        let c = self.connectors.get_mut(name).expect("exists");
+        let c = self.connector_mut(name);
         c.next_sync = Some(ts.plus_s(interval));
         if !c.css_running || !c.started() || c.import.is_some() {
             return;
@@ -46,7 +47,7 @@ impl Engine {
         // introduced was reported against this version).
         self.validation(latest);
         let duration = self.params.import_duration_s;
-        let c = self.connectors.get_mut(name).expect("exists");
+        let c = self.connector_mut(name);
         c.import = Some(PendingImport {
             version: latest,
             done_at: ts.plus_s(duration),
@@ -90,7 +91,7 @@ impl Engine {
     }
 
     pub(super) fn finish_import(&mut self, name: &str, ts: Ts, out: &mut Vec<Output>) {
-        let c = self.connectors.get_mut(name).expect("exists");
+        let c = self.connector_mut(name);
         let Some(import) = c.import.take() else {
             return;
         };
@@ -132,7 +133,7 @@ impl Engine {
                 Validation::Valid(s) => s.objects,
                 Validation::Invalid(_) => 0,
             };
-            let c = self.connectors.get_mut(name).expect("exists");
+            let c = self.connector_mut(name);
             c.snapshot = Some(import.version);
             c.snapshot_usable = true;
             let data = EventData::Imported(Imported {

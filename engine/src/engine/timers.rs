@@ -7,6 +7,7 @@ use crate::output::*;
 use crate::ts::Ts;
 
 use super::Engine;
+
 /// Timers, in the order they fire when due at the same instant on one connector.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(super) enum Timer {
@@ -94,13 +95,7 @@ impl Engine {
             self.now = Some(deadline);
             match timer {
                 Timer::ProbeExpiry => {
-                    if let Some(p) = self
-                        .connectors
-                        .get_mut(&name)
-                        .expect("exists")
-                        .probes
-                        .get_mut(&detail)
-                    {
+                    if let Some(p) = self.connector_mut(&name).probes.get_mut(&detail) {
                         p.2 = true;
                     }
                 }
@@ -122,7 +117,7 @@ impl Engine {
 
     pub(super) fn report(&mut self, name: &str, ts: Ts, out: &mut Vec<Output>) {
         let interval = self.params.report_interval_s;
-        let c = self.connectors.get_mut(name).expect("exists");
+        let c = self.connector_mut(name);
         let Some(episode) = &mut c.episode else {
             return;
         };
