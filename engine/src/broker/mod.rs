@@ -1,0 +1,186 @@
+//! Brokering (SPEC §6.2, R-LAUNCH) and the LHC data content (R-DATA).
+//!
+//! Every `launch.request` yields exactly one `launch.decision`. Machines are chosen from
+//! pools kept in step with registrations, sessions and maintenance, so a decision costs
+//! O(log n) whatever the size of the zone: a pool per (registrar, delivery group, zone)
+//! orders its available machines by (load, FQDN), and its first entry is the answer.
+//!
+//! Invariant: a machine contributes to at most one pool, the one of its registrar ("cloud",
+//! a connector, or "" for an unregistered machine the cloud may power on), and its
+//! contribution (`Placement`) is recomputed whenever anything it depends on changes.
+//!
+//! Rooms: `pools` (placement, pending launches, maintenance), `launch` (decisions), `data`
+//! (the LHC data and enumeration); this module holds the types and the catalogs.
+
+mod data;
+mod launch;
+mod pools;
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
+
+use compact_str::CompactString;
+use serde::{Deserialize, Serialize};
+
+use crate::detmap::DetMap;
+use crate::engine::{Engine, Registrar};
+use crate::record::SessionState;
+use crate::snapshot::{self, Snapshot};
+use crate::ts::Ts;
+
+/// Registrar name of machines registered with the cloud broker.
+pub const CLOUD: &str = "cloud";
+/// Registrar name of unregistered machines (powered off: the cloud may power them on).
+pub const OFF: &str = "";
+/// A launch the VDA has not reported yet is forgotten after this long.
+pub const PENDING_LAUNCH_S: u64 = 120;
+/// Entries of recent LHC-mode activity kept per connector.
+pub const ACTIVITY_KEPT: usize = 1000;
+
+/// Machines one registrar offers for one delivery group in one zone.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pool {
+    /// Machines with room for a session by load, then FQDN rank: the first is the answer.
+    pub available: BTreeMap<u32, BTreeSet<u32>>,
+    /// Machines registered and not in maintenance, with room or not.
+    pub registered: u32,
+    /// Of those, machines carrying the group's required tag (all, without a restriction).
+    pub tagged: u32,
+}
+
+/// What one machine contributes to the pools.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Placement {
+    /// Pool key: registrar, group and zone.
+    pub key: String,
+    /// The machine's FQDN rank in the catalog it was placed from.
+    pub rank: u32,
+    /// Its load, when it is available.
+    pub available: Option<u32>,
+    /// Counted as registered (not in maintenance).
+    pub registered: bool,
+    /// Counted as carrying the required tag.
+    pub tagged: bool,
+}
+
+/// A launch brokered to a machine that has not reported the session yet.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingLaunch {
+    /// The request.
+    pub request: String,
+    /// The user, lowercased.
+    pub user: String,
+    /// When it was brokered.
+    pub ts: Ts,
+}
+
+/// One line of recent activity during LHC mode (R-DATA).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Activity {
+    /// When.
+    pub ts: Ts,
+    /// What: "launch", "registration", "logoff".
+    pub kind: String,
+    /// Details: user, resource, machine, outcome.
+    pub detail: String,
+}
+
+/// The LHC database content besides the configuration (R-DATA), per connector.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LhcData {
+    /// Users who launched through this connector, with their last launch.
+    pub recent_users: DetMap<CompactString, Ts>,
+    /// Client machines: name → (IP, last seen).
+    pub clients: DetMap<CompactString, (String, Ts)>,
+    /// Recent activity during LHC mode, oldest first, at most `ACTIVITY_KEPT`.
+    pub activity: VecDeque<Activity>,
+    /// Launches rejected `cloud_unreachable` (the detection gap before LHC mode).
+    pub cloud_unreachable: u64,
+}
+
+/// A resource a user may launch, and where it runs (what StoreFront needs to route a
+/// launch to the right zone during an outage).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Enumerated {
+    /// Resource id.
+    pub resource: String,
+    /// Zones (lowercased) holding machines of its delivery groups.
+    pub zones: Vec<String>,
+}
+
+/// Sessions of one user on one machine.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tally {
+    /// Active sessions.
+    pub active: u32,
+    /// Disconnected sessions (reconnect candidates).
+    pub disconnected: u32,
+    /// Launches brokered to the machine that it has not reported yet.
+    pub pending: u32,
+}
+
+impl Tally {
+    /// Counts one more session in `state`.
+    pub(crate) fn count(&mut self, state: SessionState) {
+        match state {
+            SessionState::Active => self.active += 1,
+            SessionState::Disconnected => self.disconnected += 1,
+        }
+    }
+
+    /// Counts one session in `state` fewer.
+    pub(crate) fn uncount(&mut self, state: SessionState) {
+        match state {
+            SessionState::Active => self.active = self.active.saturating_sub(1),
+            SessionState::Disconnected => self.disconnected = self.disconnected.saturating_sub(1),
+        }
+    }
+}
+
+fn pool_key(registrar: &str, group: &str, zone: &str) -> String {
+    format!("{registrar}\u{1f}{group}\u{1f}{zone}")
+}
+
+fn registrar_name(registrar: &Registrar) -> &str {
+    match registrar {
+        Registrar::None => OFF,
+        Registrar::Cloud => CLOUD,
+        Registrar::Connector(name) => name,
+    }
+}
+
+impl Engine {
+    /// The cloud broker's view of the configuration: the site's current objects, indexed
+    /// but not validated. Derived; rebuilt after a change or a restore.
+    pub(crate) fn cloud_catalog(&mut self) -> Arc<Snapshot> {
+        if self
+            .cloud
+            .as_ref()
+            .is_none_or(|c| c.version != self.site.version)
+        {
+            self.cloud = Some(Arc::new(snapshot::index(&self.site)));
+        }
+        self.cloud.clone().expect("just built")
+    }
+
+    /// The catalog a registrar brokers from: the cloud's, or a connector's snapshot.
+    fn catalog_of(&mut self, registrar: &str) -> Option<Arc<Snapshot>> {
+        if registrar == CLOUD || registrar == OFF {
+            Some(self.cloud_catalog())
+        } else {
+            self.snapshot_of(registrar).cloned()
+        }
+    }
+
+    /// Whether `registrar` put `machine` in maintenance (R-LAUNCH-6).
+    fn marked(&self, registrar: &str, machine: &str) -> bool {
+        self.connectors
+            .get(registrar)
+            .is_some_and(|c| c.maintenance.contains(machine))
+    }
+
+    /// The pools, for inspection and invariant checks.
+    pub fn pools(&self) -> &BTreeMap<String, Pool> {
+        &self.pools
+    }
+}
