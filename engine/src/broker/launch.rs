@@ -36,49 +36,41 @@ impl Engine {
             .expect("checked by admissible")
             .to_string();
         let user = request.user.to_lowercase();
-        let c = &self.connectors[&name];
-        let (started, in_lhc, brokering) = (c.started(), c.in_lhc(), c.brokering);
-        let check_failed = matches!(c.last_check, Some((_, false)));
-        let decision = |outcome: Result<Choice, Reason>, via: Via| {
-            let (outcome, machine, session, new_assignment, reason) = match outcome {
-                Ok(choice) => (
-                    Outcome::Brokered,
-                    Some(choice.machine),
-                    Some(choice.session),
-                    (via == Via::Cloud && choice.session == SessionKind::New)
-                        .then_some(choice.new_assignment),
-                    None,
-                ),
-                Err(reason) => (Outcome::Rejected, None, None, None, Some(reason)),
-            };
-            LaunchDecision {
-                ts,
-                request: request.request.clone(),
-                connector: name.clone(),
-                outcome,
-                via,
-                machine,
-                session,
-                new_assignment,
-                reason,
-            }
-        };
-        let result = if !started {
-            decision(Err(Reason::ConnectorStopped), Via::Cloud)
-        } else if in_lhc {
-            let outcome = if !brokering {
+        let (outcome, via) = self.launch_outcome(&name, &user, &request.resource, ts);
+        let result = decision(request, &name, ts, outcome, via);
+        self.note_launch(&name, &user, request, &result, ts);
+        out.push(Output::LaunchDecision(result));
+    }
+
+    /// Who decides a launch sent to connector `name`, and what: a stopped connector
+    /// refuses, one in LHC mode brokers if elected, one whose check failed (the detection
+    /// gap) refuses with why it cannot take over, and otherwise the cloud brokers.
+    fn launch_outcome(
+        &mut self,
+        name: &str,
+        user: &str,
+        resource: &str,
+        ts: Ts,
+    ) -> (Result<Choice, Reason>, Via) {
+        let c = &self.connectors[name];
+        if !c.started() {
+            return (Err(Reason::ConnectorStopped), Via::Cloud);
+        }
+        if c.in_lhc() {
+            let outcome = if !c.brokering {
                 Err(Reason::NotElected)
-            } else if !self.connectors[&name].snapshot_usable {
+            } else if !c.snapshot_usable {
                 // Forced in at its start, then found to have been powered off in normal
                 // operations (R-STATE-10): it holds the zone but cannot decide from that
                 // snapshot.
                 Err(Reason::NoLhcDatabase)
             } else {
-                self.choose(&name, &user, &request.resource, ts)
+                self.choose(name, user, resource, ts)
             };
-            decision(outcome, Via::Lhc)
-        } else if check_failed {
-            let reason = match self.ineligible(&name, ts) {
+            return (outcome, Via::Lhc);
+        }
+        if matches!(c.last_check, Some((_, false))) {
+            let reason = match self.ineligible(name, ts) {
                 Some(IneligibleReason::LhcDisabled) => Reason::LhcDisabled,
                 Some(IneligibleReason::NoLhcDatabase) => Reason::NoLhcDatabase,
                 Some(IneligibleReason::HaServiceNotRunning) => Reason::HaServiceNotRunning,
@@ -86,14 +78,24 @@ impl Engine {
                 // (Never an R-STATE-4 answer: forced-outage waiting is not eligibility.)
                 Some(IneligibleReason::ForcedOnSubset) | None => Reason::CloudUnreachable,
             };
-            decision(Err(reason), Via::Cloud)
-        } else {
-            decision(self.choose(CLOUD, &user, &request.resource, ts), Via::Cloud)
-        };
-        // Bookkeeping: R-DATA, episode counters, the detection gap.
-        let c = self.connector_mut(&name);
+            return (Err(reason), Via::Cloud);
+        }
+        (self.choose(CLOUD, user, resource, ts), Via::Cloud)
+    }
+
+    /// Bookkeeping of a decision: R-DATA (recent users, clients), the episode's counters
+    /// and activity, the detection gap's count, and the request a new session waits for.
+    fn note_launch(
+        &mut self,
+        name: &str,
+        user: &str,
+        request: &LaunchRequest,
+        result: &LaunchDecision,
+        ts: Ts,
+    ) {
+        let c = self.connector_mut(name);
         if c.started() {
-            c.data.recent_users.insert(user.as_str().into(), ts);
+            c.data.recent_users.insert(user.into(), ts);
             c.data.clients.insert(
                 request.client.name.as_str().into(),
                 (request.client.ip.clone(), ts),
@@ -131,7 +133,6 @@ impl Engine {
                 p.request.clone_from(&result.request);
             }
         }
-        out.push(Output::LaunchDecision(result));
     }
 
     /// Chooses a machine for `user` and `resource` among what `registrar` offers.
@@ -165,23 +166,8 @@ impl Engine {
                 return Err(Reason::CrossZone);
             }
         }
-        // R-LAUNCH-3: reconnect first, to a disconnected session on a machine this
-        // registrar holds, of one of the resource's groups.
-        let reconnect_to = self.user_sessions.get(user).and_then(|machines| {
-            machines.iter().find_map(|(machine, tally)| {
-                let runtime = self.machines.get(machine.as_str())?;
-                let entry = catalog.machines.get(&machine.to_lowercase())?;
-                // The cloud reaches a machine only while its zone offers the cloud path.
-                let held = registrar_name(&runtime.registrar) == registrar
-                    && (lhc || crate::engine::zone_offers_cloud(&self.connectors, &entry.zone));
-                // R-LAUNCH-2 holds for reconnects too: a machine its broker put in
-                // maintenance (R-LAUNCH-6) gets no session, resumed or new.
-                let fits = !entry.maintenance
-                    && !self.marked(registrar, machine)
-                    && resource.delivery_groups.contains(&entry.delivery_group);
-                (tally.disconnected > 0 && held && fits).then(|| machine.clone())
-            })
-        });
+        // R-LAUNCH-3: reconnect first.
+        let reconnect_to = self.disconnected_session(&catalog, registrar, resource, user);
         if let Some(machine) = reconnect_to {
             self.reconnect(&machine, user);
             return Ok(Choice {
@@ -223,6 +209,33 @@ impl Engine {
         Err(first_reason.unwrap_or(Reason::NoRegisteredMachine))
     }
 
+    /// R-LAUNCH-3: a machine holding a disconnected session of `user`, that `registrar`
+    /// holds (the cloud only while the machine's zone offers the cloud path), of one of the
+    /// resource's groups and not in maintenance.
+    fn disconnected_session(
+        &self,
+        catalog: &Snapshot,
+        registrar: &str,
+        resource: &snapshot::ResourceEntry,
+        user: &str,
+    ) -> Option<String> {
+        let lhc = registrar != CLOUD;
+        let machines = self.user_sessions.get(user)?;
+        machines.iter().find_map(|(machine, tally)| {
+            let runtime = self.machines.get(machine.as_str())?;
+            let entry = catalog.machines.get(&machine.to_lowercase())?;
+            // The cloud reaches a machine only while its zone offers the cloud path.
+            let held = registrar_name(&runtime.registrar) == registrar
+                && (lhc || crate::engine::zone_offers_cloud(&self.connectors, &entry.zone));
+            // R-LAUNCH-2 holds for reconnects too: a machine its broker put in
+            // maintenance (R-LAUNCH-6) gets no session, resumed or new.
+            let fits = !entry.maintenance
+                && !self.marked(registrar, machine)
+                && resource.delivery_groups.contains(&entry.delivery_group);
+            (tally.disconnected > 0 && held && fits).then(|| machine.clone())
+        })
+    }
+
     #[allow(clippy::too_many_arguments)]
     pub(super) fn try_group(
         &mut self,
@@ -241,26 +254,7 @@ impl Engine {
             .ok_or(Reason::NoRegisteredMachine)?;
         // R-LAUNCH-7: limits count the sessions this broker knows (the cloud: the site's).
         if let Some(limit) = group.session_limit_per_user {
-            let known: u32 = self
-                .user_sessions
-                .get(user)
-                .into_iter()
-                .flatten()
-                .filter(|(machine, _)| {
-                    let in_group = catalog
-                        .machines
-                        .get(&machine.to_lowercase())
-                        .is_some_and(|m| m.delivery_group == group_id);
-                    let held = !lhc
-                        || self
-                            .machines
-                            .get(machine.as_str())
-                            .is_some_and(|r| registrar_name(&r.registrar) == registrar);
-                    in_group && held
-                })
-                .map(|(_, t)| t.active + t.disconnected + t.pending)
-                .sum();
-            if known >= limit {
+            if self.known_sessions(catalog, registrar, group_id, user, lhc) >= limit {
                 return Err(Reason::SessionLimit);
             }
         }
@@ -276,21 +270,8 @@ impl Engine {
                 .map(Found::Chosen);
         }
         let pooled = group.kind == DeliveryGroupKind::SingleSessionPooled;
-        if pooled && group.power_managed && lhc {
-            // R-LAUNCH-6: reuse in an outage needs both the site's and the group's consent.
-            // On-premises only groups that shut machines down after use are concerned (FR/JA
-            // seeds); in DaaS every pooled, power-managed group (EN seed).
-            let concerned = match catalog.site.profile {
-                crate::config::Profile::Daas => true,
-                crate::config::Profile::Onprem => group.shutdown_after_use,
-            };
-            let reuse = catalog
-                .site
-                .reuse_machines_without_shutdown_in_outage_allowed
-                && group.reuse_in_outage;
-            if concerned && !reuse {
-                return Err(Reason::PooledUnavailableInOutage);
-            }
+        if pooled && group.power_managed && lhc && !reuse_in_outage(catalog, group) {
+            return Err(Reason::PooledUnavailableInOutage);
         }
         // The cloud may also power on an idle pooled machine that is not registered.
         let power_on = !lhc && pooled && group.power_managed;
@@ -332,23 +313,66 @@ impl Engine {
             // Sorts first: in the preferred zone, then fewest sessions, then FQDN order.
             return Ok(Found::Candidate((!preferred, load, rank)));
         }
-        // Only what the broker reaches counts: a zone that lost the cloud path holds no
-        // machine the cloud can use, whatever its last registrations say.
         let looked: Vec<&str> = zone.map_or(group_zones, |z| vec![z]);
+        Err(self.no_machine_reason(registrar, group_id, group, &looked, lhc))
+    }
+
+    /// Sessions of `user` in group `group_id` that `registrar` knows: in LHC mode on the
+    /// machines it holds, for the cloud site-wide (R-LAUNCH-7).
+    fn known_sessions(
+        &self,
+        catalog: &Snapshot,
+        registrar: &str,
+        group_id: &str,
+        user: &str,
+        lhc: bool,
+    ) -> u32 {
+        self.user_sessions
+            .get(user)
+            .into_iter()
+            .flatten()
+            .filter(|(machine, _)| {
+                let in_group = catalog
+                    .machines
+                    .get(&machine.to_lowercase())
+                    .is_some_and(|m| m.delivery_group == group_id);
+                let held = !lhc
+                    || self
+                        .machines
+                        .get(machine.as_str())
+                        .is_some_and(|r| registrar_name(&r.registrar) == registrar);
+                in_group && held
+            })
+            .map(|(_, t)| t.active + t.disconnected + t.pending)
+            .sum()
+    }
+
+    /// Why a group offered no machine in `zones`: none registered, none with the tag, or
+    /// all full. Only what the broker reaches counts: a zone that lost the cloud path holds
+    /// no machine the cloud can use, whatever its last registrations say.
+    fn no_machine_reason(
+        &self,
+        registrar: &str,
+        group_id: &str,
+        group: &snapshot::GroupEntry,
+        zones: &[&str],
+        lhc: bool,
+    ) -> Reason {
+        let reachable = |z: &str| lhc || crate::engine::zone_offers_cloud(&self.connectors, z);
         let (mut registered, mut tagged) = (0, 0);
-        for z in looked.into_iter().filter(|z| reachable(z)) {
+        for z in zones.iter().filter(|z| reachable(z)) {
             if let Some(pool) = self.pools.get(&pool_key(registrar, group_id, z)) {
                 registered += pool.registered;
                 tagged += pool.tagged;
             }
         }
-        Err(if registered == 0 {
+        if registered == 0 {
             Reason::NoRegisteredMachine
         } else if group.restrict_to_tag.is_some() && tagged == 0 {
             Reason::TagRestriction
         } else {
             Reason::MachineCapacity
-        })
+        }
     }
 
     /// R-LAUNCH-5: a static (or Remote PC) machine: the assigned one, or for the cloud a
@@ -378,43 +402,9 @@ impl Engine {
         let (machine, new_assignment) = match configured.or(cloud_made) {
             Some(m) => (m, false),
             None if lhc => return Err(Reason::AssignmentRequired),
-            None => {
-                // The first free machine of the group in FQDN order across its zones (ids
-                // are lowercase: byte order is FQDN order); zone preference plays no part.
-                let taken = |m: &String| {
-                    catalog.assigned.contains(m)
-                        || self.cloud_assigned.contains(m)
-                        || catalog.machines.get(m).is_none_or(|e| e.maintenance)
-                };
-                // (Among the zones the cloud reaches: one that lost the cloud path has no
-                // machine it can start a session on.)
-                let free = catalog
-                    .group_zone_machines
-                    .get(group_id)
-                    .into_iter()
-                    .flat_map(|zones| zones.iter())
-                    .filter(|(z, _)| crate::engine::zone_offers_cloud(&self.connectors, z))
-                    .filter_map(|(_, machines)| machines.iter().find(|m| !taken(m)))
-                    .min()
-                    .cloned();
-                let Some(m) = free else {
-                    // Free machines only in zones the cloud does not reach: none registered.
-                    let unreachable_free = catalog
-                        .group_zone_machines
-                        .get(group_id)
-                        .into_iter()
-                        .flat_map(|zones| zones.values())
-                        .any(|machines| machines.iter().any(|m| !taken(m)));
-                    return Err(if unreachable_free {
-                        Reason::NoRegisteredMachine
-                    } else {
-                        Reason::MachineCapacity
-                    });
-                };
-                // Recorded below, only if the launch is brokered: a rejected launch makes no
-                // assignment (none would ever be reported).
-                (m, true)
-            }
+            // Recorded below, only if the launch is brokered: a rejected launch makes no
+            // assignment (none would ever be reported).
+            None => (self.first_free_machine(catalog, group_id)?, true),
         };
         let entry = catalog
             .machines
@@ -450,6 +440,38 @@ impl Engine {
         Ok(self.broker_new(catalog, machine, user, ts, new_assignment))
     }
 
+    /// R-LAUNCH-5 for the cloud: the first free machine of a static group in FQDN order
+    /// across its zones (ids are lowercase: byte order is FQDN order), among the zones the
+    /// cloud reaches; zone preference plays no part.
+    fn first_free_machine(&self, catalog: &Snapshot, group_id: &str) -> Result<String, Reason> {
+        let taken = |m: &String| {
+            catalog.assigned.contains(m)
+                || self.cloud_assigned.contains(m)
+                || catalog.machines.get(m).is_none_or(|e| e.maintenance)
+        };
+        let zones = || {
+            catalog
+                .group_zone_machines
+                .get(group_id)
+                .into_iter()
+                .flat_map(|zones| zones.iter())
+        };
+        let free = zones()
+            .filter(|(z, _)| crate::engine::zone_offers_cloud(&self.connectors, z))
+            .filter_map(|(_, machines)| machines.iter().find(|m| !taken(m)))
+            .min()
+            .cloned();
+        free.ok_or_else(|| {
+            // Free machines only in zones the cloud does not reach: none registered.
+            let unreachable_free = zones().any(|(_, machines)| machines.iter().any(|m| !taken(m)));
+            if unreachable_free {
+                Reason::NoRegisteredMachine
+            } else {
+                Reason::MachineCapacity
+            }
+        })
+    }
+
     /// Records a new session brokered to `machine` (lowercased id) until its VDA reports it.
     pub(super) fn broker_new(
         &mut self,
@@ -482,6 +504,53 @@ impl Engine {
             session: SessionKind::New,
             new_assignment,
         }
+    }
+}
+
+/// R-LAUNCH-6: whether a pooled, power-managed group may be used in an outage. Reuse needs
+/// both the site's and the group's consent; on-premises only groups that shut machines
+/// down after use are concerned (FR/JA seeds), in DaaS every such group (EN seed).
+fn reuse_in_outage(catalog: &Snapshot, group: &snapshot::GroupEntry) -> bool {
+    let concerned = match catalog.site.profile {
+        crate::config::Profile::Daas => true,
+        crate::config::Profile::Onprem => group.shutdown_after_use,
+    };
+    let reuse = catalog
+        .site
+        .reuse_machines_without_shutdown_in_outage_allowed
+        && group.reuse_in_outage;
+    !concerned || reuse
+}
+
+/// The `launch.decision` of `request` at connector `name`.
+fn decision(
+    request: &LaunchRequest,
+    name: &str,
+    ts: Ts,
+    outcome: Result<Choice, Reason>,
+    via: Via,
+) -> LaunchDecision {
+    let (outcome, machine, session, new_assignment, reason) = match outcome {
+        Ok(choice) => (
+            Outcome::Brokered,
+            Some(choice.machine),
+            Some(choice.session),
+            (via == Via::Cloud && choice.session == SessionKind::New)
+                .then_some(choice.new_assignment),
+            None,
+        ),
+        Err(reason) => (Outcome::Rejected, None, None, None, Some(reason)),
+    };
+    LaunchDecision {
+        ts,
+        request: request.request.clone(),
+        connector: name.to_string(),
+        outcome,
+        via,
+        machine,
+        session,
+        new_assignment,
+        reason,
     }
 }
 
