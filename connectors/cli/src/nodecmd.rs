@@ -29,7 +29,9 @@ pub enum ConnectorCommand {
     Fold {
         #[command(flatten)]
         target: LogArgs,
-        /// The node's data directory (the RocksDB cache snapshot).
+        /// The node's data directory, the same as `connector run --data` takes: its RocksDB
+        /// cache snapshot is DIR/snapshot, so a fold continues a node's store and a node
+        /// continues a fold's.
         #[arg(long, value_name = "DIR", default_value = "lhc-data/node")]
         data: PathBuf,
         /// Records per commit.
@@ -170,7 +172,8 @@ pub fn run(command: ConnectorCommand, quiet: bool) -> anyhow::Result<ExitCode> {
             store,
         } => {
             let options = store.options();
-            let store = Store::open(&data, &options)?;
+            let dir = fold_store_dir(&data);
+            let store = Store::open(&dir, &options)?;
             let log = target.open_for_read()?;
             // Following runs until the process is stopped (Ctrl-C); nothing else ends it.
             let never = || false;
@@ -180,13 +183,13 @@ pub fn run(command: ConnectorCommand, quiet: bool) -> anyhow::Result<ExitCode> {
                 batch,
                 follow.then_some(&never as &dyn Fn() -> bool),
             )
-            .with_context(|| format!("folding {} into {}", log.describe(), data.display()))?;
+            .with_context(|| format!("folding {} into {}", log.describe(), dir.display()))?;
             if !quiet {
                 eprintln!(
                     "folded {} record(s) from offset {} into {} ({} commit(s)); next offset {}; digest {}",
                     summary.applied,
                     summary.resumed_at,
-                    data.display(),
+                    dir.display(),
                     summary.commits,
                     summary.next,
                     engine.digest()
@@ -382,8 +385,19 @@ fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send + 'static {
     }
 }
 
-/// The store of a node data directory: `DIR/snapshot` for `connector run`, else `DIR`
-/// itself (`connector fold --data DIR`).
+/// Where `connector fold --data DIR` folds: `DIR/snapshot`, the store `connector run`
+/// keeps, except in a directory an older fold made a store of itself (`DIR/CURRENT`), which
+/// it continues.
+fn fold_store_dir(data: &std::path::Path) -> PathBuf {
+    if !data.join("snapshot").is_dir() && data.join("CURRENT").is_file() {
+        data.to_path_buf()
+    } else {
+        data.join("snapshot")
+    }
+}
+
+/// The store of a node data directory: `DIR/snapshot` (`connector run`, `connector fold`),
+/// else `DIR` itself (a store an older `connector fold --data DIR` made).
 fn store_dir(data: &std::path::Path) -> PathBuf {
     let run_layout = data.join("snapshot");
     if run_layout.is_dir() {

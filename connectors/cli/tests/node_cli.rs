@@ -316,6 +316,9 @@ fn a_resumed_fold_applies_only_new_records() {
     let first = lhc(&["connector", "fold", "--log", &log, "--data", &data]);
     assert!(String::from_utf8_lossy(&first.stderr)
         .contains(&format!("folded {half} record(s) from offset 0")));
+    // The same layout as `connector run --data`: a node started on this directory
+    // continues the fold's store, and a fold continues a node's.
+    assert!(tmp.path().join("node/snapshot/CURRENT").is_file());
     let rest = tmp.path().join("rest.jsonl");
     std::fs::write(&rest, lines[half..].join("\n") + "\n").unwrap();
     ok(lhc(&[

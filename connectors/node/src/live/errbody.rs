@@ -2,7 +2,7 @@
 //!
 //! A request hyper cannot parse (a malformed request line or header, a URI or a header
 //! section over its limits) never reaches the API: hyper answers it with `400`, `414` or
-//! `431`, `connection: close` and an empty body. Every other answer of the node is JSON
+//! `431` and an empty body, then closes the connection. Every other answer of the node is JSON
 //! with a message (issue 15, item 9), so the connection's stream is wrapped: a response
 //! head that is exactly hyper's error form is rewritten into the same status with a JSON
 //! body saying what was wrong. The API's own responses always carry a body, so they never
@@ -46,23 +46,43 @@ fn message(status: &[u8]) -> Option<&'static str> {
 }
 
 /// The JSON-bodied replacement of `buf` when `buf` is exactly one of hyper's own error
-/// heads (status line, `connection: close`, `content-length: 0`, nothing after the head).
+/// heads: an HTTP/1.x status line with one of its statuses, `content-length: 0`, no
+/// `content-type` (every answer of the API has one), and nothing after the head. The
+/// replacement keeps the status and the other headers, and says `connection: close` (hyper
+/// closes the connection after such an error, also on HTTP/1.0 where it does not say so).
 pub(crate) fn rewrite(buf: &[u8]) -> Option<Vec<u8>> {
-    let rest = buf.strip_prefix(b"HTTP/1.1 ")?;
+    let rest = buf
+        .strip_prefix(b"HTTP/1.1 ")
+        .or_else(|| buf.strip_prefix(b"HTTP/1.0 "))?;
     let text = message(rest.get(..3)?)?;
-    if !buf.ends_with(b"\r\n\r\n") || buf.windows(4).filter(|w| w == b"\r\n\r\n").count() != 1 {
+    let head = std::str::from_utf8(buf.strip_suffix(b"\r\n\r\n")?).ok()?;
+    let mut lines = head.split("\r\n");
+    let status_line = lines.next()?;
+    let mut kept = Vec::new();
+    let mut empty_body = false;
+    for line in lines {
+        let (name, value) = line.split_once(':')?;
+        match name.to_ascii_lowercase().as_str() {
+            "content-type" => return None,
+            "content-length" => empty_body = value.trim() == "0",
+            "connection" => {}
+            _ => kept.push(line),
+        }
+    }
+    if !empty_body {
         return None;
     }
-    let marker: &[u8] = b"\r\nconnection: close\r\ncontent-length: 0\r\n";
-    let at = buf.windows(marker.len()).position(|w| w == marker)?;
     let body = serde_json::json!({ "error": text }).to_string();
-    let mut out = Vec::with_capacity(buf.len() + body.len() + 48);
-    out.extend_from_slice(&buf[..at]);
-    out.extend_from_slice(b"\r\nconnection: close\r\ncontent-type: application/json");
-    out.extend_from_slice(format!("\r\ncontent-length: {}\r\n", body.len()).as_bytes());
-    out.extend_from_slice(&buf[at + marker.len()..]);
-    out.extend_from_slice(body.as_bytes());
-    Some(out)
+    let mut out =
+        format!("{status_line}\r\nconnection: close\r\ncontent-type: application/json\r\n");
+    out.push_str(&format!("content-length: {}\r\n", body.len()));
+    for line in kept {
+        out.push_str(line);
+        out.push_str("\r\n");
+    }
+    out.push_str("\r\n");
+    out.push_str(&body);
+    Some(out.into_bytes())
 }
 
 impl<T: AsyncRead + Unpin> AsyncRead for JsonErrors<T> {
@@ -137,6 +157,12 @@ mod tests {
         assert!(rewrite(ours).is_none());
         let ok = b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 0\r\n\r\n";
         assert!(rewrite(ok).is_none());
+        // On a connection that spoke HTTP/1.0, hyper's head says HTTP/1.0 and nothing
+        // about the connection.
+        let old = b"HTTP/1.0 400 Bad Request\r\ncontent-length: 0\r\ndate: Tue, 01 Dec 2026 03:47:32 GMT\r\n\r\n";
+        let out = String::from_utf8(rewrite(old).unwrap()).unwrap();
+        assert!(out.starts_with("HTTP/1.0 400 Bad Request\r\nconnection: close\r\n"));
+        assert!(out.ends_with("\r\n\r\n{\"error\":\"malformed HTTP request: the request line or a header could not be parsed\"}"));
         let mut two = head.to_vec();
         two.extend_from_slice(head);
         assert!(rewrite(&two).is_none());
