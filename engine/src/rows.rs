@@ -117,6 +117,37 @@ impl Engine {
     }
 }
 
+/// A map of objects kept one row each.
+trait ObjectMap {
+    /// The objects' type.
+    type Value: serde::de::DeserializeOwned;
+    /// Inserts; whether `name` was not there before.
+    fn put(&mut self, name: &str, value: Self::Value) -> bool;
+}
+
+impl<V: serde::de::DeserializeOwned> ObjectMap for BTreeMap<String, V> {
+    type Value = V;
+    fn put(&mut self, name: &str, value: V) -> bool {
+        self.insert(name.into(), value).is_none()
+    }
+}
+
+impl<K, V> ObjectMap for DetMap<K, V>
+where
+    K: for<'a> From<&'a str> + Eq + std::hash::Hash,
+    V: serde::de::DeserializeOwned,
+{
+    type Value = V;
+    fn put(&mut self, name: &str, value: V) -> bool {
+        self.insert(name.into(), value).is_none()
+    }
+}
+
+/// Adds an object row to its map; whether it was not there before.
+fn object(map: &mut impl ObjectMap, name: &str, value: &[u8]) -> Result<bool, serde_json::Error> {
+    Ok(map.put(name, serde_json::from_slice(value)?))
+}
+
 /// Builds an engine from its rows, in any order (see [`Engine::for_each_state_row`]).
 #[derive(Default)]
 pub struct StateRows {
@@ -173,22 +204,10 @@ impl StateRows {
             }
             (REST, "cloud_assigned") => field(&mut self.cloud_assigned, value).map_err(bad)?,
             (REST, "pending_expiry") => field(&mut self.pending_expiry, value).map_err(bad)?,
-            (CONNECTOR, name) => self
-                .connectors
-                .insert(name.into(), serde_json::from_slice(value).map_err(bad)?)
-                .is_none(),
-            (MACHINE, name) => self
-                .machines
-                .insert(name.into(), serde_json::from_slice(value).map_err(bad)?)
-                .is_none(),
-            (POOL, name) => self
-                .pools
-                .insert(name.into(), serde_json::from_slice(value).map_err(bad)?)
-                .is_none(),
-            (USER, name) => self
-                .user_sessions
-                .insert(name.into(), serde_json::from_slice(value).map_err(bad)?)
-                .is_none(),
+            (CONNECTOR, name) => object(&mut self.connectors, name, value).map_err(bad)?,
+            (MACHINE, name) => object(&mut self.machines, name, value).map_err(bad)?,
+            (POOL, name) => object(&mut self.pools, name, value).map_err(bad)?,
+            (USER, name) => object(&mut self.user_sessions, name, value).map_err(bad)?,
             _ => return Err(fail("unknown kind of row".into())),
         };
         if fresh {

@@ -563,21 +563,13 @@ impl Simulator {
     ) -> Result<(), String> {
         match scenario {
             Scenario::CloudOutage { .. } => {
-                if end {
-                    self.cloud_down -= 1;
-                } else {
-                    self.cloud_down += 1;
-                }
+                overlap(&mut self.cloud_down, end);
             }
             Scenario::Flapping { period_s, .. } => {
                 self.flapping = (!end).then_some(period_s * 1000);
             }
             Scenario::Partition { .. } => {
-                if end {
-                    self.partitioned -= 1;
-                } else {
-                    self.partitioned += 1;
-                }
+                overlap(&mut self.partitioned, end);
             }
             Scenario::ConnectorStop { connector, .. } => {
                 let i = self.connector_index(connector)?;
@@ -917,5 +909,15 @@ fn scenario_window(s: &Scenario) -> (u64, Option<u64>) {
             ..
         } => (*start_s, Some(*duration_s)),
         Scenario::BadConfig { at_s, .. } | Scenario::StorageFault { at_s, .. } => (*at_s, None),
+    }
+}
+
+/// Counts a scenario that overlaps others of its kind: one more at its start, one less at
+/// its end (the effect lasts while any is running).
+fn overlap(running: &mut u32, end: bool) {
+    if end {
+        *running -= 1;
+    } else {
+        *running += 1;
     }
 }

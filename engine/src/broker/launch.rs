@@ -366,12 +366,10 @@ impl Engine {
                 tagged += pool.tagged;
             }
         }
-        if registered == 0 {
-            Reason::NoRegisteredMachine
-        } else if group.restrict_to_tag.is_some() && tagged == 0 {
-            Reason::TagRestriction
-        } else {
-            Reason::MachineCapacity
+        match (registered, tagged) {
+            (0, _) => Reason::NoRegisteredMachine,
+            (_, 0) if group.restrict_to_tag.is_some() => Reason::TagRestriction,
+            _ => Reason::MachineCapacity,
         }
     }
 

@@ -435,16 +435,18 @@ impl Engine {
         } else {
             MaintenanceReason::OutageEnded
         };
-        for machine in lifted {
-            self.place(&machine);
-            out.push(Output::MachineMaintenance(MachineMaintenance {
+        for machine in &lifted {
+            self.place(machine);
+        }
+        out.extend(lifted.into_iter().map(|machine| {
+            Output::MachineMaintenance(MachineMaintenance {
                 ts,
                 machine,
                 connector: name.to_string(),
                 on: false,
                 reason,
-            }));
-        }
+            })
+        }));
     }
 
     pub(super) fn stop(&mut self, name: &str, ts: Ts, out: &mut Vec<Output>) {
