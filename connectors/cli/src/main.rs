@@ -9,22 +9,13 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 
+mod args;
 mod bench;
-mod benchimport;
-mod benchnode;
-mod benchreplay;
-mod demo;
-mod forensicscmd;
-mod lintcmd;
-mod logcmd;
-mod nodecmd;
+mod commands;
 mod progress;
-mod querycmd;
 mod render;
-mod replaycmd;
-mod reportcmd;
-mod simcmd;
-mod target;
+
+use commands::{connector, demo, forensics, lint, log, query, replay, report, simulate};
 
 /// Citrix Local Host Cache, re-implemented as an event-sourced, log-driven engine.
 ///
@@ -55,29 +46,29 @@ enum Command {
     /// The connector node: run it (HTTP API, observers, Kafka or embedded log), or fold the
     /// log into its RocksDB cache snapshot, exactly once.
     #[command(subcommand)]
-    Connector(nodecmd::ConnectorCommand),
+    Connector(connector::ConnectorCommand),
     /// Work with a site log: import, export, cat, append, stats, check.
     #[command(subcommand)]
-    Log(logcmd::LogCommand),
+    Log(log::LogCommand),
     /// Fold a log through the engine and print every output (events, decisions,
     /// registrations, quarantine), optionally with state digests.
-    Replay(replaycmd::ReplayArgs),
+    Replay(replay::ReplayArgs),
     /// Time travel: the site as it was at an instant (connectors, registrations, sessions,
     /// a machine's history, launches, LHC data), from a replay up to it.
-    Query(querycmd::QueryArgs),
+    Query(query::QueryArgs),
     /// Reports computed by replaying a log (outage episodes; JSON, summary, HTML).
     #[command(subcommand)]
-    Report(reportcmd::ReportCommand),
+    Report(report::ReportCommand),
     /// Forensics computed by replaying a log (config sync failures: 505).
     #[command(subcommand)]
-    Forensics(forensicscmd::ForensicsCommand),
+    Forensics(forensics::ForensicsCommand),
     /// Check a log's configuration and behaviour against the seeds' LHC advice (StoreFront
     /// traffic, forced outage on whole zones, pooled groups, zone sizes, flapping, probes,
     /// tag restrictions); exit 1 on errors.
-    Lint(lintcmd::LintArgs),
+    Lint(lint::LintArgs),
     /// Generate a realistic site log from a seed (zones, connectors, VDAs, users, logons,
     /// and scenarios: outages, flapping, partitions, stops, forced outage, bad config).
-    Simulate(simcmd::SimulateArgs),
+    Simulate(simulate::SimulateArgs),
     /// Measure throughput next to baselines from the same run (ratios, not wall-clock claims).
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -106,16 +97,16 @@ fn main() -> ExitCode {
     ignore_file_size_signal();
     let result = match cli.command {
         Command::Demo(args) => demo::run(args, quiet),
-        Command::Log(command) => logcmd::run(command, quiet),
-        Command::Connector(command) => nodecmd::run(command, quiet),
+        Command::Log(command) => log::run(command, quiet),
+        Command::Connector(command) => connector::run(command, quiet),
         Command::Schema { out, check } => schema(out, check, quiet),
         Command::Bench(command) => bench::run(command),
-        Command::Simulate(args) => simcmd::run(args, quiet),
-        Command::Query(args) => querycmd::run(args, quiet),
-        Command::Report(command) => reportcmd::run(command, quiet),
-        Command::Forensics(command) => forensicscmd::run(command, quiet),
-        Command::Lint(args) => lintcmd::run(args, quiet),
-        Command::Replay(args) => replaycmd::run(args, quiet),
+        Command::Simulate(args) => simulate::run(args, quiet),
+        Command::Query(args) => query::run(args, quiet),
+        Command::Report(command) => report::run(command, quiet),
+        Command::Forensics(command) => forensics::run(command, quiet),
+        Command::Lint(args) => lint::run(args, quiet),
+        Command::Replay(args) => replay::run(args, quiet),
     };
     match result {
         Ok(code) => code,

@@ -75,9 +75,9 @@ fn lines(out: std::process::Output) -> Vec<String> {
 
 #[test]
 fn brokering_goes_on_while_kafka_is_down_and_nothing_is_lost() {
-    let cluster = rdkafka::mocking::MockCluster::new(1).unwrap();
-    cluster.create_topic("lhc.events", 1, 1).unwrap();
-    cluster.create_topic("lhc.outputs", 1, 1).unwrap();
+    let cluster = lhc_log::MockKafka::new(1).unwrap();
+    cluster.create_topic("lhc.events", 1).unwrap();
+    cluster.create_topic("lhc.outputs", 1).unwrap();
     let brokers = cluster.bootstrap_servers();
     let kafka = ["--kafka", brokers.as_str(), "--site", "lost-test"];
     let dir = tempfile::tempdir().unwrap();

@@ -299,8 +299,8 @@ fn kafka_needs_a_site_and_says_so() {
 
 #[test]
 fn import_and_cat_through_kafka() {
-    let cluster = rdkafka::mocking::MockCluster::new(1).unwrap();
-    cluster.create_topic("lhc.events", 1, 1).unwrap();
+    let cluster = lhc_log::MockKafka::new(1).unwrap();
+    cluster.create_topic("lhc.events", 1).unwrap();
     let brokers = cluster.bootstrap_servers();
     let tmp = tempfile::tempdir().unwrap();
     let head: String = EXAMPLE.lines().take(30).map(|l| format!("{l}\n")).collect();
@@ -384,8 +384,8 @@ fn demo_simulates_an_outage_and_writes_the_reports() {
 
 #[test]
 fn cat_follows_as_a_kafka_consumer_group() {
-    let cluster = rdkafka::mocking::MockCluster::new(1).unwrap();
-    cluster.create_topic("lhc.events", 1, 1).unwrap();
+    let cluster = lhc_log::MockKafka::new(1).unwrap();
+    cluster.create_topic("lhc.events", 1).unwrap();
     let brokers = cluster.bootstrap_servers();
     let tmp = tempfile::tempdir().unwrap();
     let head: String = EXAMPLE.lines().take(10).map(|l| format!("{l}\n")).collect();

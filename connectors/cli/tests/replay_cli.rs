@@ -130,8 +130,8 @@ fn bad_records_in_a_replayed_file_are_quarantined_at_their_offset() {
 
 #[test]
 fn replay_reads_a_site_from_kafka() {
-    let cluster = rdkafka::mocking::MockCluster::new(1).unwrap();
-    cluster.create_topic("lhc.events", 1, 1).unwrap();
+    let cluster = lhc_log::MockKafka::new(1).unwrap();
+    cluster.create_topic("lhc.events", 1).unwrap();
     let brokers = cluster.bootstrap_servers();
     let tmp = tempfile::tempdir().unwrap();
     let file = write(tmp.path(), "in.jsonl", EXAMPLE);

@@ -232,9 +232,9 @@ fn zone_of_three_nodes_on_the_embedded_log() {
 
 #[test]
 fn zone_of_three_nodes_on_kafka() {
-    let cluster = rdkafka::mocking::MockCluster::new(1).unwrap();
-    cluster.create_topic("lhc.events", 1, 1).unwrap();
-    cluster.create_topic("lhc.outputs", 1, 1).unwrap();
+    let cluster = lhc_log::MockKafka::new(1).unwrap();
+    cluster.create_topic("lhc.events", 1).unwrap();
+    cluster.create_topic("lhc.outputs", 1).unwrap();
     let dir = test_dir();
     let log = Backend::Kafka(cluster.bootstrap_servers());
     zone_of_three_nodes(&dir, &log);

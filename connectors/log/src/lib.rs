@@ -17,10 +17,12 @@ pub mod embedded;
 pub mod frame;
 pub mod jsonl;
 pub mod kafka;
+pub mod mock;
 pub mod validate;
 
 pub use embedded::{EmbeddedLog, EmbeddedOptions, FsyncPolicy, TailRecovery};
 pub use kafka::{KafkaLog, KafkaOptions};
+pub use mock::MockKafka;
 
 /// One record read back from a log.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -881,6 +881,27 @@ impl<S: Deref<Target = Store>> Folder<S> {
     }
 }
 
+/// The baseline of `lhc bench import`: writes `payload` in 64 KiB values through one raw
+/// `WriteBatch` into a fresh RocksDB in `dir` and flushes it; returns how long the write and
+/// flush took (opening excluded).
+pub fn raw_batch_write(dir: &Path, payload: &[u8]) -> Result<Duration, NodeError> {
+    let error = |source| NodeError::Store {
+        path: dir.to_path_buf(),
+        source,
+    };
+    let mut options = Options::default();
+    options.create_if_missing(true);
+    let db = rocksdb::DB::open(&options, dir).map_err(error)?;
+    let started = std::time::Instant::now();
+    let mut batch = WriteBatch::default();
+    for (i, chunk) in payload.chunks(64 << 10).enumerate() {
+        batch.put((i as u64).to_be_bytes(), chunk);
+    }
+    db.write(batch).map_err(error)?;
+    db.flush().map_err(error)?;
+    Ok(started.elapsed())
+}
+
 /// What a fold did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FoldSummary {

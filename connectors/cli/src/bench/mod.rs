@@ -1,6 +1,10 @@
 //! `lhc bench`: end-to-end measurements, each next to a baseline measured in the same run,
 //! so the ratios hold on any machine (wall-clock figures alone would not).
 
+pub mod import;
+pub mod node;
+pub mod replay;
+
 use std::fs::File;
 use std::io::{Read, Write};
 use std::path::Path;
@@ -135,14 +139,14 @@ pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
             users,
             groups,
             quick,
-        } => crate::benchimport::run(if quick {
-            crate::benchimport::ImportBench {
+        } => crate::bench::import::run(if quick {
+            crate::bench::import::ImportBench {
                 vdas: 2_000,
                 users: 5_000,
                 groups: 50,
             }
         } else {
-            crate::benchimport::ImportBench {
+            crate::bench::import::ImportBench {
                 vdas,
                 users,
                 groups,
@@ -152,15 +156,15 @@ pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
             zones,
             hours,
             quick,
-        } => crate::benchreplay::run(if quick {
-            crate::benchreplay::ReplayBench {
+        } => crate::bench::replay::run(if quick {
+            crate::bench::replay::ReplayBench {
                 zones: 1,
                 vdas_per_zone: 1_000,
                 hours: 1.0,
                 logon_rate: 1.0,
             }
         } else {
-            crate::benchreplay::ReplayBench {
+            crate::bench::replay::ReplayBench {
                 zones,
                 vdas_per_zone: 10_000,
                 hours,
@@ -180,7 +184,7 @@ pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
             } else {
                 (rate, seconds, restart_vdas)
             };
-            crate::benchnode::run(crate::benchnode::NodeBench {
+            crate::bench::node::run(crate::bench::node::NodeBench {
                 rate,
                 seconds,
                 restart_vdas,

@@ -13,7 +13,7 @@ use lhc_engine::output::{EventSource, Output, Reason};
 use lhc_engine::Engine;
 use lhc_replay::{replay, ChainLink, ReplayOptions};
 
-use crate::target::SourceArgs;
+use crate::args::SourceArgs;
 
 /// How outputs are printed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]

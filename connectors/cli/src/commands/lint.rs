@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use lhc_replay::Severity;
 
-use crate::target::SourceArgs;
+use crate::args::SourceArgs;
 
 /// Options of `lhc lint`.
 #[derive(clap::Args)]

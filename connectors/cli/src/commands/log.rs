@@ -14,8 +14,8 @@ use lhc_log::jsonl::JsonlLines;
 use lhc_log::validate::{validate, validate_one, Rejected};
 use serde::Serialize;
 
+use crate::args::LogArgs;
 use crate::progress;
-use crate::target::LogArgs;
 
 /// Records appended per call during an import: large enough to amortize fsync.
 const IMPORT_BATCH: usize = 4096;

@@ -9,7 +9,7 @@ use anyhow::{bail, Context};
 use lhc_log::{EmbeddedLog, EmbeddedOptions, FsyncPolicy, Log};
 
 /// The example: a two-connector site through a 30-minute cloud outage.
-const EXAMPLE: &str = include_str!("../../../docs/examples/site-outage.jsonl");
+const EXAMPLE: &str = include_str!("../../../../docs/examples/site-outage.jsonl");
 
 /// Options of `lhc demo`.
 #[derive(clap::Args)]
@@ -60,9 +60,9 @@ pub fn run(args: DemoArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         &lhc_replay::ReplayOptions::default(),
         |_, output| -> anyhow::Result<()> {
             *by_kind
-                .entry(crate::replaycmd::table_fields(output).2)
+                .entry(crate::commands::replay::table_fields(output).2)
                 .or_default() += 1;
-            println!("{}", crate::replaycmd::table_line(output));
+            println!("{}", crate::commands::replay::table_line(output));
             Ok(())
         },
     )?;
@@ -158,8 +158,8 @@ fn simulated(dir: &Path, quiet: bool) -> anyhow::Result<ExitCode> {
     let sync = lhc_replay::sync_forensics(&mut open()?)?;
     let outage_html = dir.join("outage-report.html");
     let sync_html = dir.join("sync-forensics.html");
-    std::fs::write(&outage_html, crate::reportcmd::html(&outage))?;
-    std::fs::write(&sync_html, crate::forensicscmd::html(&sync))?;
+    std::fs::write(&outage_html, crate::commands::report::html(&outage))?;
+    std::fs::write(&sync_html, crate::commands::forensics::html(&sync))?;
     if quiet {
         return Ok(ExitCode::SUCCESS);
     }
@@ -176,9 +176,9 @@ fn simulated(dir: &Path, quiet: bool) -> anyhow::Result<ExitCode> {
          09:50 cc1.z2 is powered on, also during the outage.\n"
     );
     println!("== What the outage looked like (lhc report outage) ==");
-    print!("{}", crate::reportcmd::summary(&outage));
+    print!("{}", crate::commands::report::summary(&outage));
     println!("\n== Why imports failed (lhc forensics sync) ==");
-    print!("{}", crate::forensicscmd::summary(&sync));
+    print!("{}", crate::commands::forensics::summary(&sync));
     println!(
         "\nReading it: the two restarts end differently (R-STATE-10). Zone 1 failed over to \
          cc2.z1 when cc1.z1 stopped; cc1.z1 had been stopped in LHC mode, so when it came back \

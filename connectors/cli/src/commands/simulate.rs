@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use lhc_replay::{BadConfig, Scenario, SimOptions, Simulator};
 
-use crate::target::LogArgs;
+use crate::args::LogArgs;
 
 /// Options of `lhc simulate`.
 #[derive(clap::Args)]

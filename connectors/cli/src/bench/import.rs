@@ -130,17 +130,8 @@ pub fn run(b: ImportBench) -> anyhow::Result<ExitCode> {
     let payload = vec![b'x'; written.max(bytes as u64) as usize];
     for _ in 0..3 {
         let dir = tempfile::tempdir()?;
-        let mut options = rocksdb::Options::default();
-        options.create_if_missing(true);
-        let db = rocksdb::DB::open(&options, dir.path()).context("raw RocksDB")?;
-        let started = Instant::now();
-        let mut batch = rocksdb::WriteBatch::default();
-        for (i, chunk) in payload.chunks(64 << 10).enumerate() {
-            batch.put((i as u64).to_be_bytes(), chunk);
-        }
-        db.write(batch)?;
-        db.flush()?;
-        raw_best = raw_best.min(started.elapsed().as_secs_f64());
+        let took = lhc_node::store::raw_batch_write(dir.path(), &payload).context("raw RocksDB")?;
+        raw_best = raw_best.min(took.as_secs_f64());
     }
     println!("{:<58} {:>10}", "measure", "seconds");
     println!(

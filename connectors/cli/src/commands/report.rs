@@ -9,8 +9,8 @@ use clap::Subcommand;
 use lhc_engine::Ts;
 use lhc_replay::{Episode, OutageReport};
 
+use crate::args::SourceArgs;
 use crate::render::escape;
-use crate::target::SourceArgs;
 
 /// Reports computed by replaying a log.
 #[derive(Subcommand)]

@@ -9,8 +9,8 @@ use clap::Subcommand;
 use lhc_engine::engine::snake;
 use lhc_replay::SyncForensics;
 
+use crate::args::SourceArgs;
 use crate::render::escape;
-use crate::target::SourceArgs;
 
 /// Forensics computed by replaying a log.
 #[derive(Subcommand)]

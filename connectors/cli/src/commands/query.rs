@@ -8,7 +8,7 @@ use lhc_engine::engine::snake;
 use lhc_engine::{Output, Ts};
 use serde_json::{json, Value};
 
-use crate::target::SourceArgs;
+use crate::args::SourceArgs;
 
 /// Options of `lhc query`.
 #[derive(clap::Args)]

@@ -14,7 +14,7 @@ use lhc_log::{EmbeddedLog, EmbeddedOptions, KafkaLog, Log};
 use lhc_node::live::{self, NodeConfig, SiteLog};
 use lhc_node::{Store, StoreOptions};
 
-use crate::target::LogArgs;
+use crate::args::LogArgs;
 
 /// The connector node.
 // Parsed once per process; boxing the large variant would buy nothing.

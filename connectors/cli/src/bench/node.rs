@@ -225,9 +225,9 @@ fn latency(bench: &NodeBench, backend: Backend) -> anyhow::Result<Latencies> {
             (SiteLog::Direct(Arc::new(log)), Arc::new(outputs))
         }
         Backend::KafkaMock => {
-            cluster = rdkafka::mocking::MockCluster::new(1).context("starting the mock cluster")?;
-            cluster.create_topic("lhc.events", 1, 1)?;
-            cluster.create_topic("lhc.outputs", 1, 1)?;
+            cluster = lhc_log::MockKafka::new(1).context("starting the mock cluster")?;
+            cluster.create_topic("lhc.events", 1)?;
+            cluster.create_topic("lhc.outputs", 1)?;
             let mut options = KafkaOptions::new(cluster.bootstrap_servers(), "bench");
             options.timeout = Duration::from_secs(5);
             let log = KafkaLog::open(options.clone())?;
