@@ -18,6 +18,7 @@ pub mod schema;
 pub mod site;
 pub mod snapshot;
 pub mod ts;
+pub mod view;
 
 pub use decode::{decode_record, decode_record_at, encode_record, DecodeError, DecodeErrorKind};
 pub use engine::{ConfigPart, Engine, Validation};

@@ -35,6 +35,7 @@ use crate::record::*;
 use crate::site::SiteConfig;
 use crate::snapshot::Snapshot;
 use crate::ts::Ts;
+use crate::view::{TS_BEHIND, TS_BEHIND_RULE};
 
 pub use connector::{
     Connector, Episode, MachineRuntime, MachineSummary, PendingImport, Registrar, Validation,
@@ -206,8 +207,9 @@ impl Engine {
     fn admissible(&self, record: &Record) -> Result<(), String> {
         if let Some(now) = self.now {
             if record.ts() < now {
+                // (The node retries a request refused so: `Quarantine::lost_ts_race`.)
                 return Err(format!(
-                    "field `ts`: {} is older than the previous record's {now} (R-LOG-4)",
+                    "{TS_BEHIND}{} is older than the previous record's {now} {TS_BEHIND_RULE}",
                     record.ts()
                 ));
             }

@@ -287,11 +287,15 @@ fn apply_entry(
     };
     let answer = outputs.iter().find_map(|o| match o {
         Output::LaunchDecision(d) if d.request == request => Some(LaunchAnswer::Decided(d.clone())),
-        Output::Quarantine(q) => Some(LaunchAnswer::Quarantined(q.error.clone())),
+        Output::Quarantine(q) => Some(LaunchAnswer::Quarantined {
+            error: q.error.clone(),
+            lost_ts_race: q.lost_ts_race(),
+        }),
         _ => None,
     });
-    let answer = answer.unwrap_or_else(|| {
-        LaunchAnswer::Quarantined("the engine made no decision for this request".into())
+    let answer = answer.unwrap_or_else(|| LaunchAnswer::Quarantined {
+        error: "the engine made no decision for this request".into(),
+        lost_ts_race: false,
     });
     if let Some(waiter) = shared.waiters.lock().expect("waiters").remove(&request) {
         let _ = waiter.send(answer);

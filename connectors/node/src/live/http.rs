@@ -227,12 +227,13 @@ async fn resources(
     let engine = shared.engine.read().expect("engine lock");
     let me = me_in(&shared, &engine)?;
     // In LHC mode the connector answers from its own snapshot, as the seeds describe.
-    let lhc = engine.connectors()[&me].in_lhc();
-    let list = engine.enumerate(&query.user, lhc.then_some(me.as_str()));
+    let (source, list) = engine
+        .resources(&me, &query.user)
+        .expect("me is configured");
     Ok(Json(json!({
         "user": query.user,
         "connector": me,
-        "source": if lhc { "lhc" } else { "cloud" },
+        "source": source,
         "resources": list,
     }))
     .into_response())
@@ -301,11 +302,13 @@ async fn launch(
                 // Tagged like the output log and `lhc replay`, so the two compare as they are.
                 return Ok(Json(Output::LaunchDecision(decision)).into_response());
             }
-            Ok(Ok(LaunchAnswer::Quarantined(error))) => {
+            Ok(Ok(LaunchAnswer::Quarantined {
+                error,
+                lost_ts_race,
+            })) => {
                 // Only a lost ts race is worth another try; anything else would fail again.
-                let retry = error.contains("R-LOG-4");
                 last_error = error;
-                if !retry {
+                if !lost_ts_race {
                     break;
                 }
             }
@@ -405,25 +408,20 @@ async fn adc_probe(State(shared): State<AppState>) -> Response {
         )
             .into_response();
     };
-    let c = &engine.connectors()[&me];
+    let probe = engine.adc_probe(&me).expect("me is configured");
     let trouble = shared.health.trouble();
-    let down = if let Some((code, _)) = &trouble {
-        // A node that cannot decide says so, whatever its last state says.
-        Some(*code)
-    } else if !c.started() {
-        Some("connector_stopped")
-    } else if c.in_lhc() && !c.brokering {
-        Some("not_elected")
-    } else {
-        None
+    // A node that cannot decide says so, whatever its last state says.
+    let down = match &trouble {
+        Some((code, _)) => Some(json!(code)),
+        None => probe.down.map(|reason| json!(reason)),
     };
     let mut body = json!({
         "status": if down.is_some() { "DOWN" } else { "UP" },
         "reason": down,
         "site": shared.config.site,
         "connector": me,
-        "state": snake(&c.state),
-        "elected": c.elected,
+        "state": probe.state,
+        "elected": probe.elected,
     });
     if let Some((_, detail)) = trouble {
         body["detail"] = json!(detail);
@@ -439,18 +437,12 @@ async fn adc_probe(State(shared): State<AppState>) -> Response {
 async fn election(State(shared): State<AppState>) -> Result<Response, ApiError> {
     let engine = shared.engine.read().expect("engine lock");
     let me = me_in(&shared, &engine)?;
-    let c = &engine.connectors()[&me];
-    Ok(Json(json!({
-        "connector": me,
-        "state": snake(&c.state),
-        "in_lhc": c.in_lhc(),
-        "elected": c.elected,
-        "candidates": c.candidates,
-        "brokering": c.brokering,
-        // The last 3002 reason while the connector cannot enter LHC mode.
-        "cannot_enter_lhc": c.reported_ineligible.map(|r| snake(&r)),
-    }))
-    .into_response())
+    let view = engine.election_view(&me).expect("me is configured");
+    let mut body = json!({ "connector": me });
+    if let (Some(body), serde_json::Value::Object(fields)) = (body.as_object_mut(), json!(view)) {
+        body.extend(fields);
+    }
+    Ok(Json(body).into_response())
 }
 
 async fn healthz(State(shared): State<AppState>) -> Response {

@@ -97,8 +97,10 @@ impl NodeConfig {
 pub(crate) enum LaunchAnswer {
     /// The engine decided.
     Decided(LaunchDecision),
-    /// The record was quarantined (for instance its `ts` lost a race with another node).
-    Quarantined(String),
+    /// The record was quarantined: why, and whether it only lost a `ts` race with another
+    /// writer (the engine says, `Quarantine::lost_ts_race`), so that stamping it again
+    /// would get it applied.
+    Quarantined { error: String, lost_ts_race: bool },
 }
 
 /// Wakes the fold thread when this process appended something.

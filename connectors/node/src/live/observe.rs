@@ -218,22 +218,11 @@ async fn record_lifecycle(shared: &Shared, connector: String, event: LifecycleEv
     .await;
 }
 
-/// A peer that does not answer probes and whose own records (health checks) stopped
-/// reaching the log for `peer_dead_after` has crashed: nobody else will record its stop, and
-/// until someone does the log says it still brokers. A peer that is only cut off from us
-/// keeps writing health checks, so a partition stays a split brain (R-ELECT-4).
+/// Whether a peer that does not answer probes has crashed: the engine's rule
+/// (`Engine::peer_presumed_dead`), asked with this node's clock and `peer_dead_after`.
 fn peer_is_dead(shared: &Shared, peer: &str) -> bool {
     let engine = shared.engine.read().expect("engine lock");
-    let Some(c) = engine.connectors().get(peer) else {
-        return false;
-    };
-    if !c.started() {
-        return false;
-    }
-    let last_heard = c
-        .last_check
-        .map_or(c.state_since, |(ts, _)| ts.max(c.state_since));
-    wall_ms() - last_heard.millis() >= shared.config.peer_dead_after.as_millis() as i64
+    engine.peer_presumed_dead(peer, Ts(wall_ms()), shared.config.peer_dead_after)
 }
 
 async fn ticks(shared: Arc<Shared>) {

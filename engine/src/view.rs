@@ -1,0 +1,143 @@
+//! Read-only answers for the drivers (the live node, the CLI): what a load balancer's
+//! monitor sees, which resources a user is offered and from where, a connector's election
+//! summary, whether a silent peer has crashed, whether a quarantine was a lost `ts` race.
+//!
+//! Invariant: the drivers decide nothing. Every rule a driver needs is a function of the
+//! engine state and of what the driver passes in (its wall clock included, as a `Ts`), so
+//! it is tested here, beside the reducer whose state it reads.
+
+use serde::Serialize;
+
+use crate::broker::Enumerated;
+use crate::output::{ConnectorState, IneligibleReason, Quarantine};
+use crate::ts::Ts;
+use crate::Engine;
+
+/// Why a connector's ADC probe says DOWN.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProbeDown {
+    /// Stopped (R-STATE-10): it brokers nothing.
+    ConnectorStopped,
+    /// In LHC mode and not the elected broker: launches sent to it are refused (R-ELECT).
+    NotElected,
+}
+
+/// What the NetScaler CITRIX-XD-DDC monitor sees of a connector: UP while it can broker.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct AdcProbe {
+    /// `None`: UP.
+    pub down: Option<ProbeDown>,
+    /// Its state.
+    pub state: ConnectorState,
+    /// The broker it sees elected.
+    pub elected: Option<String>,
+}
+
+/// Where a connector answers resource enumeration from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResourceSource {
+    /// The site configuration, through the cloud.
+    Cloud,
+    /// Its own snapshot, in LHC mode (as the seeds describe).
+    Lhc,
+}
+
+/// A connector's view of the election.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ElectionView {
+    /// Its state.
+    pub state: ConnectorState,
+    /// In LHC mode.
+    pub in_lhc: bool,
+    /// The broker it sees elected.
+    pub elected: Option<String>,
+    /// The candidates it sees, in FQDN order.
+    pub candidates: Vec<String>,
+    /// Brokering: in LHC mode and elected in its own view.
+    pub brokering: bool,
+    /// The last 3002 reason while it cannot enter LHC mode.
+    pub cannot_enter_lhc: Option<IneligibleReason>,
+}
+
+impl Engine {
+    /// The ADC probe of `connector` (an id the site names); `None` when it names none.
+    pub fn adc_probe(&self, connector: &str) -> Option<AdcProbe> {
+        let c = self.connectors.get(connector)?;
+        let down = if !c.started() {
+            Some(ProbeDown::ConnectorStopped)
+        } else if c.in_lhc() && !c.brokering {
+            Some(ProbeDown::NotElected)
+        } else {
+            None
+        };
+        Some(AdcProbe {
+            down,
+            state: c.state,
+            elected: c.elected.clone(),
+        })
+    }
+
+    /// The resources `user` is offered by `connector`, and from where: its snapshot in LHC
+    /// mode, the site configuration otherwise. `None` when the site names no such connector.
+    pub fn resources(
+        &self,
+        connector: &str,
+        user: &str,
+    ) -> Option<(ResourceSource, Vec<Enumerated>)> {
+        let lhc = self.connectors.get(connector)?.in_lhc();
+        let source = if lhc {
+            ResourceSource::Lhc
+        } else {
+            ResourceSource::Cloud
+        };
+        Some((source, self.enumerate(user, lhc.then_some(connector))))
+    }
+
+    /// `connector`'s view of the election; `None` when the site names no such connector.
+    pub fn election_view(&self, connector: &str) -> Option<ElectionView> {
+        let c = self.connectors.get(connector)?;
+        Some(ElectionView {
+            state: c.state,
+            in_lhc: c.in_lhc(),
+            elected: c.elected.clone(),
+            candidates: c.candidates.clone(),
+            brokering: c.brokering,
+            cannot_enter_lhc: c.reported_ineligible,
+        })
+    }
+
+    /// Whether `peer` has crashed, seen at `now` (the driver's clock): it is started, and
+    /// nothing it records has reached the log for `after` (its last health check,
+    /// or its start). Nobody else records the stop of a crashed connector, and until
+    /// someone does the log says it still brokers. A peer only cut off from the asker keeps
+    /// writing health checks, so a partition stays a split brain (R-ELECT-4).
+    pub fn peer_presumed_dead(&self, peer: &str, now: Ts, after: std::time::Duration) -> bool {
+        let Some(c) = self.connectors.get(peer) else {
+            return false;
+        };
+        if !c.started() {
+            return false;
+        }
+        let last_heard = c
+            .last_check
+            .map_or(c.state_since, |(ts, _)| ts.max(c.state_since));
+        let after_ms = i64::try_from(after.as_millis()).unwrap_or(i64::MAX);
+        now.millis().saturating_sub(last_heard.millis()) >= after_ms
+    }
+}
+
+/// Prefix of the quarantine error of a record older than the previous one.
+pub(crate) const TS_BEHIND: &str = "field `ts`: ";
+/// Suffix of the same error: the rule it breaks.
+pub(crate) const TS_BEHIND_RULE: &str = "(R-LOG-4)";
+
+impl Quarantine {
+    /// Whether the record was refused only because another writer appended a later `ts`
+    /// first (R-LOG-4): the same request stamped again would be applied. Any other refusal
+    /// would fail again.
+    pub fn lost_ts_race(&self) -> bool {
+        self.error.starts_with(TS_BEHIND) && self.error.ends_with(TS_BEHIND_RULE)
+    }
+}
