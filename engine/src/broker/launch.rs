@@ -10,7 +10,7 @@ use crate::record::LaunchRequest;
 use crate::snapshot::{self, Snapshot};
 use crate::ts::Ts;
 
-use super::{pool_key, registrar_name, Engine, PendingLaunch, Pool, Registrar, CLOUD, OFF};
+use super::{pool_key, Engine, Holder, PendingLaunch, Pool, Registrar};
 
 /// What one delivery group offers a launch.
 pub(super) enum Found {
@@ -65,7 +65,7 @@ impl Engine {
                 // snapshot.
                 Err(Reason::NoLhcDatabase)
             } else {
-                self.choose(name, user, resource, ts)
+                self.choose(Holder::Connector(name), user, resource, ts)
             };
             return (outcome, Via::Lhc);
         }
@@ -80,7 +80,7 @@ impl Engine {
             };
             return (Err(reason), Via::Cloud);
         }
-        (self.choose(CLOUD, user, resource, ts), Via::Cloud)
+        (self.choose(Holder::Cloud, user, resource, ts), Via::Cloud)
     }
 
     /// Bookkeeping of a decision: R-DATA (recent users, clients), the episode's counters
@@ -135,16 +135,15 @@ impl Engine {
         }
     }
 
-    /// Chooses a machine for `user` and `resource` among what `registrar` offers.
+    /// Chooses a machine for `user` and `resource` among what `holder` offers.
     pub(super) fn choose(
         &mut self,
-        registrar: &str,
+        holder: Holder<'_>,
         user: &str,
         resource: &str,
         ts: Ts,
     ) -> Result<Choice, Reason> {
-        let catalog = self.catalog_of(registrar).ok_or(Reason::NoLhcDatabase)?;
-        let lhc = registrar != CLOUD;
+        let catalog = self.catalog_of(holder).ok_or(Reason::NoLhcDatabase)?;
         let resource = catalog
             .resources
             .get(resource)
@@ -154,7 +153,10 @@ impl Engine {
             return Err(Reason::NotEntitled);
         }
         // R-LAUNCH-2: in LHC mode only the connector's own zone.
-        let zone = lhc.then(|| self.connectors[registrar].zone.clone());
+        let zone = match holder {
+            Holder::Connector(name) => Some(self.connectors[name].zone.clone()),
+            Holder::Cloud | Holder::Off => None,
+        };
         if let Some(zone) = &zone {
             let here = resource.delivery_groups.iter().any(|g| {
                 catalog
@@ -167,7 +169,7 @@ impl Engine {
             }
         }
         // R-LAUNCH-3: reconnect first.
-        let reconnect_to = self.disconnected_session(&catalog, registrar, resource, user);
+        let reconnect_to = self.disconnected_session(&catalog, holder, resource, user);
         if let Some(machine) = reconnect_to {
             self.reconnect(&machine, user);
             return Ok(Choice {
@@ -184,7 +186,7 @@ impl Engine {
         for group in &resource.delivery_groups {
             match self.try_group(
                 &catalog,
-                registrar,
+                holder,
                 group,
                 user,
                 resource.zone_preference.as_deref(),
@@ -209,28 +211,28 @@ impl Engine {
         Err(first_reason.unwrap_or(Reason::NoRegisteredMachine))
     }
 
-    /// R-LAUNCH-3: a machine holding a disconnected session of `user`, that `registrar`
+    /// R-LAUNCH-3: a machine holding a disconnected session of `user`, that `holder`
     /// holds (the cloud only while the machine's zone offers the cloud path), of one of the
     /// resource's groups and not in maintenance.
     fn disconnected_session(
         &self,
         catalog: &Snapshot,
-        registrar: &str,
+        holder: Holder<'_>,
         resource: &snapshot::ResourceEntry,
         user: &str,
     ) -> Option<String> {
-        let lhc = registrar != CLOUD;
+        let lhc = matches!(holder, Holder::Connector(_));
         let machines = self.user_sessions.get(user)?;
         machines.iter().find_map(|(machine, tally)| {
             let runtime = self.machines.get(machine.as_str())?;
             let entry = catalog.machines.get(&machine.to_lowercase())?;
             // The cloud reaches a machine only while its zone offers the cloud path.
-            let held = registrar_name(&runtime.registrar) == registrar
+            let held = runtime.registrar.holder() == holder
                 && (lhc || crate::engine::zone_offers_cloud(&self.connectors, &entry.zone));
             // R-LAUNCH-2 holds for reconnects too: a machine its broker put in
             // maintenance (R-LAUNCH-6) gets no session, resumed or new.
             let fits = !entry.maintenance
-                && !self.marked(registrar, machine)
+                && !self.marked(holder, machine)
                 && resource.delivery_groups.contains(&entry.delivery_group);
             (tally.disconnected > 0 && held && fits).then(|| machine.clone())
         })
@@ -240,7 +242,7 @@ impl Engine {
     pub(super) fn try_group(
         &mut self,
         catalog: &Arc<Snapshot>,
-        registrar: &str,
+        holder: Holder<'_>,
         group_id: &str,
         user: &str,
         preference: Option<&str>,
@@ -254,7 +256,7 @@ impl Engine {
             .ok_or(Reason::NoRegisteredMachine)?;
         // R-LAUNCH-7: limits count the sessions this broker knows (the cloud: the site's).
         if let Some(limit) = group.session_limit_per_user {
-            if self.known_sessions(catalog, registrar, group_id, user, lhc) >= limit {
+            if self.known_sessions(catalog, holder, group_id, user, lhc) >= limit {
                 return Err(Reason::SessionLimit);
             }
         }
@@ -266,7 +268,7 @@ impl Engine {
             .collect();
         if group.kind == DeliveryGroupKind::SingleSessionStatic {
             return self
-                .static_machine(catalog, registrar, group_id, user, ts)
+                .static_machine(catalog, holder, group_id, user, ts)
                 .map(Found::Chosen);
         }
         let pooled = group.kind == DeliveryGroupKind::SingleSessionPooled;
@@ -287,9 +289,9 @@ impl Engine {
                 .iter()
                 .filter(|z| reachable(z))
                 .flat_map(|z| {
-                    let registered = first(self.pools.get(&pool_key(registrar, group_id, z)));
+                    let registered = first(self.pools.get(&pool_key(holder, group_id, z)));
                     let off = if power_on {
-                        first(self.pools.get(&pool_key(OFF, group_id, z)))
+                        first(self.pools.get(&pool_key(Holder::Off, group_id, z)))
                     } else {
                         None
                     };
@@ -314,15 +316,15 @@ impl Engine {
             return Ok(Found::Candidate((!preferred, load, rank)));
         }
         let looked: Vec<&str> = zone.map_or(group_zones, |z| vec![z]);
-        Err(self.no_machine_reason(registrar, group_id, group, &looked, lhc))
+        Err(self.no_machine_reason(holder, group_id, group, &looked, lhc))
     }
 
-    /// Sessions of `user` in group `group_id` that `registrar` knows: in LHC mode on the
+    /// Sessions of `user` in group `group_id` that `holder` knows: in LHC mode on the
     /// machines it holds, for the cloud site-wide (R-LAUNCH-7).
     fn known_sessions(
         &self,
         catalog: &Snapshot,
-        registrar: &str,
+        holder: Holder<'_>,
         group_id: &str,
         user: &str,
         lhc: bool,
@@ -340,7 +342,7 @@ impl Engine {
                     || self
                         .machines
                         .get(machine.as_str())
-                        .is_some_and(|r| registrar_name(&r.registrar) == registrar);
+                        .is_some_and(|r| r.registrar.holder() == holder);
                 in_group && held
             })
             .map(|(_, t)| t.active + t.disconnected + t.pending)
@@ -352,7 +354,7 @@ impl Engine {
     /// no machine the cloud can use, whatever its last registrations say.
     fn no_machine_reason(
         &self,
-        registrar: &str,
+        holder: Holder<'_>,
         group_id: &str,
         group: &snapshot::GroupEntry,
         zones: &[&str],
@@ -361,7 +363,7 @@ impl Engine {
         let reachable = |z: &str| lhc || crate::engine::zone_offers_cloud(&self.connectors, z);
         let (mut registered, mut tagged) = (0, 0);
         for z in zones.iter().filter(|z| reachable(z)) {
-            if let Some(pool) = self.pools.get(&pool_key(registrar, group_id, z)) {
+            if let Some(pool) = self.pools.get(&pool_key(holder, group_id, z)) {
                 registered += pool.registered;
                 tagged += pool.tagged;
             }
@@ -378,12 +380,12 @@ impl Engine {
     pub(super) fn static_machine(
         &mut self,
         catalog: &Arc<Snapshot>,
-        registrar: &str,
+        holder: Holder<'_>,
         group_id: &str,
         user: &str,
         ts: Ts,
     ) -> Result<Choice, Reason> {
-        let lhc = registrar != CLOUD;
+        let lhc = matches!(holder, Holder::Connector(_));
         let configured = catalog
             .assignments
             .get(group_id)
@@ -411,7 +413,7 @@ impl Engine {
         let exact = entry.id.clone();
         let runtime = self.machines.get(exact.as_str());
         let reachable = lhc || crate::engine::zone_offers_cloud(&self.connectors, &entry.zone);
-        let held = reachable && runtime.is_some_and(|r| registrar_name(&r.registrar) == registrar);
+        let held = reachable && runtime.is_some_and(|r| r.registrar.holder() == holder);
         // The cloud may power on a machine nobody holds; never one registered with an LHC
         // broker (one registrar at a time, R-REG-2).
         let powered_on = !lhc
@@ -421,7 +423,7 @@ impl Engine {
                 .groups
                 .get(group_id)
                 .is_some_and(|g| g.power_managed);
-        if entry.maintenance || self.marked(registrar, &exact) || !(held || powered_on) {
+        if entry.maintenance || self.marked(holder, &exact) || !(held || powered_on) {
             return Err(Reason::NoRegisteredMachine);
         }
         let load = runtime.map_or(0, |r| r.sessions.len() + r.pending.len()) as u32;

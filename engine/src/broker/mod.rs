@@ -5,9 +5,10 @@
 //! O(log n) whatever the size of the zone: a pool per (registrar, delivery group, zone)
 //! orders its available machines by (load, FQDN), and its first entry is the answer.
 //!
-//! Invariant: a machine contributes to at most one pool, the one of its registrar ("cloud",
-//! a connector, or "" for an unregistered machine the cloud may power on), and its
-//! contribution (`Placement`) is recomputed whenever anything it depends on changes.
+//! Invariant: a machine contributes to at most one pool, the one of its registrar as a
+//! typed [`Holder`] (the cloud, a connector, or nobody for an unregistered machine the cloud
+//! may power on: a connector named "cloud" is a connector), and its contribution
+//! (`Placement`) is recomputed whenever anything it depends on changes.
 //!
 //! Rooms: `pools` (placement, pending launches, maintenance), `launch` (decisions), `data`
 //! (the LHC data and enumeration); this module holds the types and the catalogs.
@@ -23,15 +24,13 @@ use compact_str::CompactString;
 use serde::{Deserialize, Serialize};
 
 use crate::detmap::DetMap;
-use crate::engine::{Engine, Registrar};
+use crate::engine::{Engine, Holder, Registrar};
 use crate::record::SessionState;
 use crate::snapshot::{self, Snapshot};
 use crate::ts::Ts;
 
 /// Registrar name of machines registered with the cloud broker.
 pub const CLOUD: &str = "cloud";
-/// Registrar name of unregistered machines (powered off: the cloud may power them on).
-pub const OFF: &str = "";
 /// A launch the VDA has not reported yet is forgotten after this long.
 pub const PENDING_LAUNCH_S: u64 = 120;
 /// Entries of recent LHC-mode activity kept per connector.
@@ -137,16 +136,9 @@ impl Tally {
     }
 }
 
-fn pool_key(registrar: &str, group: &str, zone: &str) -> String {
-    format!("{registrar}\u{1f}{group}\u{1f}{zone}")
-}
-
-fn registrar_name(registrar: &Registrar) -> &str {
-    match registrar {
-        Registrar::None => OFF,
-        Registrar::Cloud => CLOUD,
-        Registrar::Connector(name) => name,
-    }
+/// Key of the pool of `holder`, group and zone (see [`Holder::key`]).
+fn pool_key(holder: Holder<'_>, group: &str, zone: &str) -> String {
+    format!("{}\u{1f}{group}\u{1f}{zone}", holder.key())
 }
 
 impl Engine {
@@ -164,18 +156,20 @@ impl Engine {
     }
 
     /// The catalog a registrar brokers from: the cloud's, or a connector's snapshot.
-    fn catalog_of(&mut self, registrar: &str) -> Option<Arc<Snapshot>> {
-        if registrar == CLOUD || registrar == OFF {
-            Some(self.cloud_catalog())
-        } else {
-            self.snapshot_of(registrar).cloned()
+    fn catalog_of(&mut self, holder: Holder<'_>) -> Option<Arc<Snapshot>> {
+        match holder {
+            Holder::Cloud | Holder::Off => Some(self.cloud_catalog()),
+            Holder::Connector(name) => self.snapshot_of(name).cloned(),
         }
     }
 
-    /// Whether `registrar` put `machine` in maintenance (R-LAUNCH-6).
-    fn marked(&self, registrar: &str, machine: &str) -> bool {
+    /// Whether `holder` (a connector) put `machine` in maintenance (R-LAUNCH-6).
+    fn marked(&self, holder: Holder<'_>, machine: &str) -> bool {
+        let Holder::Connector(name) = holder else {
+            return false;
+        };
         self.connectors
-            .get(registrar)
+            .get(name)
             .is_some_and(|c| c.maintenance.contains(machine))
     }
 

@@ -11,7 +11,7 @@ use crate::output::*;
 use crate::record::{SessionReport, SessionState};
 use crate::ts::Ts;
 
-use super::{pool_key, registrar_name, Engine, Placement, Registrar, Tally, OFF, PENDING_LAUNCH_S};
+use super::{pool_key, Engine, Holder, Placement, Registrar, Tally, PENDING_LAUNCH_S};
 
 impl Engine {
     /// Recomputes one machine's contribution to the pools.
@@ -20,19 +20,27 @@ impl Engine {
             return;
         };
         // (Connector names fit a compact string inline: no allocation per placement.)
-        let registrar = compact_str::CompactString::from(registrar_name(&runtime.registrar));
+        let name = match &runtime.registrar {
+            Registrar::Connector(name) => compact_str::CompactString::from(name.as_str()),
+            Registrar::None | Registrar::Cloud => compact_str::CompactString::default(),
+        };
+        let holder = match &runtime.registrar {
+            Registrar::None => Holder::Off,
+            Registrar::Cloud => Holder::Cloud,
+            Registrar::Connector(_) => Holder::Connector(&name),
+        };
         let load = (runtime.sessions.len() + runtime.pending.len()) as u32;
-        let catalog = self.catalog_of(&registrar);
+        let catalog = self.catalog_of(holder);
         let lower = crate::snapshot::lower(machine);
         let desired = catalog.as_ref().and_then(|catalog| {
             let entry = catalog.machines.get(lower.as_ref())?;
             let group = catalog.groups.get(&entry.delivery_group);
-            let maintenance = entry.maintenance || self.marked(&registrar, machine);
+            let maintenance = entry.maintenance || self.marked(holder, machine);
             let tagged = group
                 .and_then(|g| g.restrict_to_tag.as_ref())
                 .is_none_or(|tag| entry.tags.iter().any(|t| t.eq_ignore_ascii_case(tag)));
             let room = load < entry.max_sessions;
-            let available = if registrar == OFF {
+            let available = if holder == Holder::Off {
                 // Powered off: the cloud powers on only idle pooled, power-managed machines;
                 // other kinds need no pool entry (a static machine is found by assignment).
                 let power_on = group.is_some_and(|g| {
@@ -46,11 +54,11 @@ impl Engine {
                 (!maintenance && tagged && room).then_some(load)
             };
             Some(Placement {
-                key: pool_key(&registrar, &entry.delivery_group, &entry.zone),
+                key: pool_key(holder, &entry.delivery_group, &entry.zone),
                 rank: entry.rank,
                 available,
-                registered: !maintenance && registrar != OFF,
-                tagged: !maintenance && registrar != OFF && tagged,
+                registered: !maintenance && holder != Holder::Off,
+                tagged: !maintenance && holder != Holder::Off && tagged,
             })
         });
         let runtime = self.machines.get_mut(machine).expect("checked");

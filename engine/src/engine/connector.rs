@@ -41,6 +41,56 @@ impl Registrar {
             Registrar::Connector(c) => Some(c),
         }
     }
+
+    /// The registrar as a borrowed [`Holder`].
+    pub fn holder(&self) -> Holder<'_> {
+        match self {
+            Registrar::None => Holder::Off,
+            Registrar::Cloud => Holder::Cloud,
+            Registrar::Connector(c) => Holder::Connector(c),
+        }
+    }
+}
+
+/// Who holds machines, typed: a connector named "cloud" is not the cloud broker. The
+/// brokering pools and a machine's refusals are keyed by [`Holder::key`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Holder<'a> {
+    /// Nobody: an unregistered machine (the cloud may power it on).
+    Off,
+    /// The cloud broker.
+    Cloud,
+    /// A connector brokering in LHC mode.
+    Connector(&'a str),
+}
+
+/// First character of a connector's key when its id would read as another holder's.
+const ESCAPE: char = '\u{2}';
+
+impl<'a> Holder<'a> {
+    /// Its key in the pools and refusals: "" for nobody, "cloud" for the cloud, a
+    /// connector's id — escaped with a leading U+0002 when the id would read as one of the
+    /// others ("cloud", "", or an id that starts with U+0002), so keys never collide and
+    /// the keys (and digests) of every other site are what they always were.
+    pub fn key(self) -> std::borrow::Cow<'a, str> {
+        match self {
+            Holder::Off => "".into(),
+            Holder::Cloud => "cloud".into(),
+            Holder::Connector(c) if c == "cloud" || c.is_empty() || c.starts_with(ESCAPE) => {
+                format!("{ESCAPE}{c}").into()
+            }
+            Holder::Connector(c) => c.into(),
+        }
+    }
+
+    /// As outputs name it: "cloud", a connector id; "" for nobody.
+    pub fn name(self) -> &'a str {
+        match self {
+            Holder::Off => "",
+            Holder::Cloud => "cloud",
+            Holder::Connector(c) => c,
+        }
+    }
 }
 
 /// What the engine knows of a VDA at run time.

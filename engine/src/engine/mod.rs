@@ -38,7 +38,8 @@ use crate::ts::Ts;
 use crate::view::{TS_BEHIND, TS_BEHIND_RULE};
 
 pub use connector::{
-    Connector, Episode, MachineRuntime, MachineSummary, PendingImport, Registrar, Validation,
+    Connector, Episode, Holder, MachineRuntime, MachineSummary, PendingImport, Registrar,
+    Validation,
 };
 use events::quarantine;
 pub use events::snake;

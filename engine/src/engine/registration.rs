@@ -9,7 +9,7 @@ use crate::record::*;
 use crate::ts::Ts;
 
 use super::sync::snapshot_in;
-use super::{Connector, Engine, MachineRuntime, Registrar, Validation};
+use super::{Connector, Engine, Holder, MachineRuntime, Registrar, Validation};
 
 impl Engine {
     pub(super) fn drop_registrations(
@@ -28,7 +28,8 @@ impl Engine {
                 if let Some(reason) = reason {
                     // The drop is the refusal: the next heartbeat does not repeat it while
                     // the connector's state and elected broker stay as they are (R-REG-2).
-                    m.refusals.insert(name.to_string(), (reason, epoch));
+                    let key = Holder::Connector(name).key().into_owned();
+                    m.refusals.insert(key, (reason, epoch));
                 }
             }
             self.place(&machine);
@@ -125,7 +126,15 @@ impl Engine {
             runtime.resolved = Some((site.version, Some(zone_index)));
         }
         for (name, reason, epoch) in refusals {
-            refuse(runtime, ts, machine, name, reason, epoch, out);
+            refuse(
+                runtime,
+                ts,
+                machine,
+                Holder::Connector(name),
+                reason,
+                epoch,
+                out,
+            );
         }
         let unchanged = match (&runtime.registrar, target) {
             (Registrar::Cloud, _) => cloud,
@@ -225,7 +234,7 @@ fn unknown_machine(
         runtime,
         ts,
         &hb.machine,
-        "cloud",
+        Holder::Cloud,
         Reason::UnknownMachine,
         0,
         out,
@@ -313,8 +322,8 @@ fn move_registration(
         })),
         Registrar::None => {}
     }
-    let connector = match &runtime.registrar {
-        Registrar::Cloud => crate::broker::CLOUD,
+    match &runtime.registrar {
+        Registrar::Cloud => {}
         Registrar::Connector(name) => {
             let c = connectors
                 .get_mut(name)
@@ -324,15 +333,15 @@ fn move_registration(
             if let Some(e) = &mut c.episode {
                 e.registered.insert(machine.to_string());
             }
-            name.as_str()
         }
         Registrar::None => return,
-    };
-    runtime.refusals.remove(connector);
+    }
+    let holder = runtime.registrar.holder();
+    runtime.refusals.remove(holder.key().as_ref());
     out.push(Output::Registration(Registration {
         ts,
         machine: machine.to_string(),
-        connector: connector.to_string(),
+        connector: holder.name().to_string(),
         accepted: true,
         reason: None,
     }));
@@ -371,25 +380,25 @@ pub(crate) fn zone_offers_cloud(connectors: &BTreeMap<String, Connector>, zone: 
     working || (pending && !lhc)
 }
 
+/// A refusal of `machine` by `holder`, as an output once per (reason, epoch) (R-REG-2).
 pub(super) fn refuse(
     runtime: &mut MachineRuntime,
     ts: Ts,
     machine: &str,
-    connector: &str,
+    holder: Holder<'_>,
     reason: Reason,
     epoch: u64,
     out: &mut Vec<Output>,
 ) {
-    if runtime.refusals.get(connector) == Some(&(reason, epoch)) {
+    let key = holder.key();
+    if runtime.refusals.get(key.as_ref()) == Some(&(reason, epoch)) {
         return;
     }
-    runtime
-        .refusals
-        .insert(connector.to_string(), (reason, epoch));
+    runtime.refusals.insert(key.into_owned(), (reason, epoch));
     out.push(Output::Registration(Registration {
         ts,
         machine: machine.to_string(),
-        connector: connector.to_string(),
+        connector: holder.name().to_string(),
         accepted: false,
         reason: Some(reason),
     }));
