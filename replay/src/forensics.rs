@@ -12,9 +12,10 @@ use std::collections::BTreeMap;
 use lhc_engine::config::ConfigOp;
 use lhc_engine::engine::snake;
 use lhc_engine::output::{EventData, ImportFailure, LaunchDecision, Outcome, Via};
-use lhc_engine::{snapshot, Engine, Output, Record, Ts};
+use lhc_engine::{snapshot, DecodeError, Engine, Output, Record, Ts};
 use serde::Serialize;
 
+use crate::drive::{Flow, Observer};
 use crate::source::{Source, SourceError};
 
 /// A `config.change` as the forensics see it.
@@ -95,23 +96,35 @@ pub struct SyncForensics {
     pub decided_on_stale: u64,
 }
 
-/// Replays `source` and explains every failed import.
-pub fn sync_forensics(source: &mut Source) -> Result<SyncForensics, SourceError> {
-    let mut engine = Engine::new();
-    let mut out = Vec::new();
-    let mut changes: BTreeMap<u64, Change> = BTreeMap::new();
-    let mut offsets_ts: BTreeMap<u64, Ts> = BTreeMap::new();
-    let mut failures: Vec<FailedImport> = Vec::new();
-    let mut repeats: BTreeMap<String, u64> = BTreeMap::new();
-    let mut stale = Vec::new();
-    let mut decided_on_stale = 0u64;
-    let mut current_catalog: Option<(u64, snapshot::Snapshot)> = None;
-    // Request id → (user, resource), until its decision.
-    let mut requests: BTreeMap<String, (String, String)> = BTreeMap::new();
-    while let Some((offset, decoded)) = source.next_record()? {
-        if let Ok(Record::ConfigChange(c)) = &decoded {
-            offsets_ts.insert(offset, c.ts);
-            changes.insert(
+/// What the forensics collect along the replay.
+#[derive(Default)]
+struct Found {
+    /// Config changes by version.
+    changes: BTreeMap<u64, Change>,
+    /// Offset → time of the records a failure can name (config changes, storage faults).
+    offsets_ts: BTreeMap<u64, Ts>,
+    failures: Vec<FailedImport>,
+    repeats: BTreeMap<String, u64>,
+    stale: Vec<StaleDecision>,
+    decided_on_stale: u64,
+    /// The current configuration's catalog, built once per version.
+    current_catalog: Option<(u64, snapshot::Snapshot)>,
+    /// Request id → (user, resource), until its decision.
+    requests: BTreeMap<String, (String, String)>,
+}
+
+impl Observer for Found {
+    type Error = SourceError;
+
+    fn before(
+        &mut self,
+        _engine: &Engine,
+        offset: u64,
+        record: &Result<Record, DecodeError>,
+    ) -> Result<Flow, SourceError> {
+        if let Ok(Record::ConfigChange(c)) = record {
+            self.offsets_ts.insert(offset, c.ts);
+            self.changes.insert(
                 c.version,
                 Change {
                     offset,
@@ -130,25 +143,35 @@ pub fn sync_forensics(source: &mut Source) -> Result<SyncForensics, SourceError>
                 },
             );
         }
-        if let Ok(Record::LaunchRequest(l)) = &decoded {
-            requests.insert(l.request.clone(), (l.user.clone(), l.resource.clone()));
+        if let Ok(Record::LaunchRequest(l)) = record {
+            self.requests
+                .insert(l.request.clone(), (l.user.clone(), l.resource.clone()));
         }
-        if let Ok(Record::StorageFault(f)) = &decoded {
-            offsets_ts.insert(offset, f.ts);
+        if let Ok(Record::StorageFault(f)) = record {
+            self.offsets_ts.insert(offset, f.ts);
         }
-        engine.apply(offset, decoded, &mut out);
-        for o in out.drain(..) {
+        Ok(Flow::Apply)
+    }
+
+    fn after(
+        &mut self,
+        engine: &Engine,
+        _offset: u64,
+        outputs: &mut Vec<Output>,
+    ) -> Result<(), SourceError> {
+        for o in outputs.drain(..) {
             match &o {
                 Output::Event(e) if e.event_id == 505 => {
                     let EventData::ImportFailed(data) = &e.data else {
                         continue;
                     };
                     let key = format!("{} v{}", e.connector, data.version);
-                    let count = repeats.entry(key).or_default();
+                    let count = self.repeats.entry(key).or_default();
                     *count += 1;
                     if *count > 1 {
                         // A repeat: the fallback has only grown staler.
-                        if let Some(f) = failures
+                        if let Some(f) = self
+                            .failures
                             .iter_mut()
                             .rev()
                             .find(|f| f.connector == e.connector && f.version == data.version)
@@ -159,12 +182,13 @@ pub fn sync_forensics(source: &mut Source) -> Result<SyncForensics, SourceError>
                         continue;
                     }
                     let fallback = data.fallback_version.unwrap_or(0);
-                    let diff: Vec<Change> = changes
+                    let diff: Vec<Change> = self
+                        .changes
                         .range(fallback + 1..=data.version)
                         .map(|(_, c)| c.clone())
                         .collect();
                     let first_newer = diff.first().map(|c| c.ts);
-                    failures.push(FailedImport {
+                    self.failures.push(FailedImport {
                         ts: e.ts,
                         last_ts: e.ts,
                         first_newer,
@@ -176,7 +200,10 @@ pub fn sync_forensics(source: &mut Source) -> Result<SyncForensics, SourceError>
                             .iter()
                             .map(|f| Culprit {
                                 failure: f.clone(),
-                                introduced_at: offsets_ts.get(&f.introduced_by.offset).copied(),
+                                introduced_at: self
+                                    .offsets_ts
+                                    .get(&f.introduced_by.offset)
+                                    .copied(),
                             })
                             .collect(),
                         diff,
@@ -185,7 +212,7 @@ pub fn sync_forensics(source: &mut Source) -> Result<SyncForensics, SourceError>
                     });
                 }
                 Output::LaunchDecision(d) if d.via == Via::Lhc => {
-                    let Some(asked) = requests.remove(&d.request) else {
+                    let Some(asked) = self.requests.remove(&d.request) else {
                         continue;
                     };
                     let Some(c) = engine.connectors().get(&d.connector) else {
@@ -197,13 +224,17 @@ pub fn sync_forensics(source: &mut Source) -> Result<SyncForensics, SourceError>
                     if decided_on >= current {
                         continue;
                     }
-                    decided_on_stale += 1;
-                    if current_catalog.as_ref().is_none_or(|(v, _)| *v != current) {
-                        current_catalog = Some((current, snapshot::index(engine.site())));
+                    self.decided_on_stale += 1;
+                    if self
+                        .current_catalog
+                        .as_ref()
+                        .is_none_or(|(v, _)| *v != current)
+                    {
+                        self.current_catalog = Some((current, snapshot::index(engine.site())));
                     }
-                    let (_, now) = current_catalog.as_ref().expect("just set");
-                    if let Some(difference) = difference(&engine, d, &asked, now) {
-                        stale.push(StaleDecision {
+                    let (_, now) = self.current_catalog.as_ref().expect("just set");
+                    if let Some(difference) = difference(engine, d, &asked, now) {
+                        self.stale.push(StaleDecision {
                             decision: d.clone(),
                             decided_on,
                             current,
@@ -212,12 +243,26 @@ pub fn sync_forensics(source: &mut Source) -> Result<SyncForensics, SourceError>
                     }
                 }
                 Output::LaunchDecision(d) => {
-                    requests.remove(&d.request);
+                    self.requests.remove(&d.request);
                 }
                 _ => {}
             }
         }
+        Ok(())
     }
+}
+
+/// Replays `source` and explains every failed import.
+pub fn sync_forensics(source: &mut Source) -> Result<SyncForensics, SourceError> {
+    let mut found = Found::default();
+    crate::drive::drive(source, &mut Engine::new(), &mut found)?;
+    let Found {
+        failures,
+        mut repeats,
+        stale,
+        decided_on_stale,
+        ..
+    } = found;
     repeats.retain(|_, n| *n > 1);
     Ok(SyncForensics {
         source: source.describe().to_string(),

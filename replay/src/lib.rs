@@ -5,6 +5,7 @@
 //! Invariant: a source yields every record exactly once, in log order, with its offset;
 //! nothing is skipped, so a bad record is quarantined at the offset it holds.
 
+pub mod drive;
 pub mod forensics;
 pub mod lint;
 pub mod query;
@@ -13,6 +14,7 @@ pub mod run;
 pub mod sim;
 pub mod source;
 
+pub use drive::{drive, Flow, Observer};
 pub use forensics::{sync_forensics, SyncForensics};
 pub use lint::{lint, Finding, LintReport, Severity};
 pub use query::{cut_at, Cut};

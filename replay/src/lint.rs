@@ -7,9 +7,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use lhc_engine::config::{ConfigObject, DeliveryGroupKind, ObjectKind};
-use lhc_engine::{Engine, Output, Record};
+use lhc_engine::{DecodeError, Engine, Output, Record};
 use serde::Serialize;
 
+use crate::drive::{Flow, Observer};
 use crate::source::{Source, SourceError};
 
 /// How much a finding matters.
@@ -65,91 +66,138 @@ pub struct LintReport {
     pub findings: Vec<Finding>,
 }
 
-/// Replays `source` and runs every check.
-pub fn lint(source: &mut Source) -> Result<LintReport, SourceError> {
-    let mut engine = Engine::new();
-    let mut out = Vec::new();
-    let mut storefront: BTreeSet<String> = BTreeSet::new();
-    let mut failures_by_hour: BTreeMap<(String, i64), usize> = BTreeMap::new();
-    // Zone → since when only part of its started connectors is forced.
-    let mut subset_since: BTreeMap<String, lhc_engine::Ts> = BTreeMap::new();
-    // Zones forced on a subset for longer than the grace, with the connectors forced.
-    let mut forced_subset: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    // (connector, peer) → (ok probes, failed probes while both were started).
-    let mut probes: BTreeMap<(String, String), (u64, u64)> = BTreeMap::new();
-    while let Some((offset, decoded)) = source.next_record()? {
-        if let Ok(record) = &decoded {
-            match record {
-                Record::StorefrontHeartbeat(s) => {
-                    storefront.insert(s.connector.to_lowercase());
-                }
-                Record::PeerProbe(p) => {
-                    let both_started = [&p.connector, &p.peer].iter().all(|c| {
-                        engine
-                            .site()
-                            .connector_id(c)
-                            .and_then(|id| engine.connectors().get(id))
-                            .is_some_and(|c| c.started())
-                    });
-                    let e = probes
-                        .entry((p.connector.to_lowercase(), p.peer.to_lowercase()))
-                        .or_default();
-                    if p.ok {
-                        e.0 += 1;
-                    } else if both_started {
-                        e.1 += 1;
-                    }
-                }
-                _ => {}
+/// What the checks collect along the replay.
+#[derive(Default)]
+struct Seen {
+    /// Connectors (lowercased) some StoreFront contacted.
+    storefront: BTreeSet<String>,
+    /// (connector, hour) → health-check failures (3001).
+    failures_by_hour: BTreeMap<(String, i64), usize>,
+    /// Zone → since when only part of its started connectors is forced.
+    subset_since: BTreeMap<String, lhc_engine::Ts>,
+    /// Zones forced on a subset for longer than the grace, with the connectors forced.
+    forced_subset: BTreeMap<String, Vec<String>>,
+    /// (connector, peer) → (ok probes, failed probes while both were started).
+    probes: BTreeMap<(String, String), (u64, u64)>,
+    /// The record being applied: its time, and whether it can change forced outage.
+    current: Option<(lhc_engine::Ts, bool)>,
+}
+
+impl Observer for Seen {
+    type Error = SourceError;
+
+    fn before(
+        &mut self,
+        engine: &Engine,
+        _offset: u64,
+        record: &Result<Record, DecodeError>,
+    ) -> Result<Flow, SourceError> {
+        match record {
+            Ok(Record::StorefrontHeartbeat(s)) => {
+                self.storefront.insert(s.connector.to_lowercase());
             }
+            Ok(Record::PeerProbe(p)) => {
+                let both_started = [&p.connector, &p.peer].iter().all(|c| {
+                    engine
+                        .site()
+                        .connector_id(c)
+                        .and_then(|id| engine.connectors().get(id))
+                        .is_some_and(|c| c.started())
+                });
+                let e = self
+                    .probes
+                    .entry((p.connector.to_lowercase(), p.peer.to_lowercase()))
+                    .or_default();
+                if p.ok {
+                    e.0 += 1;
+                } else if both_started {
+                    e.1 += 1;
+                }
+            }
+            _ => {}
         }
-        let ts = decoded.as_ref().ok().map(|r| r.ts());
         let admin = matches!(
-            decoded,
+            record,
             Ok(Record::AdminCommand(_)) | Ok(Record::ConnectorLifecycle(_))
         );
-        engine.apply(offset, decoded, &mut out);
-        for o in out.drain(..) {
-            if let Output::Event(e) = &o {
+        self.current = record.as_ref().ok().map(|r| (r.ts(), admin));
+        Ok(Flow::Apply)
+    }
+
+    fn after(
+        &mut self,
+        engine: &Engine,
+        _offset: u64,
+        outputs: &mut Vec<Output>,
+    ) -> Result<(), SourceError> {
+        for o in outputs.iter() {
+            if let Output::Event(e) = o {
                 if e.event_id == 3001 {
-                    *failures_by_hour
+                    *self
+                        .failures_by_hour
                         .entry((e.connector.clone(), e.ts.millis() / 3_600_000))
                         .or_default() += 1;
                 }
             }
         }
-        let Some(ts) = ts else { continue };
+        let Some((ts, admin)) = self.current else {
+            return Ok(());
+        };
         if admin {
-            let mut zones: BTreeMap<&str, (Vec<String>, usize)> = BTreeMap::new();
-            for (name, c) in engine.connectors().iter().filter(|(_, c)| c.started()) {
-                let z = zones.entry(c.zone.as_str()).or_default();
-                z.1 += 1;
-                if c.forced {
-                    z.0.push(name.clone());
-                }
-            }
-            for (zone, (forced, started)) in zones {
-                if !forced.is_empty() && forced.len() < started {
-                    subset_since.entry(zone.to_string()).or_insert(ts);
-                } else {
-                    subset_since.remove(zone);
-                }
-            }
+            self.follow_forced(engine, ts);
         }
         // Running the command on each connector takes a few minutes; past that, the zone
         // is forced on a subset.
-        for (zone, since) in &subset_since {
-            if ts.seconds_since(*since) >= FORCED_GRACE_S && !forced_subset.contains_key(zone) {
+        for (zone, since) in &self.subset_since {
+            if ts.seconds_since(*since) >= FORCED_GRACE_S && !self.forced_subset.contains_key(zone)
+            {
                 let forced: Vec<String> = engine
                     .connectors()
                     .iter()
                     .filter(|(_, c)| &c.zone == zone && c.forced)
                     .map(|(n, _)| n.clone())
                     .collect();
-                forced_subset.insert(zone.clone(), forced);
+                self.forced_subset.insert(zone.clone(), forced);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Seen {
+    /// After a command or lifecycle record: which zones are forced on part of their
+    /// started connectors, since when.
+    fn follow_forced(&mut self, engine: &Engine, ts: lhc_engine::Ts) {
+        let mut zones: BTreeMap<&str, (Vec<String>, usize)> = BTreeMap::new();
+        for (name, c) in engine.connectors().iter().filter(|(_, c)| c.started()) {
+            let z = zones.entry(c.zone.as_str()).or_default();
+            z.1 += 1;
+            if c.forced {
+                z.0.push(name.clone());
+            }
+        }
+        for (zone, (forced, started)) in zones {
+            if !forced.is_empty() && forced.len() < started {
+                self.subset_since.entry(zone.to_string()).or_insert(ts);
+            } else {
+                self.subset_since.remove(zone);
             }
         }
     }
+}
+
+/// Replays `source` and runs every check.
+pub fn lint(source: &mut Source) -> Result<LintReport, SourceError> {
+    let mut engine = Engine::new();
+    let mut seen = Seen::default();
+    crate::drive::drive(source, &mut engine, &mut seen)?;
+    let Seen {
+        storefront,
+        failures_by_hour,
+        forced_subset,
+        probes,
+        ..
+    } = seen;
     let mut findings = Vec::new();
     let site = engine.site();
 

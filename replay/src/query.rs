@@ -4,8 +4,9 @@
 //! by the timers due by T (as a `clock.tick` at T would fire them), so it agrees with a
 //! replay cut at the same instant.
 
-use lhc_engine::{Engine, Output, Ts};
+use lhc_engine::{DecodeError, Engine, Output, Record, Ts};
 
+use crate::drive::{Flow, Observer};
 use crate::source::{Source, SourceError};
 
 /// The state of a log at an instant, with every output produced up to it.
@@ -23,19 +24,18 @@ pub struct Cut {
 /// quarantined as in a replay), then fires the timers due by `at`.
 pub fn cut_at(source: &mut Source, at: Ts) -> Result<Cut, SourceError> {
     let mut engine = Engine::new();
-    let mut outputs = Vec::new();
-    let mut last_offset = None;
+    let mut cutter = Cutter {
+        at,
+        outputs: Vec::new(),
+        last_offset: None,
+    };
+    crate::drive::drive(source, &mut engine, &mut cutter)?;
+    let Cutter {
+        mut outputs,
+        last_offset,
+        ..
+    } = cutter;
     let mut out = Vec::new();
-    while let Some((offset, decoded)) = source.next_record()? {
-        if let Ok(record) = &decoded {
-            if record.ts() > at {
-                break;
-            }
-        }
-        engine.apply(offset, decoded, &mut out);
-        outputs.extend(out.drain(..).map(|o| (offset, o)));
-        last_offset = Some(offset);
-    }
     engine.advance_to(at, &mut out);
     let at_offset = last_offset.unwrap_or(0);
     outputs.extend(out.drain(..).map(|o| (at_offset, o)));
@@ -44,4 +44,38 @@ pub fn cut_at(source: &mut Source, at: Ts) -> Result<Cut, SourceError> {
         outputs,
         last_offset,
     })
+}
+
+/// Replays up to the first record after `at`, keeping every output.
+struct Cutter {
+    at: Ts,
+    outputs: Vec<(u64, Output)>,
+    last_offset: Option<u64>,
+}
+
+impl Observer for Cutter {
+    type Error = SourceError;
+
+    fn before(
+        &mut self,
+        _engine: &Engine,
+        _offset: u64,
+        record: &Result<Record, DecodeError>,
+    ) -> Result<Flow, SourceError> {
+        Ok(match record {
+            Ok(record) if record.ts() > self.at => Flow::Stop,
+            _ => Flow::Apply,
+        })
+    }
+
+    fn after(
+        &mut self,
+        _engine: &Engine,
+        offset: u64,
+        outputs: &mut Vec<Output>,
+    ) -> Result<(), SourceError> {
+        self.outputs.extend(outputs.drain(..).map(|o| (offset, o)));
+        self.last_offset = Some(offset);
+        Ok(())
+    }
 }

@@ -9,9 +9,10 @@ use std::collections::BTreeMap;
 
 use lhc_engine::engine::snake;
 use lhc_engine::output::{ConnectorState, EventData, Outcome};
-use lhc_engine::{Engine, Output, Ts};
+use lhc_engine::{DecodeError, Engine, Output, Record, Ts};
 use serde::Serialize;
 
+use crate::drive::{Flow, Observer};
 use crate::source::{Source, SourceError};
 
 /// A span of one connector's state.
@@ -112,40 +113,16 @@ struct Open {
 
 /// Replays `source` and builds the report.
 pub fn outage_report(source: &mut Source) -> Result<OutageReport, SourceError> {
-    let mut engine = Engine::new();
-    let mut out = Vec::new();
-    let mut records = 0u64;
-    let mut first_ts = None;
-    let mut last_ts = None;
-    // Zone → pending detection (first 3001 since the zone was last all normal).
-    let mut detection: BTreeMap<String, Ts> = BTreeMap::new();
-    // Zone → launches rejected `cloud_unreachable` in the detection gap, before the episode.
-    let mut gap: BTreeMap<String, u64> = BTreeMap::new();
-    let mut open: BTreeMap<String, Open> = BTreeMap::new();
-    let mut done: Vec<Episode> = Vec::new();
-    let mut next_sample: Option<i64> = None;
-    while let Some((offset, decoded)) = source.next_record()? {
-        let ts = decoded.as_ref().ok().map(|r| r.ts());
-        engine.apply(offset, decoded, &mut out);
-        records += 1;
-        if let Some(ts) = ts {
-            first_ts.get_or_insert(ts);
-            last_ts = Some(ts);
-        }
-        for o in out.drain(..) {
-            observe(&engine, &o, &mut detection, &mut gap, &mut open, &mut done);
-        }
-        // Registration samples, once a minute of log time, for open episodes.
-        if let Some(ts) = ts {
-            let due = next_sample.is_none_or(|n| ts.millis() >= n);
-            if due {
-                next_sample = Some((ts.millis() / 60_000 + 1) * 60_000);
-                for (zone, o) in open.iter_mut() {
-                    o.episode.registrations.push(sample(&engine, zone, ts));
-                }
-            }
-        }
-    }
+    let mut reporter = Reporter::default();
+    crate::drive::drive(source, &mut Engine::new(), &mut reporter)?;
+    let Reporter {
+        records,
+        first_ts,
+        last_ts,
+        mut open,
+        mut done,
+        ..
+    } = reporter;
     let end = last_ts.unwrap_or_default();
     for (_, mut o) in std::mem::take(&mut open) {
         close_lanes(&mut o, end);
@@ -159,6 +136,72 @@ pub fn outage_report(source: &mut Source) -> Result<OutageReport, SourceError> {
         span: first_ts.zip(last_ts),
         episodes: done,
     })
+}
+
+/// The report as a replay observer.
+#[derive(Default)]
+struct Reporter {
+    records: u64,
+    first_ts: Option<Ts>,
+    last_ts: Option<Ts>,
+    /// The time of the record being applied (none for an undecodable one).
+    ts: Option<Ts>,
+    /// Zone → pending detection (first 3001 since the zone was last all normal).
+    detection: BTreeMap<String, Ts>,
+    /// Zone → launches rejected `cloud_unreachable` in the detection gap, before the
+    /// episode.
+    gap: BTreeMap<String, u64>,
+    open: BTreeMap<String, Open>,
+    done: Vec<Episode>,
+    next_sample: Option<i64>,
+}
+
+impl Observer for Reporter {
+    type Error = SourceError;
+
+    fn before(
+        &mut self,
+        _engine: &Engine,
+        _offset: u64,
+        record: &Result<Record, DecodeError>,
+    ) -> Result<Flow, SourceError> {
+        self.ts = record.as_ref().ok().map(|r| r.ts());
+        Ok(Flow::Apply)
+    }
+
+    fn after(
+        &mut self,
+        engine: &Engine,
+        _offset: u64,
+        outputs: &mut Vec<Output>,
+    ) -> Result<(), SourceError> {
+        self.records += 1;
+        if let Some(ts) = self.ts {
+            self.first_ts.get_or_insert(ts);
+            self.last_ts = Some(ts);
+        }
+        for o in outputs.drain(..) {
+            observe(
+                engine,
+                &o,
+                &mut self.detection,
+                &mut self.gap,
+                &mut self.open,
+                &mut self.done,
+            );
+        }
+        // Registration samples, once a minute of log time, for open episodes.
+        if let Some(ts) = self.ts {
+            let due = self.next_sample.is_none_or(|n| ts.millis() >= n);
+            if due {
+                self.next_sample = Some((ts.millis() / 60_000 + 1) * 60_000);
+                for (zone, o) in self.open.iter_mut() {
+                    o.episode.registrations.push(sample(engine, zone, ts));
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 fn sample(engine: &Engine, zone: &str, ts: Ts) -> RegistrationSample {

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use lhc_engine::{Engine, Output};
 use serde::{Deserialize, Serialize};
 
+use crate::drive::Observer;
 use crate::source::{Source, SourceError};
 
 /// One link of a digest chain: the engine's digest after the record at `offset`.
@@ -60,42 +61,21 @@ pub fn replay<E: From<SourceError>>(
     source: &mut Source,
     engine: &mut Engine,
     options: &ReplayOptions,
-    mut sink: impl FnMut(u64, &Output) -> Result<(), E>,
+    sink: impl FnMut(u64, &Output) -> Result<(), E>,
 ) -> Result<ReplaySummary, E> {
-    let mut summary = ReplaySummary::default();
-    let mut outputs = Vec::new();
-    let mut last_agreeing = None;
-    while let Some((offset, decoded)) = source.next_record()? {
-        engine.apply(offset, decoded, &mut outputs);
-        summary.records += 1;
-        summary.last_offset = Some(offset);
-        for output in outputs.drain(..) {
-            summary.outputs += 1;
-            sink(offset, &output)?;
-        }
-        let every = options
-            .digest_every
-            .is_some_and(|n| summary.records % n.max(1) == 0);
-        let expected = options.digest_at.as_ref().and_then(|m| m.get(&offset));
-        if every || expected.is_some() {
-            let digest = engine.digest();
-            if let Some(expected) = expected {
-                if *expected == digest {
-                    last_agreeing = Some(offset);
-                } else if summary.divergence.is_none() {
-                    summary.divergence = Some(Divergence {
-                        offset,
-                        last_agreeing,
-                        expected: expected.clone(),
-                        actual: digest.clone(),
-                    });
-                }
-            }
-            if every {
-                summary.chain.push(ChainLink { offset, digest });
-            }
-        }
-    }
+    let mut replayer = Replayer {
+        options,
+        sink,
+        summary: ReplaySummary::default(),
+        last_agreeing: None,
+        error: std::marker::PhantomData,
+    };
+    crate::drive::drive(source, engine, &mut replayer)?;
+    let Replayer {
+        mut summary,
+        last_agreeing,
+        ..
+    } = replayer;
     if let (Some(_), Some(last)) = (options.digest_every, summary.last_offset) {
         if summary.chain.last().map(|l| l.offset) != Some(last) {
             summary.chain.push(ChainLink {
@@ -120,4 +100,56 @@ pub fn replay<E: From<SourceError>>(
         }
     }
     Ok(summary)
+}
+
+/// The replay as an observer: outputs to the sink, digests as asked.
+struct Replayer<'a, S, E> {
+    options: &'a ReplayOptions,
+    sink: S,
+    summary: ReplaySummary,
+    /// The last offset whose digest agreed with `digest_at`.
+    last_agreeing: Option<u64>,
+    error: std::marker::PhantomData<E>,
+}
+
+impl<S, E> Observer for Replayer<'_, S, E>
+where
+    S: FnMut(u64, &Output) -> Result<(), E>,
+    E: From<SourceError>,
+{
+    type Error = E;
+
+    fn after(&mut self, engine: &Engine, offset: u64, outputs: &mut Vec<Output>) -> Result<(), E> {
+        let summary = &mut self.summary;
+        summary.records += 1;
+        summary.last_offset = Some(offset);
+        for output in outputs.drain(..) {
+            summary.outputs += 1;
+            (self.sink)(offset, &output)?;
+        }
+        let every = self
+            .options
+            .digest_every
+            .is_some_and(|n| summary.records % n.max(1) == 0);
+        let expected = self.options.digest_at.as_ref().and_then(|m| m.get(&offset));
+        if every || expected.is_some() {
+            let digest = engine.digest();
+            if let Some(expected) = expected {
+                if *expected == digest {
+                    self.last_agreeing = Some(offset);
+                } else if summary.divergence.is_none() {
+                    summary.divergence = Some(Divergence {
+                        offset,
+                        last_agreeing: self.last_agreeing,
+                        expected: expected.clone(),
+                        actual: digest.clone(),
+                    });
+                }
+            }
+            if every {
+                summary.chain.push(ChainLink { offset, digest });
+            }
+        }
+        Ok(())
+    }
 }
