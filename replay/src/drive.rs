@@ -18,29 +18,38 @@ pub enum Flow {
     Stop,
 }
 
+/// A record about to be applied.
+pub struct Before<'a> {
+    /// The engine as the previous records left it.
+    pub engine: &'a Engine,
+    /// The record's offset.
+    pub offset: u64,
+    /// The record, or why it cannot be decoded (it will be quarantined).
+    pub record: &'a Result<Record, DecodeError>,
+}
+
+/// A record just applied.
+pub struct After<'a> {
+    /// The engine after it.
+    pub engine: &'a Engine,
+    /// The record's offset.
+    pub offset: u64,
+    /// Its outputs, to keep or drain (the driver clears what is left).
+    pub outputs: &'a mut Vec<Output>,
+}
+
 /// What follows a replay record by record.
 pub trait Observer {
     /// What stops a replay (a source error at least).
     type Error: From<SourceError>;
 
-    /// Sees a record before it is applied, with the engine as the previous records left it.
-    fn before(
-        &mut self,
-        _engine: &Engine,
-        _offset: u64,
-        _record: &Result<Record, DecodeError>,
-    ) -> Result<Flow, Self::Error> {
+    /// Sees a record before it is applied; `Flow::Stop` ends the replay before it.
+    fn before(&mut self, _step: Before<'_>) -> Result<Flow, Self::Error> {
         Ok(Flow::Apply)
     }
 
-    /// Sees what the record made: its outputs (to keep or drain; the driver clears what is
-    /// left) and the engine after it.
-    fn after(
-        &mut self,
-        engine: &Engine,
-        offset: u64,
-        outputs: &mut Vec<Output>,
-    ) -> Result<(), Self::Error>;
+    /// Sees what the record made.
+    fn after(&mut self, step: After<'_>) -> Result<(), Self::Error>;
 }
 
 /// Applies every record of `source` to `engine`, showing each to `observer`; returns the
@@ -53,12 +62,22 @@ pub fn drive<O: Observer>(
     let mut outputs = Vec::new();
     let mut applied = 0;
     while let Some((offset, decoded)) = source.next_record()? {
-        if observer.before(engine, offset, &decoded)? == Flow::Stop {
+        let before = Before {
+            engine,
+            offset,
+            record: &decoded,
+        };
+        if observer.before(before)? == Flow::Stop {
             break;
         }
         engine.apply(offset, decoded, &mut outputs);
         applied += 1;
-        observer.after(engine, offset, &mut outputs)?;
+        let after = After {
+            engine,
+            offset,
+            outputs: &mut outputs,
+        };
+        observer.after(after)?;
         outputs.clear();
     }
     Ok(applied)

@@ -12,10 +12,10 @@ use std::collections::BTreeMap;
 use lhc_engine::config::ConfigOp;
 use lhc_engine::engine::snake;
 use lhc_engine::output::{EventData, ImportFailure, LaunchDecision, Outcome, Via};
-use lhc_engine::{snapshot, DecodeError, Engine, Output, Record, Ts};
+use lhc_engine::{snapshot, Engine, Output, Record, Ts};
 use serde::Serialize;
 
-use crate::drive::{Flow, Observer};
+use crate::drive::{After, Before, Flow, Observer};
 use crate::source::{Source, SourceError};
 
 /// A `config.change` as the forensics see it.
@@ -116,12 +116,9 @@ struct Found {
 impl Observer for Found {
     type Error = SourceError;
 
-    fn before(
-        &mut self,
-        _engine: &Engine,
-        offset: u64,
-        record: &Result<Record, DecodeError>,
-    ) -> Result<Flow, SourceError> {
+    fn before(&mut self, step: Before<'_>) -> Result<Flow, SourceError> {
+        let offset = step.offset;
+        let record = step.record;
         if let Ok(Record::ConfigChange(c)) = record {
             self.offsets_ts.insert(offset, c.ts);
             self.changes.insert(
@@ -153,12 +150,9 @@ impl Observer for Found {
         Ok(Flow::Apply)
     }
 
-    fn after(
-        &mut self,
-        engine: &Engine,
-        _offset: u64,
-        outputs: &mut Vec<Output>,
-    ) -> Result<(), SourceError> {
+    fn after(&mut self, step: After<'_>) -> Result<(), SourceError> {
+        let engine = step.engine;
+        let outputs = step.outputs;
         for o in outputs.drain(..) {
             match &o {
                 Output::Event(e) if e.event_id == 505 => {

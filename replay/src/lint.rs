@@ -7,10 +7,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use lhc_engine::config::{ConfigObject, DeliveryGroupKind, ObjectKind};
-use lhc_engine::{DecodeError, Engine, Output, Record};
+use lhc_engine::{Engine, Output, Record};
 use serde::Serialize;
 
-use crate::drive::{Flow, Observer};
+use crate::drive::{After, Before, Flow, Observer};
 use crate::source::{Source, SourceError};
 
 /// How much a finding matters.
@@ -86,12 +86,9 @@ struct Seen {
 impl Observer for Seen {
     type Error = SourceError;
 
-    fn before(
-        &mut self,
-        engine: &Engine,
-        _offset: u64,
-        record: &Result<Record, DecodeError>,
-    ) -> Result<Flow, SourceError> {
+    fn before(&mut self, step: Before<'_>) -> Result<Flow, SourceError> {
+        let engine = step.engine;
+        let record = step.record;
         match record {
             Ok(Record::StorefrontHeartbeat(s)) => {
                 self.storefront.insert(s.connector.to_lowercase());
@@ -124,12 +121,9 @@ impl Observer for Seen {
         Ok(Flow::Apply)
     }
 
-    fn after(
-        &mut self,
-        engine: &Engine,
-        _offset: u64,
-        outputs: &mut Vec<Output>,
-    ) -> Result<(), SourceError> {
+    fn after(&mut self, step: After<'_>) -> Result<(), SourceError> {
+        let engine = step.engine;
+        let outputs = step.outputs;
         for o in outputs.iter() {
             if let Output::Event(e) = o {
                 if e.event_id == 3001 {

@@ -4,9 +4,9 @@
 //! by the timers due by T (as a `clock.tick` at T would fire them), so it agrees with a
 //! replay cut at the same instant.
 
-use lhc_engine::{DecodeError, Engine, Output, Record, Ts};
+use lhc_engine::{Engine, Output, Ts};
 
-use crate::drive::{Flow, Observer};
+use crate::drive::{After, Before, Flow, Observer};
 use crate::source::{Source, SourceError};
 
 /// The state of a log at an instant, with every output produced up to it.
@@ -56,24 +56,17 @@ struct Cutter {
 impl Observer for Cutter {
     type Error = SourceError;
 
-    fn before(
-        &mut self,
-        _engine: &Engine,
-        _offset: u64,
-        record: &Result<Record, DecodeError>,
-    ) -> Result<Flow, SourceError> {
+    fn before(&mut self, step: Before<'_>) -> Result<Flow, SourceError> {
+        let record = step.record;
         Ok(match record {
             Ok(record) if record.ts() > self.at => Flow::Stop,
             _ => Flow::Apply,
         })
     }
 
-    fn after(
-        &mut self,
-        _engine: &Engine,
-        offset: u64,
-        outputs: &mut Vec<Output>,
-    ) -> Result<(), SourceError> {
+    fn after(&mut self, step: After<'_>) -> Result<(), SourceError> {
+        let offset = step.offset;
+        let outputs = step.outputs;
         self.outputs.extend(outputs.drain(..).map(|o| (offset, o)));
         self.last_offset = Some(offset);
         Ok(())

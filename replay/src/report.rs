@@ -9,10 +9,10 @@ use std::collections::BTreeMap;
 
 use lhc_engine::engine::snake;
 use lhc_engine::output::{ConnectorState, EventData, Outcome};
-use lhc_engine::{DecodeError, Engine, Output, Record, Ts};
+use lhc_engine::{Engine, Output, Ts};
 use serde::Serialize;
 
-use crate::drive::{Flow, Observer};
+use crate::drive::{After, Before, Flow, Observer};
 use crate::source::{Source, SourceError};
 
 /// A span of one connector's state.
@@ -159,22 +159,15 @@ struct Reporter {
 impl Observer for Reporter {
     type Error = SourceError;
 
-    fn before(
-        &mut self,
-        _engine: &Engine,
-        _offset: u64,
-        record: &Result<Record, DecodeError>,
-    ) -> Result<Flow, SourceError> {
+    fn before(&mut self, step: Before<'_>) -> Result<Flow, SourceError> {
+        let record = step.record;
         self.ts = record.as_ref().ok().map(|r| r.ts());
         Ok(Flow::Apply)
     }
 
-    fn after(
-        &mut self,
-        engine: &Engine,
-        _offset: u64,
-        outputs: &mut Vec<Output>,
-    ) -> Result<(), SourceError> {
+    fn after(&mut self, step: After<'_>) -> Result<(), SourceError> {
+        let engine = step.engine;
+        let outputs = step.outputs;
         self.records += 1;
         if let Some(ts) = self.ts {
             self.first_ts.get_or_insert(ts);

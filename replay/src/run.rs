@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use lhc_engine::{Engine, Output};
 use serde::{Deserialize, Serialize};
 
-use crate::drive::Observer;
+use crate::drive::{After, Observer};
 use crate::source::{Source, SourceError};
 
 /// One link of a digest chain: the engine's digest after the record at `offset`.
@@ -119,7 +119,8 @@ where
 {
     type Error = E;
 
-    fn after(&mut self, engine: &Engine, offset: u64, outputs: &mut Vec<Output>) -> Result<(), E> {
+    fn after(&mut self, step: After<'_>) -> Result<(), E> {
+        let (engine, offset, outputs) = (step.engine, step.offset, step.outputs);
         let summary = &mut self.summary;
         summary.records += 1;
         summary.last_offset = Some(offset);
@@ -130,7 +131,7 @@ where
         let every = self
             .options
             .digest_every
-            .is_some_and(|n| summary.records % n.max(1) == 0);
+            .is_some_and(|n| summary.records.is_multiple_of(n.max(1)));
         let expected = self.options.digest_at.as_ref().and_then(|m| m.get(&offset));
         if every || expected.is_some() {
             let digest = engine.digest();
