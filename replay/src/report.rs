@@ -55,8 +55,11 @@ pub struct SplitBrain {
 pub struct RegistrationSample {
     /// When.
     pub ts: Ts,
-    /// Machines registered with each connector of the zone (cloud: with the cloud broker).
+    /// Machines registered with each connector of the zone (a connector may be named
+    /// "cloud": the cloud broker has its own field).
     pub by_registrar: BTreeMap<String, u64>,
+    /// Machines of the zone registered with the cloud broker.
+    pub cloud: u64,
 }
 
 /// One LHC episode of one zone.
@@ -216,8 +219,11 @@ fn sample(engine: &Engine, zone: &str, ts: Ts) -> RegistrationSample {
                     .is_some_and(|z| z.eq_ignore_ascii_case(zone))
         })
         .count() as u64;
-    by_registrar.insert("cloud".into(), cloud);
-    RegistrationSample { ts, by_registrar }
+    RegistrationSample {
+        ts,
+        by_registrar,
+        cloud,
+    }
 }
 
 fn in_lhc(state: ConnectorState) -> bool {

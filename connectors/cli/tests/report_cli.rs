@@ -276,3 +276,54 @@ fn sync_forensics_name_launches_decided_on_a_stale_snapshot() {
         .unwrap()
         .contains("no longer launch app"));
 }
+
+/// Issue 19: a connector named "cloud" is a connector. With the three connectors of a
+/// scenario renamed (the first to "cloud", the others keeping their FQDN order), the
+/// report's registration samples hold the same numbers under the new names, and the cloud
+/// broker's count stays apart.
+#[test]
+fn a_connector_named_cloud_keeps_its_own_registrations_in_the_report() {
+    let original = root().join("engine/tests/scenarios/outage-3-connectors.jsonl");
+    let text = std::fs::read_to_string(&original).unwrap();
+    let map = [
+        ("cc-a.z1.example", "cloud"),
+        ("cc-b.z1.example", "cloud-01.example"),
+        ("cc-c.z1.example", "cloud-02.example"),
+    ];
+    assert!(map.iter().all(|(from, _)| text.contains(from)));
+    let renamed_text = map
+        .iter()
+        .fold(text.clone(), |t, (from, to)| t.replace(from, to));
+    let tmp = tempfile::tempdir().unwrap();
+    let renamed = tmp.path().join("renamed.jsonl");
+    std::fs::write(&renamed, renamed_text).unwrap();
+    let report = |path: &std::path::Path| -> Value {
+        let (json, _) = lhc(&["report", "outage", path.to_str().unwrap(), "--json"]);
+        serde_json::from_str(&json).unwrap()
+    };
+    let (before, after) = (report(&original), report(&renamed));
+    let samples = |r: &Value| {
+        r["episodes"][0]["registrations"]
+            .as_array()
+            .unwrap()
+            .clone()
+    };
+    let (before, after) = (samples(&before), samples(&after));
+    assert!(!before.is_empty());
+    assert_eq!(before.len(), after.len());
+    let mut held = 0;
+    for (b, a) in before.iter().zip(&after) {
+        assert_eq!(b["cloud"], a["cloud"], "the cloud broker's count");
+        for (from, to) in map {
+            assert_eq!(
+                b["by_registrar"][from], a["by_registrar"][to],
+                "{from} as {to}"
+            );
+        }
+        held += b["by_registrar"]["cc-a.z1.example"].as_u64().unwrap();
+    }
+    assert!(
+        held > 0,
+        "the renamed connector holds registrations at some point"
+    );
+}

@@ -130,13 +130,13 @@ pub fn summary(report: &OutageReport) -> String {
             let peak = e
                 .registrations
                 .iter()
-                .flat_map(|s| s.by_registrar.iter().filter(|(k, _)| *k != "cloud"))
+                .flat_map(|s| s.by_registrar.iter())
                 .max_by_key(|(_, v)| **v);
             let _ = writeln!(
                 t,
                 "  registrations: cloud {} at the start, {} at the end; peak on a connector: {}",
-                first.by_registrar.get("cloud").copied().unwrap_or(0),
-                last.by_registrar.get("cloud").copied().unwrap_or(0),
+                first.cloud,
+                last.cloud,
                 peak.map(|(k, v)| format!("{v} on {k}"))
                     .unwrap_or("-".into())
             );
@@ -245,11 +245,30 @@ fn timeline(e: &Episode) -> String {
             x = x(c.ts)
         );
     }
-    // Registrations per registrar.
-    let max_reg = e
+    // Registrations per registrar: each connector of the zone, then the cloud broker.
+    let registrars: std::collections::BTreeSet<&String> = e
         .registrations
         .iter()
-        .flat_map(|r| r.by_registrar.values())
+        .flat_map(|r| r.by_registrar.keys())
+        .collect();
+    let mut series: Vec<(String, Vec<u64>)> = registrars
+        .iter()
+        .map(|name| {
+            let values = e
+                .registrations
+                .iter()
+                .map(|r| r.by_registrar.get(*name).copied().unwrap_or(0))
+                .collect();
+            (name.to_string(), values)
+        })
+        .collect();
+    series.push((
+        "cloud broker".to_string(),
+        e.registrations.iter().map(|r| r.cloud).collect(),
+    ));
+    let max_reg = series
+        .iter()
+        .flat_map(|(_, values)| values.iter())
         .copied()
         .max()
         .unwrap_or(1)
@@ -259,24 +278,19 @@ fn timeline(e: &Episode) -> String {
         r#"<text x="4" y="{:.1}" font-size="12">registrations (max {max_reg})</text>"#,
         chart_top + 12.0
     );
-    let registrars: std::collections::BTreeSet<&String> = e
-        .registrations
-        .iter()
-        .flat_map(|r| r.by_registrar.keys())
-        .collect();
     let palette = [
         "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
     ];
-    for (i, name) in registrars.iter().enumerate() {
+    for (i, (name, values)) in series.iter().enumerate() {
         let points: Vec<String> = e
             .registrations
             .iter()
-            .map(|r| {
-                let v = r.by_registrar.get(*name).copied().unwrap_or(0) as f64;
+            .zip(values)
+            .map(|(r, v)| {
                 format!(
                     "{:.1},{:.1}",
                     x(r.ts),
-                    chart_top + chart_h - v / max_reg * chart_h
+                    chart_top + chart_h - *v as f64 / max_reg * chart_h
                 )
             })
             .collect();

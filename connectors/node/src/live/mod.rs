@@ -2,9 +2,11 @@
 //! the RocksDB cache snapshot, an appender that stamps and writes observations, observers
 //! (health checks, peer probes, clock ticks) and the HTTP API.
 //!
-//! Invariant: the node never decides anything itself. Every observation and request is
+//! Invariant: the node decides nothing about LHC. Every observation and request is
 //! appended to the log first, and answers come from the fold reaching that record, so the
-//! live run and a later replay of the log make the same decisions. Outputs are published to
+//! live run and a later replay of the log make the same decisions; the rules its read
+//! endpoints and observers need come from `lhc_engine::view`. It judges only its own
+//! health (`Health`: a dead fold or committer, an unwritable log). Outputs are published to
 //! the output log only after the state that produced them is committed, keyed by input
 //! offset, so a restart neither repeats nor loses one.
 
