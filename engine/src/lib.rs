@@ -10,6 +10,7 @@ pub mod config;
 pub mod decode;
 pub mod detmap;
 pub mod engine;
+pub mod event;
 pub mod output;
 pub mod params;
 pub mod record;

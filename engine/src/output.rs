@@ -70,8 +70,8 @@ pub enum Level {
     Error,
 }
 
-/// A Windows-event equivalent.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+/// A Windows-event equivalent. (Read back by `event_id`: see `crate::event`.)
+#[derive(Clone, Debug, PartialEq, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Event {
     /// When it happened (a record's `ts`, or a timer's deadline).
@@ -90,7 +90,8 @@ pub struct Event {
     pub data: EventData,
 }
 
-/// Structured event data. Shapes are distinct, so the untagged form reads back unambiguously.
+/// Structured event data, untagged on the wire: an event's `event_id` says which shape it
+/// is (two shapes can read the same JSON, so `Event` reads its data by id).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(untagged)]
 pub enum EventData {

@@ -11,7 +11,8 @@ use std::collections::BTreeMap;
 
 use lhc_engine::config::ConfigOp;
 use lhc_engine::engine::snake;
-use lhc_engine::output::{EventData, ImportFailure, LaunchDecision, Outcome, Via};
+use lhc_engine::event::EventKind;
+use lhc_engine::output::{ImportFailure, LaunchDecision, Outcome, Via};
 use lhc_engine::{snapshot, Engine, Output, Record, Ts};
 use serde::Serialize;
 
@@ -155,8 +156,8 @@ impl Observer for Found {
         let outputs = step.outputs;
         for o in outputs.drain(..) {
             match &o {
-                Output::Event(e) if e.event_id == 505 => {
-                    let EventData::ImportFailed(data) = &e.data else {
+                Output::Event(e) => {
+                    let Some(EventKind::ImportFailed(data)) = e.kind() else {
                         continue;
                     };
                     let key = format!("{} v{}", e.connector, data.version);

@@ -7,6 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use lhc_engine::config::{ConfigObject, DeliveryGroupKind, ObjectKind};
+use lhc_engine::event::EventKind;
 use lhc_engine::{Engine, Output, Record};
 use serde::Serialize;
 
@@ -126,7 +127,7 @@ impl Observer for Seen {
         let outputs = step.outputs;
         for o in outputs.iter() {
             if let Output::Event(e) = o {
-                if e.event_id == 3001 {
+                if e.kind() == Some(EventKind::HealthCheckFailed) {
                     *self
                         .failures_by_hour
                         .entry((e.connector.clone(), e.ts.millis() / 3_600_000))

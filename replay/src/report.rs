@@ -8,7 +8,8 @@
 use std::collections::BTreeMap;
 
 use lhc_engine::engine::snake;
-use lhc_engine::output::{ConnectorState, EventData, Outcome};
+use lhc_engine::event::EventKind;
+use lhc_engine::output::{ConnectorState, Outcome};
 use lhc_engine::{Engine, Output, Ts};
 use serde::Serialize;
 
@@ -251,11 +252,11 @@ fn observe(
     match output {
         Output::Event(e) => {
             let zone = zone_of(&e.connector);
-            match (&e.data, e.event_id) {
-                (_, 3001) => {
+            match e.kind() {
+                Some(EventKind::HealthCheckFailed) => {
                     detection.entry(zone).or_insert(e.ts);
                 }
-                (EventData::Transition(t), 3003) => {
+                Some(EventKind::StateChanged(t)) => {
                     if in_lhc(t.to) && !open.contains_key(&zone) {
                         let detected_from = detection.get(&zone).copied().unwrap_or(e.ts);
                         let current = engine
@@ -332,7 +333,7 @@ fn observe(
                         }
                     }
                 }
-                (EventData::ElectionView(v), 3504) => {
+                Some(EventKind::ElectionView(v)) => {
                     if let Some(o) = open.get_mut(&zone) {
                         o.episode.elections.push(ElectionChange {
                             ts: e.ts,
@@ -344,7 +345,12 @@ fn observe(
                         set_state(o, &e.connector, state, brokering, e.ts);
                     }
                 }
-                (_, 3507..=3510) => {
+                Some(
+                    EventKind::ElectedReport(_)
+                    | EventKind::ElectedSummary(_)
+                    | EventKind::NonElected(_)
+                    | EventKind::NonElectedSummary(_),
+                ) => {
                     if let Some(o) = open.get_mut(&zone) {
                         o.episode.summaries.push(output.clone());
                     } else if let Some(last) = done.iter_mut().rev().find(|d| d.zone == zone) {

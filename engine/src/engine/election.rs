@@ -1,6 +1,7 @@
 //! R-ELECT: each connector's view of the election (3504), and brokering (3502) for the
 //! elected connector in LHC mode; a connector that stops brokering drops its registrations.
 
+use crate::event::EventKind;
 use crate::output::*;
 use crate::ts::Ts;
 
@@ -37,11 +38,11 @@ impl Engine {
         if changed {
             c.elected = elected.clone();
             c.epoch += 1;
-            let data = EventData::ElectionView(ElectionViewData {
+            let data = EventKind::ElectionView(ElectionViewData {
                 elected,
                 candidates: c.candidates.clone(),
             });
-            out.push(self.event(ts, name, EventSource::HighAvailabilityService, 3504, data));
+            out.push(self.event(ts, name, data));
         }
         let c = self.connector_mut(name);
         let brokering = c.in_lhc() && c.elected.as_deref() == Some(name);
@@ -49,10 +50,10 @@ impl Engine {
             c.brokering = brokering;
             c.epoch += 1;
             if brokering {
-                let data = EventData::Brokering(BrokeringData {
+                let data = EventKind::Brokering(BrokeringData {
                     elected: name.to_string(),
                 });
-                out.push(self.event(ts, name, EventSource::HighAvailabilityService, 3502, data));
+                out.push(self.event(ts, name, data));
             } else {
                 self.drop_registrations(name, ts, Some(Reason::NotElected), out);
             }

@@ -7,6 +7,7 @@
 
 use std::collections::BTreeSet;
 
+use crate::event::EventKind;
 use crate::output::*;
 use crate::record::*;
 use crate::ts::Ts;
@@ -169,13 +170,7 @@ impl Engine {
         match (c.state, ok) {
             (ConnectorState::WorkingNormally, false) => {
                 c.first_failure = Some(ts);
-                out.push(self.event(
-                    ts,
-                    name,
-                    EventSource::RemoteBrokerProvider,
-                    3001,
-                    EventData::Empty(EmptyData {}),
-                ));
+                out.push(self.event(ts, name, EventKind::HealthCheckFailed));
                 self.transition(
                     name,
                     ts,
@@ -325,8 +320,8 @@ impl Engine {
         let c = self.connector_mut(name);
         if c.reported_ineligible != Some(reason) {
             c.reported_ineligible = Some(reason);
-            let data = EventData::Ineligible(IneligibleData { reason });
-            out.push(self.event(ts, name, EventSource::RemoteBrokerProvider, 3002, data));
+            let data = EventKind::CannotEnterLhc(IneligibleData { reason });
+            out.push(self.event(ts, name, data));
         }
     }
 
@@ -353,13 +348,7 @@ impl Engine {
         c.state_since = ts;
         c.epoch += 1;
         c.recovery_since = (to == ConnectorState::PendingRecovery).then_some(ts);
-        out.push(self.event(
-            ts,
-            name,
-            EventSource::RemoteBrokerProvider,
-            3003,
-            EventData::Transition(data),
-        ));
+        out.push(self.event(ts, name, EventKind::StateChanged(data)));
         let c = self.connector_mut(name);
         let now_lhc = c.in_lhc();
         if !was_lhc && now_lhc {
@@ -403,28 +392,28 @@ impl Engine {
         };
         if was_brokering {
             if !stopped {
-                let data = EventData::OutageEnded(OutageEndedData {
+                let data = EventKind::OutageEnded(OutageEndedData {
                     outage_duration_s: duration,
                 });
-                out.push(self.event(ts, name, EventSource::HighAvailabilityService, 3503, data));
+                out.push(self.event(ts, name, data));
             }
-            let data = EventData::ElectedSummary(ElectedSummaryData {
+            let data = EventKind::ElectedSummary(ElectedSummaryData {
                 outage_duration_s: duration,
                 registered_machines: episode.registered.len() as u64,
                 successful_launches: episode.successful_launches,
                 failed_launches: episode.failed_launches,
                 ended_by,
             });
-            out.push(self.event(ts, name, EventSource::HighAvailabilityService, 3508, data));
+            out.push(self.event(ts, name, data));
         } else {
-            let data = EventData::NonElectedSummary(NonElectedSummaryData {
+            let data = EventKind::NonElectedSummary(NonElectedSummaryData {
                 outage_duration_s: duration,
                 elected,
                 successful_launches: episode.successful_launches,
                 failed_launches: episode.failed_launches,
                 ended_by,
             });
-            out.push(self.event(ts, name, EventSource::HighAvailabilityService, 3510, data));
+            out.push(self.event(ts, name, data));
         }
         let reason = stopped.then_some(Reason::ConnectorStopped);
         self.drop_registrations(name, ts, reason, out);

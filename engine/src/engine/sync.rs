@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use crate::event::EventKind;
 use crate::output::*;
 use crate::snapshot::{self, Snapshot};
 use crate::ts::Ts;
@@ -25,21 +26,23 @@ impl Engine {
         }
         let newer = latest > 0 && c.snapshot.is_none_or(|v| v < latest);
         let needs_import = latest > 0 && (newer || !c.snapshot_usable);
-        let (id, data) = if !c.ha_running {
-            (518, EventData::Empty(EmptyData {}))
+        let latest_data = VersionData { version: latest };
+        let kind = if !c.ha_running {
+            EventKind::HaNotRunning
         } else if !c.rbp_running {
-            (517, EventData::Empty(EmptyData {}))
+            EventKind::RbpNotRunning
         } else if matches!(c.last_check, Some((_, false))) {
-            (510, EventData::Empty(EmptyData {}))
+            EventKind::NoConfigData
         } else if c.in_lhc() && newer {
-            (507, EventData::Version(VersionData { version: latest }))
+            EventKind::ImportAbandoned(latest_data)
         } else if needs_import {
-            (503, EventData::Version(VersionData { version: latest }))
+            EventKind::ImportStarted(latest_data)
         } else {
             return;
         };
-        out.push(self.event(ts, name, EventSource::ConfigSyncService, id, data));
-        if id != 503 {
+        let starts_import = matches!(kind, EventKind::ImportStarted(_));
+        out.push(self.event(ts, name, kind));
+        if !starts_import {
             return;
         }
         // The import copies the configuration as it is now: validated now, so a change
@@ -99,10 +102,10 @@ impl Engine {
             // LHC mode started during the import (even if it has ended since): abandoned,
             // the previous snapshot stays (R-CSS-3). An import that began in LHC mode (an
             // unusable snapshot re-imported while the control plane answers) completes.
-            let data = EventData::Version(VersionData {
+            let data = EventKind::ImportAbandoned(VersionData {
                 version: import.version,
             });
-            out.push(self.event(ts, name, EventSource::ConfigSyncService, 507, data));
+            out.push(self.event(ts, name, data));
             return;
         }
         let storage_fault = c.storage_fault.take();
@@ -136,11 +139,11 @@ impl Engine {
             let c = self.connector_mut(name);
             c.snapshot = Some(import.version);
             c.snapshot_usable = true;
-            let data = EventData::Imported(Imported {
+            let data = EventKind::Imported(Imported {
                 version: import.version,
                 objects,
             });
-            out.push(self.event(ts, name, EventSource::ConfigSyncService, 504, data));
+            out.push(self.event(ts, name, data));
             self.collect_validations();
             // Machines it holds are now brokered from the new snapshot.
             let held: Vec<String> = self.connectors[name]
@@ -156,12 +159,12 @@ impl Engine {
             if !trace {
                 failures.truncate(1);
             }
-            let data = EventData::ImportFailed(ImportFailed {
+            let data = EventKind::ImportFailed(ImportFailed {
                 version: import.version,
                 failures,
                 fallback_version: fallback,
             });
-            out.push(self.event(ts, name, EventSource::ConfigSyncService, 505, data));
+            out.push(self.event(ts, name, data));
         }
     }
 }

@@ -3,6 +3,7 @@
 //! (deadline, connector FQDN, timer kind) order with their deadline as time, never earlier
 //! than the last record.
 
+use crate::event::EventKind;
 use crate::output::*;
 use crate::ts::Ts;
 
@@ -123,25 +124,18 @@ impl Engine {
         };
         episode.next_report = ts.plus_s(interval);
         let duration = ts.seconds_since(episode.started).max(0) as u64;
-        let (id, data) = if c.brokering {
-            let sessions = c.session_count;
-            (
-                3507,
-                EventData::ElectedReport(ElectedReportData {
-                    outage_duration_s: duration,
-                    registered_machines: c.registrations.len() as u64,
-                    sessions,
-                }),
-            )
+        let kind = if c.brokering {
+            EventKind::ElectedReport(ElectedReportData {
+                outage_duration_s: duration,
+                registered_machines: c.registrations.len() as u64,
+                sessions: c.session_count,
+            })
         } else {
-            (
-                3509,
-                EventData::NonElected(NonElectedData {
-                    outage_duration_s: duration,
-                    elected: c.elected.clone(),
-                }),
-            )
+            EventKind::NonElected(NonElectedData {
+                outage_duration_s: duration,
+                elected: c.elected.clone(),
+            })
         };
-        out.push(self.event(ts, name, EventSource::HighAvailabilityService, id, data));
+        out.push(self.event(ts, name, kind));
     }
 }

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::Context;
+use lhc_engine::event::EventKind;
 use lhc_engine::Output;
 use lhc_log::LogEntry;
 use lhc_node::{Folder, Store, StoreOptions};
@@ -108,7 +109,7 @@ pub fn run(b: ImportBench) -> anyhow::Result<ExitCode> {
             let outputs = folder.apply(entry);
             imported |= outputs
                 .iter()
-                .any(|o| matches!(o, Output::Event(e) if e.event_id == 504));
+                .any(|o| matches!(o, Output::Event(e) if matches!(e.kind(), Some(EventKind::Imported(_)))));
             *mark = started.elapsed().as_secs_f64();
         }
         folder.commit()?;

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Subcommand;
+use lhc_engine::event::EventKind;
 use lhc_engine::Ts;
 use lhc_replay::{Episode, OutageReport};
 
@@ -143,7 +144,7 @@ pub fn summary(report: &OutageReport) -> String {
         }
         for s in &e.summaries {
             if let lhc_engine::Output::Event(ev) = s {
-                if ev.event_id == 3508 {
+                if let Some(EventKind::ElectedSummary(_)) = ev.kind() {
                     let _ = writeln!(
                         t,
                         "  3508 {} {}: {}",
