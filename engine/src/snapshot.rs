@@ -166,9 +166,55 @@ impl Ids<'_> {
 /// holds for the cloud broker at that version).
 pub fn validate(config: &SiteConfig) -> Result<(), Vec<ImportFailure>> {
     let mut failures = Vec::new();
+    let claimed = claim_ids(config, &mut failures);
+    let mut checks = Checks {
+        ids: Ids {
+            config,
+            lower: claimed,
+        },
+        failures,
+    };
+    let groups: Lookup<'_, DeliveryGroupKind> = config
+        .of_kind(ObjectKind::DeliveryGroup)
+        .filter_map(|s| match &s.object {
+            ConfigObject::DeliveryGroup { id, data } => Some((lower(id), data.kind)),
+            _ => None,
+        })
+        .collect();
+    // What an assignment needs of its machine: Remote PC, and its group's kind.
+    let machines: Lookup<'_, (bool, Option<DeliveryGroupKind>)> = config
+        .of_kind(ObjectKind::Machine)
+        .filter_map(|s| match &s.object {
+            ConfigObject::Machine { id, data } => Some((
+                lower(id),
+                (
+                    data.remote_pc,
+                    groups.get(lower(&data.delivery_group).as_ref()).copied(),
+                ),
+            )),
+            _ => None,
+        })
+        .collect();
+    for stored in config.all() {
+        check_object(&mut checks, stored, &machines);
+    }
+    let mut failures = checks.failures;
+    if !failures.is_empty() {
+        failures.sort_by(|a, b| (a.kind, &a.id).cmp(&(b.kind, &b.id)));
+        failures.dedup();
+        return Err(failures);
+    }
+    Ok(())
+}
+
+/// duplicate_id: every object whose lowercased id another object of its kind already took,
+/// the earliest written keeping its claim. Returns the claims: lowercased id → object, by
+/// kind.
+fn claim_ids<'a>(
+    config: &'a SiteConfig,
+    failures: &mut Vec<ImportFailure>,
+) -> BTreeMap<ObjectKind, Lookup<'a, &'a Stored>> {
     let mut claimed: BTreeMap<ObjectKind, Lookup<'_, &Stored>> = BTreeMap::new();
-    // duplicate_id: every object whose lowercased id another object of its kind already took,
-    // the earliest written keeping its claim.
     for (kind, objects) in &config.objects {
         let claims = claimed.entry(*kind).or_default();
         claims.reserve(objects.len());
@@ -198,155 +244,137 @@ pub fn validate(config: &SiteConfig) -> Result<(), Vec<ImportFailure>> {
             }
         }
     }
-    let ids = Ids {
-        config,
-        lower: claimed,
-    };
-    let check_ref =
-        |stored: &Stored, kinds: &[ObjectKind], target: &str, failures: &mut Vec<ImportFailure>| {
-            if !kinds.iter().any(|k| ids.has(*k, target)) {
-                let introduced_by = ids.dangling(stored, kinds, target);
-                let names: Vec<&str> = kinds.iter().map(|k| k.as_str()).collect();
-                let mut detail = format!("{} {target} does not exist", names.join(" or "));
-                if introduced_by.offset != stored.introduced_by.offset {
-                    detail.push_str(&format!(
-                        " (deleted by the change at offset {})",
-                        introduced_by.offset
-                    ));
-                }
-                failures.push(failure(
+    claimed
+}
+
+/// The validation's findings so far, and the ids references resolve against.
+struct Checks<'a> {
+    ids: Ids<'a>,
+    failures: Vec<ImportFailure>,
+}
+
+impl Checks<'_> {
+    /// dangling_reference: whether `target` names an object of one of `kinds`; if not, the
+    /// failure is recorded against `stored`, naming the change that deleted the target
+    /// when one did.
+    fn reference(&mut self, stored: &Stored, kinds: &[ObjectKind], target: &str) -> bool {
+        if kinds.iter().any(|k| self.ids.has(*k, target)) {
+            return true;
+        }
+        let introduced_by = self.ids.dangling(stored, kinds, target);
+        let names: Vec<&str> = kinds.iter().map(|k| k.as_str()).collect();
+        let mut detail = format!("{} {target} does not exist", names.join(" or "));
+        if introduced_by.offset != stored.introduced_by.offset {
+            detail.push_str(&format!(
+                " (deleted by the change at offset {})",
+                introduced_by.offset
+            ));
+        }
+        self.failures.push(failure(
+            stored,
+            Rule::DanglingReference,
+            detail,
+            introduced_by,
+        ));
+        false
+    }
+}
+
+/// The rules of one object: its references, and the rules of its kind. `machines` says
+/// what an assignment needs of its machine (Remote PC, its group's kind).
+fn check_object(
+    checks: &mut Checks<'_>,
+    stored: &Stored,
+    machines: &Lookup<'_, (bool, Option<DeliveryGroupKind>)>,
+) {
+    match &stored.object {
+        ConfigObject::Site { data, .. } => {
+            if !(60_000..=3_600_000).contains(&data.heartbeat_period_ms) {
+                checks.failures.push(failure(
                     stored,
-                    Rule::DanglingReference,
-                    detail,
-                    introduced_by,
+                    Rule::HeartbeatPeriodOutOfRange,
+                    format!(
+                        "heartbeat_period_ms {} is outside the allowed 60000..=3600000 \
+                         (1 minute to 1 hour)",
+                        data.heartbeat_period_ms
+                    ),
+                    stored.introduced_by.clone(),
                 ));
-                return false;
             }
-            true
-        };
-    let groups: Lookup<'_, DeliveryGroupKind> = config
-        .of_kind(ObjectKind::DeliveryGroup)
-        .filter_map(|s| match &s.object {
-            ConfigObject::DeliveryGroup { id, data } => Some((lower(id), data.kind)),
-            _ => None,
-        })
-        .collect();
-    // What an assignment needs of its machine: Remote PC, and its group's kind.
-    let machines: Lookup<'_, (bool, Option<DeliveryGroupKind>)> = config
-        .of_kind(ObjectKind::Machine)
-        .filter_map(|s| match &s.object {
-            ConfigObject::Machine { id, data } => Some((
-                lower(id),
-                (
-                    data.remote_pc,
-                    groups.get(lower(&data.delivery_group).as_ref()).copied(),
-                ),
-            )),
-            _ => None,
-        })
-        .collect();
-    for stored in config.all() {
-        match &stored.object {
-            ConfigObject::Site { data, .. } => {
-                if !(60_000..=3_600_000).contains(&data.heartbeat_period_ms) {
-                    failures.push(failure(
-                        stored,
-                        Rule::HeartbeatPeriodOutOfRange,
-                        format!(
-                            "heartbeat_period_ms {} is outside the allowed 60000..=3600000 \
-                             (1 minute to 1 hour)",
-                            data.heartbeat_period_ms
-                        ),
-                        stored.introduced_by.clone(),
-                    ));
+        }
+        ConfigObject::Zone { .. } | ConfigObject::User { .. } | ConfigObject::Group { .. } => {}
+        ConfigObject::DeliveryGroup { .. } => {}
+        ConfigObject::Connector { data, .. } => {
+            checks.reference(stored, &[ObjectKind::Zone], &data.zone);
+        }
+        ConfigObject::Machine { data, .. } => {
+            let zone_ok = checks.reference(stored, &[ObjectKind::Zone], &data.zone);
+            if zone_ok {
+                checks.reference(stored, &[ObjectKind::DeliveryGroup], &data.delivery_group);
+            }
+            if data.max_sessions == Some(0) {
+                checks.failures.push(failure(
+                    stored,
+                    Rule::MaxSessionsZero,
+                    "max_sessions is 0: a machine must accept at least 1 session".to_string(),
+                    stored.introduced_by.clone(),
+                ));
+            }
+        }
+        ConfigObject::Resource { data, .. } => {
+            for group in &data.delivery_groups {
+                if !checks.reference(stored, &[ObjectKind::DeliveryGroup], group) {
+                    break;
                 }
             }
-            ConfigObject::Zone { .. } | ConfigObject::User { .. } | ConfigObject::Group { .. } => {}
-            ConfigObject::DeliveryGroup { .. } => {}
-            ConfigObject::Connector { data, .. } => {
-                check_ref(stored, &[ObjectKind::Zone], &data.zone, &mut failures);
-            }
-            ConfigObject::Machine { data, .. } => {
-                let zone_ok = check_ref(stored, &[ObjectKind::Zone], &data.zone, &mut failures);
-                if zone_ok {
-                    check_ref(
-                        stored,
-                        &[ObjectKind::DeliveryGroup],
-                        &data.delivery_group,
-                        &mut failures,
-                    );
-                }
-                if data.max_sessions == Some(0) {
-                    failures.push(failure(
-                        stored,
-                        Rule::MaxSessionsZero,
-                        "max_sessions is 0: a machine must accept at least 1 session".to_string(),
-                        stored.introduced_by.clone(),
-                    ));
-                }
-            }
-            ConfigObject::Resource { data, .. } => {
-                for group in &data.delivery_groups {
-                    if !check_ref(stored, &[ObjectKind::DeliveryGroup], group, &mut failures) {
+        }
+        ConfigObject::Entitlement { data, .. } => {
+            if checks.reference(stored, &[ObjectKind::Resource], &data.resource) {
+                for principal in &data.principals {
+                    if !checks.reference(stored, &[ObjectKind::User, ObjectKind::Group], principal)
+                    {
                         break;
                     }
                 }
             }
-            ConfigObject::Entitlement { data, .. } => {
-                if check_ref(
-                    stored,
-                    &[ObjectKind::Resource],
-                    &data.resource,
-                    &mut failures,
-                ) {
-                    for principal in &data.principals {
-                        if !check_ref(
-                            stored,
-                            &[ObjectKind::User, ObjectKind::Group],
-                            principal,
-                            &mut failures,
-                        ) {
-                            break;
-                        }
-                    }
-                }
-            }
-            ConfigObject::Assignment { data, .. } => {
-                let machine_ok =
-                    check_ref(stored, &[ObjectKind::Machine], &data.machine, &mut failures);
-                if machine_ok && check_ref(stored, &[ObjectKind::User], &data.user, &mut failures) {
-                    if let Some((remote_pc, kind)) = machines.get(lower(&data.machine).as_ref()) {
-                        if !remote_pc && *kind != Some(DeliveryGroupKind::SingleSessionStatic) {
-                            let group = match kind {
-                                Some(DeliveryGroupKind::MultiSession) => "a multi_session group",
-                                Some(DeliveryGroupKind::SingleSessionPooled) => {
-                                    "a single_session_pooled group"
-                                }
-                                _ => "no delivery group",
-                            };
-                            failures.push(failure(
-                                stored,
-                                Rule::AssignmentNotStatic,
-                                format!(
-                                    "machine {} is in {group} and not remote_pc: only machines of \
-                                     a single_session_static group or Remote PC machines can be \
-                                     assigned",
-                                    data.machine
-                                ),
-                                stored.introduced_by.clone(),
-                            ));
-                        }
-                    }
+        }
+        ConfigObject::Assignment { data, .. } => {
+            let machine_ok = checks.reference(stored, &[ObjectKind::Machine], &data.machine);
+            if machine_ok && checks.reference(stored, &[ObjectKind::User], &data.user) {
+                if let Some(&(remote_pc, kind)) = machines.get(lower(&data.machine).as_ref()) {
+                    check_assignable(checks, stored, &data.machine, remote_pc, kind);
                 }
             }
         }
     }
-    if !failures.is_empty() {
-        failures.sort_by(|a, b| (a.kind, &a.id).cmp(&(b.kind, &b.id)));
-        failures.dedup();
-        return Err(failures);
+}
+
+/// assignment_not_static: only machines of a single_session_static group, or Remote PC
+/// machines, can be assigned.
+fn check_assignable(
+    checks: &mut Checks<'_>,
+    stored: &Stored,
+    machine: &str,
+    remote_pc: bool,
+    kind: Option<DeliveryGroupKind>,
+) {
+    if remote_pc || kind == Some(DeliveryGroupKind::SingleSessionStatic) {
+        return;
     }
-    Ok(())
+    let group = match kind {
+        Some(DeliveryGroupKind::MultiSession) => "a multi_session group",
+        Some(DeliveryGroupKind::SingleSessionPooled) => "a single_session_pooled group",
+        _ => "no delivery group",
+    };
+    checks.failures.push(failure(
+        stored,
+        Rule::AssignmentNotStatic,
+        format!(
+            "machine {machine} is in {group} and not remote_pc: only machines of a \
+             single_session_static group or Remote PC machines can be assigned"
+        ),
+        stored.introduced_by.clone(),
+    ));
 }
 
 fn failure(
@@ -379,11 +407,10 @@ fn collides(loser: &Stored, keeper: &Stored) -> String {
 /// Indexes a configuration for election and brokering, without validating it (the cloud
 /// broker works from whatever the site holds; a connector only from a validated copy).
 pub fn index(config: &SiteConfig) -> Snapshot {
-    let site = config.site();
     let mut snapshot = Snapshot {
         version: config.version,
         objects: config.len(),
-        site: site.clone(),
+        site: config.site(),
         zone_connectors: BTreeMap::new(),
         connector_zone: BTreeMap::new(),
         machines: Default::default(),
@@ -399,21 +426,40 @@ pub fn index(config: &SiteConfig) -> Snapshot {
     snapshot.user_groups.reserve(count(ObjectKind::User));
     snapshot.machines.reserve(count(ObjectKind::Machine));
     for stored in config.all() {
+        snapshot.add_named(&stored.object);
+    }
+    // Machines and resources need the groups; entitlements and assignments need both.
+    for stored in config.all() {
         match &stored.object {
+            ConfigObject::Machine { id, data } => snapshot.add_machine(id, data),
+            ConfigObject::Resource { id, data } => snapshot.add_resource(id, data),
+            _ => {}
+        }
+    }
+    snapshot.rank_machines();
+    for stored in config.all() {
+        snapshot.add_grant(&stored.object);
+    }
+    snapshot
+}
+
+impl Snapshot {
+    /// Connectors, delivery groups and users.
+    fn add_named(&mut self, object: &ConfigObject) {
+        match object {
             ConfigObject::Connector { id, data } => {
                 let zone = data.zone.to_lowercase();
-                snapshot
-                    .zone_connectors
+                self.zone_connectors
                     .entry(zone.clone())
                     .or_default()
                     .insert(id.clone());
-                snapshot.connector_zone.insert(id.to_lowercase(), zone);
+                self.connector_zone.insert(id.to_lowercase(), zone);
             }
             ConfigObject::DeliveryGroup { id, data } => {
                 let pooled = data.kind == DeliveryGroupKind::SingleSessionPooled;
                 let reuse = data
                     .reuse_machines_without_shutdown_in_outage
-                    .unwrap_or(site.default_reuse_machines_without_shutdown_in_outage);
+                    .unwrap_or(self.site.default_reuse_machines_without_shutdown_in_outage);
                 let entry = GroupEntry {
                     id: id.clone(),
                     kind: data.kind,
@@ -423,95 +469,98 @@ pub fn index(config: &SiteConfig) -> Snapshot {
                     session_limit_per_user: data.session_limit_per_user,
                     restrict_to_tag: data.restrict_to_tag.clone(),
                 };
-                snapshot.groups.insert(id.to_lowercase(), entry);
+                self.groups.insert(id.to_lowercase(), entry);
             }
             ConfigObject::User { id, data } => {
                 let groups = data.groups.iter().map(|g| g.to_lowercase()).collect();
-                snapshot.user_groups.insert(id.to_lowercase(), groups);
+                self.user_groups.insert(id.to_lowercase(), groups);
             }
             _ => {}
         }
     }
-    // Machines and resources need the groups; entitlements and assignments need both.
-    for stored in config.all() {
-        match &stored.object {
-            ConfigObject::Machine { id, data } => {
-                let group = lower(&data.delivery_group);
-                let multi = snapshot
-                    .groups
-                    .get(group.as_ref())
-                    .is_some_and(|g| g.kind == DeliveryGroupKind::MultiSession);
-                let zone = lower(&data.zone);
-                let key = lower(id).into_owned();
-                // Most machines join an existing group and zone: look up before allocating keys.
-                let zones = match snapshot.group_zone_machines.get_mut(group.as_ref()) {
-                    Some(zones) => zones,
-                    None => snapshot
-                        .group_zone_machines
-                        .entry(group.to_string())
-                        .or_default(),
-                };
-                match zones.get_mut(zone.as_ref()) {
-                    Some(machines) => machines,
-                    None => zones.entry(zone.to_string()).or_default(),
-                }
-                .insert(key.clone());
-                let (zone, group) = (zone.into_owned(), group.into_owned());
-                let entry = MachineEntry {
-                    id: id.clone(),
-                    zone,
-                    delivery_group: group,
-                    max_sessions: data.max_sessions.unwrap_or(if multi { 20 } else { 1 }),
-                    tags: data.tags.clone(),
-                    remote_pc: data.remote_pc,
-                    maintenance: data.maintenance,
-                    rank: 0,
-                };
-                snapshot.machines.insert(key, entry);
-            }
-            ConfigObject::Resource { id, data } => {
-                let entry = ResourceEntry {
-                    id: id.clone(),
-                    delivery_groups: data
-                        .delivery_groups
-                        .iter()
-                        .map(|g| g.to_lowercase())
-                        .collect(),
-                    zone_preference: data.zone_preference.as_ref().map(|z| z.to_lowercase()),
-                    principals: BTreeSet::new(),
-                };
-                snapshot.resources.insert(id.to_lowercase(), entry);
-            }
-            _ => {}
+
+    /// A machine, in its group's and zone's lists.
+    fn add_machine(&mut self, id: &str, data: &crate::config::MachineData) {
+        let group = lower(&data.delivery_group);
+        let multi = self
+            .groups
+            .get(group.as_ref())
+            .is_some_and(|g| g.kind == DeliveryGroupKind::MultiSession);
+        let zone = lower(&data.zone);
+        let key = lower(id).into_owned();
+        // Most machines join an existing group and zone: look up before allocating keys.
+        let zones = match self.group_zone_machines.get_mut(group.as_ref()) {
+            Some(zones) => zones,
+            None => self
+                .group_zone_machines
+                .entry(group.to_string())
+                .or_default(),
+        };
+        match zones.get_mut(zone.as_ref()) {
+            Some(machines) => machines,
+            None => zones.entry(zone.to_string()).or_default(),
         }
+        .insert(key.clone());
+        let (zone, group) = (zone.into_owned(), group.into_owned());
+        let entry = MachineEntry {
+            id: id.to_string(),
+            zone,
+            delivery_group: group,
+            max_sessions: data.max_sessions.unwrap_or(if multi { 20 } else { 1 }),
+            tags: data.tags.clone(),
+            remote_pc: data.remote_pc,
+            maintenance: data.maintenance,
+            rank: 0,
+        };
+        self.machines.insert(key, entry);
     }
-    let mut ids: Vec<String> = snapshot.machines.keys().cloned().collect();
-    ids.sort_unstable();
-    for (rank, id) in ids.iter().enumerate() {
-        snapshot.machines.get_mut(id).expect("listed").rank = rank as u32;
+
+    /// A resource (its principals come with the entitlements).
+    fn add_resource(&mut self, id: &str, data: &crate::config::ResourceData) {
+        let entry = ResourceEntry {
+            id: id.to_string(),
+            delivery_groups: data
+                .delivery_groups
+                .iter()
+                .map(|g| g.to_lowercase())
+                .collect(),
+            zone_preference: data.zone_preference.as_ref().map(|z| z.to_lowercase()),
+            principals: BTreeSet::new(),
+        };
+        self.resources.insert(id.to_lowercase(), entry);
     }
-    snapshot.by_rank = ids;
-    for stored in config.all() {
-        match &stored.object {
+
+    /// Ranks machines in FQDN order (ids are lowercase: byte order is FQDN order).
+    fn rank_machines(&mut self) {
+        let mut ids: Vec<String> = self.machines.keys().cloned().collect();
+        ids.sort_unstable();
+        for (rank, id) in ids.iter().enumerate() {
+            self.machines.get_mut(id).expect("listed").rank = rank as u32;
+        }
+        self.by_rank = ids;
+    }
+
+    /// Entitlements and assignments.
+    fn add_grant(&mut self, object: &ConfigObject) {
+        match object {
             ConfigObject::Entitlement { data, .. } => {
-                if let Some(r) = snapshot.resources.get_mut(lower(&data.resource).as_ref()) {
+                if let Some(r) = self.resources.get_mut(lower(&data.resource).as_ref()) {
                     r.principals
                         .extend(data.principals.iter().map(|p| p.to_lowercase()));
                 }
             }
             ConfigObject::Assignment { data, .. } => {
                 let machine = lower(&data.machine).into_owned();
-                if let Some(m) = snapshot.machines.get(&machine) {
-                    let users = snapshot
+                if let Some(m) = self.machines.get(&machine) {
+                    let users = self
                         .assignments
                         .entry(m.delivery_group.clone())
                         .or_default();
                     users.insert(data.user.to_lowercase(), machine.clone());
-                    snapshot.assigned.insert(machine);
+                    self.assigned.insert(machine);
                 }
             }
             _ => {}
         }
     }
-    snapshot
 }
