@@ -1708,7 +1708,7 @@ fn a_brokered_session_counts_until_the_vda_reports_it() {
 fn r_log_5_a_connector_is_started_with_every_service_running_until_a_record_says_otherwise() {
     let engine = engine_after("r-state-1", at(60.0));
     let a = &engine.connectors()[A];
-    assert_eq!(a.state, WorkingNormally);
+    assert_eq!(a.state(), WorkingNormally);
     assert!(a.ha_running && a.rbp_running && a.css_running);
     let engine = engine_after("r-state-4", at(100.0));
     assert!(

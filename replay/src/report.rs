@@ -264,7 +264,7 @@ fn observe(
                             .iter()
                             .filter(|(_, c)| c.zone == zone)
                             .map(|(n, c)| {
-                                let state = if n == &e.connector { t.from } else { c.state };
+                                let state = if n == &e.connector { t.from } else { c.state() };
                                 (n.clone(), (state, false, detected_from))
                             })
                             .collect();
@@ -327,7 +327,7 @@ fn observe(
                             .connectors()
                             .values()
                             .filter(|c| c.zone == zone)
-                            .all(|c| c.state == ConnectorState::WorkingNormally);
+                            .all(|c| c.state() == ConnectorState::WorkingNormally);
                         if zone_normal {
                             detection.remove(&zone);
                         }

@@ -168,10 +168,11 @@ pub struct PendingImport {
 pub struct Connector {
     /// Zone id (lowercased), per the site configuration.
     pub zone: String,
-    /// State of the Remote Broker Provider state machine.
-    pub state: ConnectorState,
+    /// State of the Remote Broker Provider state machine (changed only by `transition`,
+    /// which also opens and closes the episode).
+    pub(crate) state: ConnectorState,
     /// When the current state was entered.
-    pub state_since: Ts,
+    pub(crate) state_since: Ts,
     /// High Availability Service running.
     pub ha_running: bool,
     /// Remote Broker Provider running.
@@ -235,8 +236,8 @@ pub struct Connector {
     pub registrations: BTreeSet<String>,
     /// Sessions on the machines registered with this connector (kept in step, for 3507).
     pub session_count: u64,
-    /// The current outage episode.
-    pub episode: Option<Episode>,
+    /// The current outage episode: there is one exactly while in LHC mode.
+    pub(crate) episode: Option<Episode>,
     /// Machines this connector put in maintenance.
     pub maintenance: BTreeSet<String>,
     /// The LHC database content besides the configuration (R-DATA).
@@ -281,6 +282,22 @@ impl Connector {
             maintenance: BTreeSet::new(),
             data: Default::default(),
         }
+    }
+
+    /// State of the Remote Broker Provider state machine.
+    pub fn state(&self) -> ConnectorState {
+        self.state
+    }
+
+    /// When the current state was entered.
+    pub fn state_since(&self) -> Ts {
+        self.state_since
+    }
+
+    /// The current outage episode: `Some` exactly while in LHC mode (`transition` opens and
+    /// closes it with the state; `check_invariants` checks it).
+    pub fn episode(&self) -> Option<&Episode> {
+        self.episode.as_ref()
     }
 
     /// In LHC mode: initial_ha, extended_ha or pending_recovery.

@@ -78,8 +78,8 @@ pub fn run(args: QueryArgs, quiet: bool) -> anyhow::Result<ExitCode> {
                     json!({
                         "connector": name,
                         "zone": c.zone,
-                        "state": snake(&c.state),
-                        "since": c.state_since,
+                        "state": snake(&c.state()),
+                        "since": c.state_since(),
                         "elected": c.elected,
                         "candidates": c.candidates,
                         "brokering": c.brokering,

@@ -525,7 +525,7 @@ async fn metrics(State(shared): State<AppState>) -> Response {
             ] {
                 state
                     .get_or_create(&vec![("state".into(), snake(&s))])
-                    .set(i64::from(s == c.state));
+                    .set(i64::from(s == c.state()));
             }
             if let Some(e) = &c.elected {
                 elected
