@@ -5,7 +5,10 @@
 //! `lhc bench import` measure the same paths end to end.
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
-use lhc_engine::{decode_record, Engine, Output};
+use lhc_engine::build::{self, records, SiteBuilder};
+use lhc_engine::config::DeliveryGroupKind;
+use lhc_engine::record::SessionState;
+use lhc_engine::{decode_record, Engine, Output, Ts};
 
 /// VDAs in the zone.
 const VDAS: usize = 1_000;
@@ -16,40 +19,38 @@ const TS: &str = "2026-01-05T09:05:00.000Z";
 /// One zone, two connectors, one multi-session group of `vdas` machines, `vdas` users
 /// entitled to one application.
 fn config(vdas: usize) -> String {
-    let mut ops = vec![
-        r#"{"op":"upsert","kind":"site","id":"site"}"#.to_string(),
-        r#"{"op":"upsert","kind":"zone","id":"z1","data":{"name":"Zone 1"}}"#.to_string(),
-        r#"{"op":"upsert","kind":"connector","id":"cc1.z1.example","data":{"zone":"z1"}}"#
-            .to_string(),
-        r#"{"op":"upsert","kind":"connector","id":"cc2.z1.example","data":{"zone":"z1"}}"#
-            .to_string(),
-        r#"{"op":"upsert","kind":"delivery_group","id":"dg","data":{"kind":"multi_session"}}"#
-            .to_string(),
-        r#"{"op":"upsert","kind":"resource","id":"app","data":{"kind":"application","delivery_groups":["dg"]}}"#
-            .to_string(),
-        r#"{"op":"upsert","kind":"group","id":"staff"}"#.to_string(),
-        r#"{"op":"upsert","kind":"entitlement","id":"e","data":{"resource":"app","principals":["staff"]}}"#
-            .to_string(),
-    ];
+    let mut site = SiteBuilder::new()
+        .site(Default::default())
+        .zone("z1")
+        .connector("cc1.z1.example", "z1")
+        .connector("cc2.z1.example", "z1")
+        .group("dg", DeliveryGroupKind::MultiSession)
+        .application("app", &["dg"])
+        .user_group("staff")
+        .entitlement("e", "app", &["staff"]);
     for v in 0..vdas {
-        ops.push(format!(
-            r#"{{"op":"upsert","kind":"machine","id":"vda{v:05}.z1.example","data":{{"zone":"z1","delivery_group":"dg"}}}}"#
-        ));
-        ops.push(format!(
-            r#"{{"op":"upsert","kind":"user","id":"user{v:05}","data":{{"groups":["staff"]}}}}"#
-        ));
+        site = site
+            .machine(&format!("vda{v:05}.z1.example"), "z1", "dg", None)
+            .user(&format!("user{v:05}"), &["staff"]);
     }
-    format!(
-        r#"{{"type":"config.change","ts":"2026-01-05T09:00:00.000Z","version":1,"ops":[{}]}}"#,
-        ops.join(",")
-    )
+    build::text(&site.change(ts("2026-01-05T09:00:00.000Z"), 1))
 }
 
 /// A heartbeat of machine `v` with one active session.
 fn heartbeat(v: usize) -> String {
-    format!(
-        r#"{{"type":"vda.heartbeat","ts":"{TS}","machine":"vda{v:05}.z1.example","sessions":[{{"id":"s{v}","user":"user{v:05}","state":"active"}}]}}"#
-    )
+    build::text(&records::heartbeat(
+        ts(TS),
+        &format!("vda{v:05}.z1.example"),
+        &[(
+            &format!("s{v}"),
+            &format!("user{v:05}"),
+            SessionState::Active,
+        )],
+    ))
+}
+
+fn ts(text: &str) -> Ts {
+    Ts::parse(text).expect("a valid time")
 }
 
 /// The zone after its connectors' first checks (imports included) and a heartbeat of every
@@ -59,9 +60,8 @@ fn steady_zone() -> Engine {
     let mut out = Vec::new();
     let mut records = vec![config(VDAS)];
     for c in ["cc1.z1.example", "cc2.z1.example"] {
-        records.push(format!(
-            r#"{{"type":"health.check","ts":"2026-01-05T09:00:01.000Z","connector":"{c}","ok":true}}"#
-        ));
+        let check = records::health_check(ts("2026-01-05T09:00:01.000Z"), c, true);
+        records.push(build::text(&check));
     }
     records.extend((0..VDAS).map(heartbeat));
     for (offset, r) in records.iter().enumerate() {

@@ -6,6 +6,7 @@
 //! Time comes only from record `ts`.
 
 pub mod broker;
+pub mod build;
 pub mod config;
 pub mod decode;
 pub mod detmap;

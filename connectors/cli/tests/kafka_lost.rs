@@ -8,6 +8,8 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
+use lhc_engine::build::{self, SiteBuilder};
+use lhc_engine::config::DeliveryGroupKind;
 use lhc_engine::Ts;
 use serde_json::Value;
 
@@ -82,17 +84,15 @@ fn brokering_goes_on_while_kafka_is_down_and_nothing_is_lost() {
     let kafka = ["--kafka", brokers.as_str(), "--site", "lost-test"];
     let dir = tempfile::tempdir().unwrap();
     let t = now_ms() - 5_000;
-    let config = format!(
-        "{{\"ts\":\"{}\",\"type\":\"config.change\",\"version\":1,\"ops\":[\
-         {{\"op\":\"upsert\",\"kind\":\"zone\",\"id\":\"z1\",\"data\":{{\"name\":\"Z\"}}}},\
-         {{\"op\":\"upsert\",\"kind\":\"connector\",\"id\":\"{NODE}\",\"data\":{{\"zone\":\"z1\"}}}},\
-         {{\"op\":\"upsert\",\"kind\":\"delivery_group\",\"id\":\"g\",\"data\":{{\"kind\":\"multi_session\"}}}},\
-         {{\"op\":\"upsert\",\"kind\":\"machine\",\"id\":\"vda1.z1.test\",\"data\":{{\"zone\":\"z1\",\"delivery_group\":\"g\",\"max_sessions\":100}}}},\
-         {{\"op\":\"upsert\",\"kind\":\"resource\",\"id\":\"app\",\"data\":{{\"kind\":\"application\",\"delivery_groups\":[\"g\"]}}}},\
-         {{\"op\":\"upsert\",\"kind\":\"user\",\"id\":\"alice\"}},\
-         {{\"op\":\"upsert\",\"kind\":\"entitlement\",\"id\":\"e\",\"data\":{{\"resource\":\"app\",\"principals\":[\"alice\"]}}}}]}}\n",
-        Ts(t).to_rfc3339()
-    );
+    let site = SiteBuilder::new()
+        .zone("z1")
+        .connector(NODE, "z1")
+        .group("g", DeliveryGroupKind::MultiSession)
+        .machine("vda1.z1.test", "z1", "g", Some(100))
+        .application("app", &["g"])
+        .user("alice", &[])
+        .entitlement("e", "app", &["alice"]);
+    let config = build::text(&site.change(Ts(t), 1)) + "\n";
     let file = dir.path().join("site.jsonl");
     std::fs::write(&file, config).unwrap();
     lines(

@@ -6,6 +6,10 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use lhc_engine::build::{self, records, SiteBuilder};
+use lhc_engine::config::DeliveryGroupKind;
+use lhc_engine::Ts;
+
 fn lhc(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_lhc"))
         .args(args)
@@ -24,55 +28,40 @@ fn ok(out: Output) -> String {
 
 /// A site of 3 connectors and `vdas` VDAs over `hours`, with a cloud outage in the middle.
 fn site_log(vdas: usize, hours: u64) -> String {
-    let t0 = 1_767_603_600_000i64;
-    let ts = |s: u64| {
-        let ms = t0 + s as i64 * 1000;
-        let secs = ms / 1000;
-        let (h, m, sec) = ((secs / 3600) % 24, (secs / 60) % 60, secs % 60);
-        format!("2026-01-05T{h:02}:{m:02}:{sec:02}.000Z")
-    };
+    let t0 = Ts(1_767_603_600_000);
     let connectors = ["cc1.z1.example", "cc2.z1.example", "cc3.z1.example"];
-    let mut ops = vec![
-        r#"{"op":"upsert","kind":"zone","id":"z1","data":{"name":"z"}}"#.to_string(),
-        r#"{"op":"upsert","kind":"delivery_group","id":"g","data":{"kind":"multi_session"}}"#.to_string(),
-        r#"{"op":"upsert","kind":"resource","id":"app","data":{"kind":"application","delivery_groups":["g"]}}"#.to_string(),
-        r#"{"op":"upsert","kind":"user","id":"alice"}"#.to_string(),
-        r#"{"op":"upsert","kind":"entitlement","id":"e","data":{"resource":"app","principals":["alice"]}}"#.to_string(),
-    ];
+    let mut site = SiteBuilder::new()
+        .zone("z1")
+        .group("g", DeliveryGroupKind::MultiSession)
+        .application("app", &["g"])
+        .user("alice", &[])
+        .entitlement("e", "app", &["alice"]);
     for c in connectors {
-        ops.push(format!(
-            r#"{{"op":"upsert","kind":"connector","id":"{c}","data":{{"zone":"z1"}}}}"#
-        ));
+        site = site.connector(c, "z1");
     }
     for v in 0..vdas {
-        ops.push(format!(r#"{{"op":"upsert","kind":"machine","id":"vda{v:04}.z1.example","data":{{"zone":"z1","delivery_group":"g"}}}}"#));
+        site = site.machine(&format!("vda{v:04}.z1.example"), "z1", "g", None);
     }
-    let mut lines = vec![format!(
-        r#"{{"ts":"{}","type":"config.change","version":1,"ops":[{}]}}"#,
-        ts(0),
-        ops.join(",")
-    )];
+    let mut lines = vec![build::text(&site.change(t0, 1))];
     let total = hours * 3600;
     for second in 1..total {
+        let ts = t0.plus_s(second);
         if second % 60 == 1 {
             let ok = !(total / 3..2 * total / 3).contains(&second);
             for c in connectors {
-                lines.push(format!(
-                    r#"{{"ts":"{}","type":"health.check","connector":"{c}","ok":{ok}}}"#,
-                    ts(second)
-                ));
-                lines.push(format!(r#"{{"ts":"{}","type":"storefront.heartbeat","connector":"{c}","storefront":"sf"}}"#, ts(second)));
+                lines.push(build::text(&records::health_check(ts, c, ok)));
+                lines.push(build::text(&records::storefront(ts, c, "sf")));
                 for p in connectors.iter().filter(|p| **p != c) {
-                    lines.push(format!(r#"{{"ts":"{}","type":"peer.probe","connector":"{c}","peer":"{p}","ok":true}}"#, ts(second)));
+                    lines.push(build::text(&records::peer_probe(ts, c, p, true)));
                 }
             }
-            lines.push(format!(
-                r#"{{"ts":"{}","type":"launch.request","request":"r{second}","connector":"cc1.z1.example","user":"alice","resource":"app","client":{{"name":"pc","ip":"10.0.0.1"}}}}"#,
-                ts(second)
-            ));
+            let request = format!("r{second}");
+            let launch = records::launch(ts, &request, "cc1.z1.example", "alice", "app");
+            lines.push(build::text(&launch));
         }
         for v in (0..vdas).filter(|v| (*v as u64 * 300 / vdas as u64) == second % 300) {
-            lines.push(format!(r#"{{"ts":"{}","type":"vda.heartbeat","machine":"vda{v:04}.z1.example","sessions":[]}}"#, ts(second)));
+            let machine = format!("vda{v:04}.z1.example");
+            lines.push(build::text(&records::heartbeat(ts, &machine, &[])));
         }
     }
     lines.join("\n") + "\n"

@@ -16,6 +16,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use lhc_engine::build::{self, SiteBuilder};
+use lhc_engine::config::DeliveryGroupKind;
 use lhc_engine::Ts;
 use serde_json::Value;
 
@@ -43,27 +45,19 @@ fn write_config(dir: &Path) -> PathBuf {
         r#"{{"ts":"{}","type":"engine.params","second_check_s":2,"peer_health_window_s":2,"storefront_window_s":30,"initial_ha_s":3,"pending_recovery_s":3,"peer_timeout_s":3,"report_interval_s":30}}"#,
         iso(t)
     );
-    let mut ops = vec![
-        r#"{"op":"upsert","kind":"zone","id":"z1","data":{"name":"Zone 1"}}"#.to_string(),
-        r#"{"op":"upsert","kind":"delivery_group","id":"g","data":{"kind":"multi_session"}}"#
-            .to_string(),
-        r#"{"op":"upsert","kind":"resource","id":"app","data":{"kind":"application","delivery_groups":["g"]}}"#.to_string(),
-        r#"{"op":"upsert","kind":"user","id":"alice"}"#.to_string(),
-        r#"{"op":"upsert","kind":"entitlement","id":"e","data":{"resource":"app","principals":["alice"]}}"#.to_string(),
-    ];
+    let mut site = SiteBuilder::new()
+        .zone("z1")
+        .group("g", DeliveryGroupKind::MultiSession)
+        .application("app", &["g"])
+        .user("alice", &[])
+        .entitlement("e", "app", &["alice"]);
     for c in [A, B, C] {
-        ops.push(format!(
-            r#"{{"op":"upsert","kind":"connector","id":"{c}","data":{{"zone":"z1"}}}}"#
-        ));
+        site = site.connector(c, "z1");
     }
     for v in ["vda1.z1.test", "vda2.z1.test"] {
-        ops.push(format!(r#"{{"op":"upsert","kind":"machine","id":"{v}","data":{{"zone":"z1","delivery_group":"g","max_sessions":50}}}}"#));
+        site = site.machine(v, "z1", "g", Some(50));
     }
-    let config = format!(
-        r#"{{"ts":"{}","type":"config.change","version":1,"ops":[{}]}}"#,
-        iso(t + 1),
-        ops.join(",")
-    );
+    let config = build::text(&site.change(Ts(t + 1), 1));
     let path = dir.join("site.jsonl");
     std::fs::write(&path, format!("{params}\n{config}\n")).unwrap();
     path

@@ -4,6 +4,8 @@
 
 use std::path::PathBuf;
 
+use lhc_engine::build::{self, records, SiteBuilder};
+use lhc_engine::config::DeliveryGroupKind;
 use lhc_engine::Engine;
 use lhc_log::LogEntry;
 use lhc_node::{Folder, Store, StoreOptions};
@@ -126,33 +128,24 @@ fn a_reopened_store_resumes_from_its_rows() {
 
 /// A site of `machines` VDAs in one zone with two connectors, each VDA heartbeating once.
 fn site(machines: usize) -> Vec<Vec<u8>> {
-    let mut ops = vec![
-        serde_json::json!({"op":"upsert","kind":"site","id":"site"}),
-        serde_json::json!({"op":"upsert","kind":"zone","id":"z","data":{"name":"Z"}}),
-        serde_json::json!({"op":"upsert","kind":"connector","id":"cc1.example","data":{"zone":"z"}}),
-        serde_json::json!({"op":"upsert","kind":"connector","id":"cc2.example","data":{"zone":"z"}}),
-        serde_json::json!({"op":"upsert","kind":"delivery_group","id":"g","data":{"kind":"multi_session"}}),
-    ];
+    let mut site = SiteBuilder::new()
+        .site(Default::default())
+        .zone("z")
+        .connector("cc1.example", "z")
+        .connector("cc2.example", "z")
+        .group("g", DeliveryGroupKind::MultiSession);
+    let name = |m: usize| format!("vda-{m:05}.example");
     for m in 0..machines {
-        ops.push(
-            serde_json::json!({"op":"upsert","kind":"machine","id":format!("vda-{m:05}.example"),
-            "data":{"zone":"z","delivery_group":"g"}}),
-        );
+        site = site.machine(&name(m), "z", "g", None);
     }
     let t0 = lhc_engine::Ts::parse("2026-01-05T09:00:00.000Z").unwrap();
-    let at = |ms: i64| lhc_engine::Ts(t0.millis() + ms).to_string();
-    let mut records =
-        vec![serde_json::json!({"ts":at(0),"type":"config.change","version":1,"ops":ops})];
+    let at = |ms: i64| lhc_engine::Ts(t0.millis() + ms);
+    let mut lines = vec![build::line(&site.change(at(0), 1))];
     for m in 0..machines {
-        records.push(
-            serde_json::json!({"ts":at(10 + m as i64),"type":"vda.heartbeat",
-            "machine":format!("vda-{m:05}.example"),"sessions":[]}),
-        );
+        let heartbeat = records::heartbeat(at(10 + m as i64), &name(m), &[]);
+        lines.push(build::line(&heartbeat));
     }
-    records
-        .into_iter()
-        .map(|r| serde_json::to_vec(&r).unwrap())
-        .collect()
+    lines
 }
 
 /// At the scale where it matters: once 2,000 VDAs have registered, a commit of ten

@@ -14,6 +14,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Subcommand;
+use lhc_engine::build::{self, records, SiteBuilder};
+use lhc_engine::config::DeliveryGroupKind;
+use lhc_engine::record::SessionState;
 use lhc_log::{EmbeddedLog, EmbeddedOptions, FsyncPolicy, Log};
 
 /// Benchmarks.
@@ -211,27 +214,26 @@ pub fn site_log(vdas: usize, hours: u64, outage: bool) -> Vec<Vec<u8>> {
         "cc2.zone1.corp.example",
         "cc3.zone1.corp.example",
     ];
-    let mut ops = vec![
-        r#"{"op":"upsert","kind":"site","id":"site","data":{"heartbeat_period_ms":600000}}"#
-            .to_string(),
-        r#"{"op":"upsert","kind":"zone","id":"zone1","data":{"name":"Zone 1"}}"#.to_string(),
-        r#"{"op":"upsert","kind":"delivery_group","id":"dg1","data":{"kind":"multi_session"}}"#
-            .to_string(),
-    ];
+    let site_data = lhc_engine::config::SiteData {
+        heartbeat_period_ms: 600_000,
+        ..Default::default()
+    };
+    let mut site = SiteBuilder::new()
+        .site(site_data)
+        .zone("zone1")
+        .group("dg1", DeliveryGroupKind::MultiSession);
     for c in connectors {
-        ops.push(format!(
-            r#"{{"op":"upsert","kind":"connector","id":"{c}","data":{{"zone":"zone1"}}}}"#
-        ));
+        site = site.connector(c, "zone1");
     }
     for v in 0..vdas {
-        ops.push(format!(
-            r#"{{"op":"upsert","kind":"machine","id":"vda{v:05}.zone1.corp.example","data":{{"zone":"zone1","delivery_group":"dg1"}}}}"#
-        ));
+        site = site.machine(
+            &format!("vda{v:05}.zone1.corp.example"),
+            "zone1",
+            "dg1",
+            None,
+        );
     }
-    let mut records = vec![format!(
-        r#"{{"ts":"{t0}","type":"config.change","version":1,"ops":[{}]}}"#,
-        ops.join(",")
-    )];
+    let mut lines = vec![build::line(&site.change(t0, 1))];
     let total_s = hours * 3600;
     let (outage_from, outage_to) = if outage {
         (total_s / 3, 2 * total_s / 3)
@@ -244,40 +246,42 @@ pub fn site_log(vdas: usize, hours: u64, outage: bool) -> Vec<Vec<u8>> {
         let ts = t0.plus_s(second);
         if second % 60 == 1 {
             let ok = !(outage_from..outage_to).contains(&second);
-            records.extend(connector_minute(ts, &connectors, ok));
+            lines.extend(connector_minute(ts, &connectors, ok));
         }
         for v in (0..vdas).filter(|v| (*v as u64 * 300 / vdas.max(1) as u64) == second % 300) {
-            let sessions = match v % 3 {
-                0 => String::new(),
-                1 => format!(r#"{{"id":"s{v}","user":"user{v}","state":"active"}}"#),
-                _ => format!(
-                    r#"{{"id":"s{v}","user":"user{v}","state":"active"}},{{"id":"t{v}","user":"u{v}","state":"disconnected"}}"#
-                ),
+            let (s, t, user, other) = (
+                format!("s{v}"),
+                format!("t{v}"),
+                format!("user{v}"),
+                format!("u{v}"),
+            );
+            let sessions: &[(&str, &str, SessionState)] = match v % 3 {
+                0 => &[],
+                1 => &[(&s, &user, SessionState::Active)],
+                _ => &[
+                    (&s, &user, SessionState::Active),
+                    (&t, &other, SessionState::Disconnected),
+                ],
             };
-            records.push(format!(r#"{{"ts":"{ts}","type":"vda.heartbeat","machine":"vda{v:05}.zone1.corp.example","sessions":[{sessions}]}}"#));
+            let machine = format!("vda{v:05}.zone1.corp.example");
+            lines.push(build::line(&records::heartbeat(ts, &machine, sessions)));
         }
     }
-    records.into_iter().map(String::into_bytes).collect()
+    lines
 }
 
 /// What each connector reports once a minute: its health check, a StoreFront heartbeat,
 /// and a successful probe of each peer.
-fn connector_minute(ts: lhc_engine::Ts, connectors: &[&str], ok: bool) -> Vec<String> {
-    let mut records = Vec::new();
+fn connector_minute(ts: lhc_engine::Ts, connectors: &[&str], ok: bool) -> Vec<Vec<u8>> {
+    let mut lines = Vec::new();
     for c in connectors {
-        records.push(format!(
-            r#"{{"ts":"{ts}","type":"health.check","connector":"{c}","ok":{ok}}}"#
-        ));
-        records.push(format!(
-            r#"{{"ts":"{ts}","type":"storefront.heartbeat","connector":"{c}","storefront":"sf1"}}"#
-        ));
+        lines.push(build::line(&records::health_check(ts, c, ok)));
+        lines.push(build::line(&records::storefront(ts, c, "sf1")));
         for p in connectors.iter().filter(|p| *p != c) {
-            records.push(format!(
-                r#"{{"ts":"{ts}","type":"peer.probe","connector":"{c}","peer":"{p}","ok":true}}"#
-            ));
+            lines.push(build::line(&records::peer_probe(ts, c, p, true)));
         }
     }
-    records
+    lines
 }
 
 fn fold_bench(vdas: usize, hours: u64, outage: bool) -> anyhow::Result<ExitCode> {
@@ -613,34 +617,29 @@ fn launch_bench(vdas: usize, launches: usize) -> anyhow::Result<ExitCode> {
         "cc2.zone1.corp.example",
         "cc3.zone1.corp.example",
     ];
-    let mut ops = vec![
-        r#"{"op":"upsert","kind":"site","id":"site"}"#.to_string(),
-        r#"{"op":"upsert","kind":"zone","id":"zone1","data":{"name":"Zone 1"}}"#.to_string(),
-        r#"{"op":"upsert","kind":"delivery_group","id":"dg1","data":{"kind":"multi_session"}}"#.to_string(),
-        r#"{"op":"upsert","kind":"resource","id":"app","data":{"kind":"application","delivery_groups":["dg1"]}}"#.to_string(),
-        r#"{"op":"upsert","kind":"group","id":"staff"}"#.to_string(),
-        r#"{"op":"upsert","kind":"entitlement","id":"e","data":{"resource":"app","principals":["staff"]}}"#.to_string(),
-    ];
+    let mut site = SiteBuilder::new()
+        .site(Default::default())
+        .zone("zone1")
+        .group("dg1", DeliveryGroupKind::MultiSession)
+        .application("app", &["dg1"])
+        .user_group("staff")
+        .entitlement("e", "app", &["staff"]);
     for c in connectors {
-        ops.push(format!(
-            r#"{{"op":"upsert","kind":"connector","id":"{c}","data":{{"zone":"zone1"}}}}"#
-        ));
+        site = site.connector(c, "zone1");
     }
     for v in 0..vdas {
-        ops.push(format!(
-            r#"{{"op":"upsert","kind":"machine","id":"vda{v:05}.zone1.corp.example","data":{{"zone":"zone1","delivery_group":"dg1","max_sessions":20}}}}"#
-        ));
+        site = site.machine(
+            &format!("vda{v:05}.zone1.corp.example"),
+            "zone1",
+            "dg1",
+            Some(20),
+        );
     }
     let users = launches.max(1);
     for u in 0..users {
-        ops.push(format!(
-            r#"{{"op":"upsert","kind":"user","id":"user{u:06}","data":{{"groups":["staff"]}}}}"#
-        ));
+        site = site.user(&format!("user{u:06}"), &["staff"]);
     }
-    let mut setup = vec![format!(
-        r#"{{"ts":"{t0}","type":"config.change","version":1,"ops":[{}]}}"#,
-        ops.join(",")
-    )];
+    let mut setup = vec![build::line(&site.change(t0, 1))];
     // Healthy, then the cloud fails at 60 s: LHC mode at 120 s (cc1 elected).
     for second in [1u64, 61, 121] {
         setup.extend(connector_minute(
@@ -649,34 +648,32 @@ fn launch_bench(vdas: usize, launches: usize) -> anyhow::Result<ExitCode> {
             second < 60,
         ));
     }
-    let heartbeats: Vec<String> = (0..vdas)
+    let heartbeats: Vec<Vec<u8>> = (0..vdas)
         .map(|v| {
-            format!(
-                r#"{{"ts":"{}","type":"vda.heartbeat","machine":"vda{v:05}.zone1.corp.example","sessions":[]}}"#,
-                t0.plus_s(130)
-            )
+            let machine = format!("vda{v:05}.zone1.corp.example");
+            build::line(&records::heartbeat(t0.plus_s(130), &machine, &[]))
         })
         .collect();
-    let requests: Vec<String> = (0..launches)
+    let requests: Vec<Vec<u8>> = (0..launches)
         .map(|i| {
-            format!(
-                r#"{{"ts":"{}","type":"launch.request","request":"r{i}","connector":"cc1.zone1.corp.example","user":"user{:06}","resource":"app","client":{{"name":"pc{i}","ip":"10.0.0.1"}}}}"#,
+            let (request, user) = (format!("r{i}"), format!("user{:06}", i % users));
+            let launch = records::launch(
                 t0.plus_s(140),
-                i % users
-            )
+                &request,
+                "cc1.zone1.corp.example",
+                &user,
+                "app",
+            );
+            build::line(&launch)
         })
         .collect();
     let mut engine = lhc_engine::Engine::new();
     let mut out = Vec::new();
     let mut offset = 0u64;
     let mut feed =
-        |engine: &mut lhc_engine::Engine, lines: &[String], out: &mut Vec<lhc_engine::Output>| {
+        |engine: &mut lhc_engine::Engine, lines: &[Vec<u8>], out: &mut Vec<lhc_engine::Output>| {
             for line in lines {
-                engine.apply(
-                    offset,
-                    lhc_engine::decode_record_at(line.as_bytes(), offset),
-                    out,
-                );
+                engine.apply(offset, lhc_engine::decode_record_at(line, offset), out);
                 offset += 1;
             }
         };

@@ -13,6 +13,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
+use lhc_engine::build::{self, SiteBuilder};
+use lhc_engine::config::DeliveryGroupKind;
 use lhc_log::{EmbeddedLog, EmbeddedOptions, KafkaLog, KafkaOptions, Log};
 use lhc_node::live::{self, NodeConfig, SiteLog};
 use lhc_node::{Store, StoreOptions};
@@ -145,28 +147,25 @@ fn free_addr() -> anyhow::Result<SocketAddr> {
 /// One zone, this node, 200 multi-session VDAs and `users` users entitled to one app.
 fn config(users: usize) -> Vec<u8> {
     let ts = lhc_engine::Ts(now_ms() - 5_000);
-    let mut ops = vec![
-        r#"{"op":"upsert","kind":"zone","id":"zone1","data":{"name":"Zone 1"}}"#.to_string(),
-        r#"{"op":"upsert","kind":"delivery_group","id":"dg1","data":{"kind":"multi_session"}}"#
-            .to_string(),
-        r#"{"op":"upsert","kind":"resource","id":"app","data":{"kind":"application","delivery_groups":["dg1"]}}"#.to_string(),
-        r#"{"op":"upsert","kind":"group","id":"staff"}"#.to_string(),
-        r#"{"op":"upsert","kind":"entitlement","id":"e","data":{"resource":"app","principals":["staff"]}}"#.to_string(),
-        format!(r#"{{"op":"upsert","kind":"connector","id":"{NODE}","data":{{"zone":"zone1"}}}}"#),
-    ];
+    let mut site = SiteBuilder::new()
+        .zone("zone1")
+        .group("dg1", DeliveryGroupKind::MultiSession)
+        .application("app", &["dg1"])
+        .user_group("staff")
+        .entitlement("e", "app", &["staff"])
+        .connector(NODE, "zone1");
     for v in 0..200 {
-        ops.push(format!(r#"{{"op":"upsert","kind":"machine","id":"vda{v:03}.zone1.corp.example","data":{{"zone":"zone1","delivery_group":"dg1","max_sessions":500}}}}"#));
+        site = site.machine(
+            &format!("vda{v:03}.zone1.corp.example"),
+            "zone1",
+            "dg1",
+            Some(500),
+        );
     }
     for u in 0..users {
-        ops.push(format!(
-            r#"{{"op":"upsert","kind":"user","id":"user{u:06}","data":{{"groups":["staff"]}}}}"#
-        ));
+        site = site.user(&format!("user{u:06}"), &["staff"]);
     }
-    format!(
-        r#"{{"ts":"{ts}","type":"config.change","version":1,"ops":[{}]}}"#,
-        ops.join(",")
-    )
-    .into_bytes()
+    build::line(&site.change(ts, 1))
 }
 
 fn fsync_name(policy: lhc_log::FsyncPolicy) -> String {
