@@ -15,8 +15,9 @@ use super::{pool_key, Engine, Holder, Placement, Registrar, Tally, PENDING_LAUNC
 
 impl Engine {
     /// Where a machine contributes now: its registrar's pool of its group and zone, with its
-    /// load when it can take a session; `None` when no catalog knows it.
-    fn placement(&mut self, machine: &str) -> Option<Placement> {
+    /// load when it can take a session; `Some(None)` when no catalog knows it, `None` when
+    /// the engine has no runtime for it.
+    fn placement(&mut self, machine: &str) -> Option<Option<Placement>> {
         let runtime = self.machines.get(machine)?;
         // (Connector names fit a compact string inline: no allocation per placement.)
         let name = match &runtime.registrar {
@@ -31,7 +32,7 @@ impl Engine {
         let load = (runtime.sessions.len() + runtime.pending.len()) as u32;
         let catalog = self.catalog_of(holder);
         let lower = crate::snapshot::lower(machine);
-        catalog.as_ref().and_then(|catalog| {
+        Some(catalog.as_ref().and_then(|catalog| {
             let entry = catalog.machines.get(lower.as_ref())?;
             let group = catalog.groups.get(&entry.delivery_group);
             let maintenance = entry.maintenance || self.marked(holder, machine);
@@ -59,16 +60,15 @@ impl Engine {
                 registered: !maintenance && holder != Holder::Off,
                 tagged: !maintenance && holder != Holder::Off && tagged,
             })
-        })
+        }))
     }
 
     /// Recomputes one machine's contribution to the pools.
     pub(crate) fn place(&mut self, machine: &str) {
-        if !self.machines.contains_key(machine) {
+        let Some(desired) = self.placement(machine) else {
             return;
-        }
-        let desired = self.placement(machine);
-        let runtime = self.machines.get_mut(machine).expect("checked");
+        };
+        let runtime = self.machines.get_mut(machine).expect("placement found it");
         if runtime.placement.as_deref() == desired.as_ref() {
             return;
         }

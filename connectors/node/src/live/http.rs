@@ -438,10 +438,8 @@ async fn election(State(shared): State<AppState>) -> Result<Response, ApiError> 
     let engine = shared.engine.read().expect("engine lock");
     let me = me_in(&shared, &engine)?;
     let view = engine.election_view(&me).expect("me is configured");
-    let mut body = json!({ "connector": me });
-    if let (Some(body), serde_json::Value::Object(fields)) = (body.as_object_mut(), json!(view)) {
-        body.extend(fields);
-    }
+    let mut body = json!(view);
+    body["connector"] = json!(me);
     Ok(Json(body).into_response())
 }
 
