@@ -504,8 +504,8 @@ fn check_launch(engine: &Engine, outputs: &[Output], request: &str, offset: usiz
         .expect("brokered decisions name a machine");
     let runtime = &engine.machines()[machine];
     assert_eq!(
-        runtime.registrar,
-        Registrar::Connector(d.connector.clone()),
+        runtime.registrar(),
+        &Registrar::Connector(d.connector.clone()),
         "{d:?}: registered with the broker"
     );
     let c = &engine.connectors()[&d.connector];
@@ -516,12 +516,12 @@ fn check_launch(engine: &Engine, outputs: &[Output], request: &str, offset: usiz
         .expect("in the snapshot")
         .clone();
     assert!(
-        !entry.maintenance && !c.maintenance.contains(machine),
+        !entry.maintenance && !c.maintenance().contains(machine),
         "{d:?}: not in maintenance"
     );
-    assert_eq!(entry.zone, c.zone, "{d:?}: in the broker's zone");
+    assert_eq!(entry.zone, c.zone(), "{d:?}: in the broker's zone");
     // A reconnect resumes a session; capacity concerns new ones.
-    let load = (runtime.sessions.len() + runtime.pending.len()) as u32;
+    let load = (runtime.sessions().len() + runtime.pending().len()) as u32;
     let new = d.session == Some(lhc_engine::output::SessionKind::New);
     assert!(
         !new || load <= entry.max_sessions,

@@ -758,7 +758,7 @@ fn r_css_3_an_import_overlapping_an_episode_is_abandoned_even_after_it_ended() {
         WorkingNormally,
         "LHC mode was over by then"
     );
-    assert_eq!(engine.connectors()[A].snapshot, Some(1));
+    assert_eq!(engine.connectors()[A].snapshot(), Some(1));
     assert_eq!(engine.snapshot_of(A).unwrap().version, 1);
 }
 
@@ -1093,14 +1093,14 @@ fn r_css_5_admin_commands_change_what_they_name() {
     let mut sink = Vec::new();
     for (offset, line) in log.lines().enumerate() {
         let record = lhc_engine::decode_record(line.as_bytes()).unwrap();
-        if record.ts() > at(125.0) && engine.connectors()[A].ha_sdk {
+        if record.ts() > at(125.0) && engine.connectors()[A].ha_sdk() {
             let a = &engine.connectors()[A];
-            assert!(a.css_trace && a.sync_override_s == Some(120));
+            assert!(a.css_trace() && a.sync_override_s() == Some(120));
         }
         engine.apply(offset as u64, Ok(record), &mut sink);
     }
     let a = &engine.connectors()[A];
-    assert!(!a.ha_sdk && !a.css_trace && a.sync_override_s.is_none() && !a.forced);
+    assert!(!a.ha_sdk() && !a.css_trace() && a.sync_override_s().is_none() && !a.forced());
     assert_eq!(transitions(&out, B)[0].3, ForcedOutageEnabled);
     match (
         &events(&out, B, 3003)[0].data,
@@ -1620,7 +1620,7 @@ fn r_data_connectors_keep_users_clients_storefronts_and_lhc_activity() {
     );
     assert!(data.clients["alice-pc"].0.starts_with("192.0.2."));
     assert_eq!(
-        engine.connectors()[A].storefronts["sf1.example"],
+        engine.connectors()[A].storefronts()["sf1.example"],
         at(841.01)
     );
     // Activity is recorded during LHC mode only: the four launches at 800-803 s.
@@ -1675,7 +1675,7 @@ fn enumeration_lists_what_a_user_may_launch_and_where_it_runs() {
 fn a_brokered_session_counts_until_the_vda_reports_it() {
     // r-launch-4: alice brokered to m-multi-2 at 800 s in LHC mode.
     let mut engine = engine_after("r-launch-4", at(800.5));
-    let pending = &engine.machines()[MM2].pending;
+    let pending = &engine.machines()[MM2].pending();
     assert_eq!(pending.len(), 1, "carol's launch at 802 s comes later");
     assert_eq!(
         (pending[0].user.as_str(), pending[0].ts),
@@ -1684,7 +1684,7 @@ fn a_brokered_session_counts_until_the_vda_reports_it() {
     // A heartbeat without alice's session, younger than 120 s: still pending.
     let later = engine_after("r-launch-4", at(911.0));
     assert!(later.machines()[MM2]
-        .pending
+        .pending()
         .iter()
         .any(|p| p.user == "alice"));
     // The VDA reports alice's session: matched, and the session itself now counts.
@@ -1698,8 +1698,8 @@ fn a_brokered_session_counts_until_the_vda_reports_it() {
         decode_record_at(report.as_bytes(), 99_999),
         &mut out,
     );
-    assert!(engine.machines()[MM2].pending.is_empty());
-    assert_eq!(engine.machines()[MM2].sessions.len(), 1);
+    assert!(engine.machines()[MM2].pending().is_empty());
+    assert_eq!(engine.machines()[MM2].sessions().len(), 1);
     engine.check_invariants().unwrap();
 }
 
@@ -1709,10 +1709,10 @@ fn r_log_5_a_connector_is_started_with_every_service_running_until_a_record_says
     let engine = engine_after("r-state-1", at(60.0));
     let a = &engine.connectors()[A];
     assert_eq!(a.state(), WorkingNormally);
-    assert!(a.ha_running && a.rbp_running && a.css_running);
+    assert!(a.ha_running() && a.rbp_running() && a.css_running());
     let engine = engine_after("r-state-4", at(100.0));
     assert!(
-        !engine.connectors()[A].ha_running,
+        !engine.connectors()[A].ha_running(),
         "service.status stopped it at 62 s"
     );
 }
@@ -1829,7 +1829,7 @@ fn unknown_machines_keep_no_sessions() {
             &mut out,
         );
     }
-    assert!(engine.machines().values().all(|m| m.sessions.is_empty()));
+    assert!(engine.machines().values().all(|m| m.sessions().is_empty()));
     let grown = serde_json::to_vec(&engine).unwrap().len() - before;
     assert!(
         grown < 2000 * 300,
@@ -1878,5 +1878,5 @@ fn r_state_10_a_forced_connector_powered_on_during_the_outage_cannot_broker() {
     assert!(css_ids(&out, A).contains(&(at(901.0), 503)));
     assert!(css_ids(&out, A).contains(&(at(901.0), 504)));
     assert_eq!(chose(&out, "r2").0, A);
-    assert!(engine.connectors()[A].snapshot_usable);
+    assert!(engine.connectors()[A].snapshot_usable());
 }

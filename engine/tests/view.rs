@@ -96,7 +96,7 @@ fn a_started_peer_silent_for_the_bound_is_presumed_dead_and_a_stopped_one_never(
     let name = CONNECTORS[0];
     let c = &engine.connectors()[name];
     assert!(c.started());
-    let heard = c.last_check.map(|(t, _)| t).unwrap().max(c.state_since());
+    let heard = c.last_check().map(|(t, _)| t).unwrap().max(c.state_since());
     let after = std::time::Duration::from_secs(180);
     assert!(!engine.peer_presumed_dead(name, Ts(heard.millis() + 179_999), after));
     assert!(engine.peer_presumed_dead(name, Ts(heard.millis() + 180_000), after));

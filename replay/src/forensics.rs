@@ -213,7 +213,7 @@ impl Observer for Found {
                     let Some(c) = engine.connectors().get(&d.connector) else {
                         continue;
                     };
-                    let (Some(decided_on), current) = (c.snapshot, engine.site().version) else {
+                    let (Some(decided_on), current) = (c.snapshot(), engine.site().version) else {
                         continue;
                     };
                     if decided_on >= current {

@@ -149,7 +149,7 @@ impl Observer for Seen {
                 let forced: Vec<String> = engine
                     .connectors()
                     .iter()
-                    .filter(|(_, c)| &c.zone == zone && c.forced)
+                    .filter(|(_, c)| c.zone() == zone.as_str() && c.forced())
                     .map(|(n, _)| n.clone())
                     .collect();
                 self.forced_subset.insert(zone.clone(), forced);
@@ -165,9 +165,9 @@ impl Seen {
     fn follow_forced(&mut self, engine: &Engine, ts: lhc_engine::Ts) {
         let mut zones: BTreeMap<&str, (Vec<String>, usize)> = BTreeMap::new();
         for (name, c) in engine.connectors().iter().filter(|(_, c)| c.started()) {
-            let z = zones.entry(c.zone.as_str()).or_default();
+            let z = zones.entry(c.zone()).or_default();
             z.1 += 1;
-            if c.forced {
+            if c.forced() {
                 z.0.push(name.clone());
             }
         }
@@ -249,7 +249,7 @@ pub fn lint(source: &mut Source) -> Result<LintReport, SourceError> {
     // Zones: connectors and VDAs.
     let mut zone_connectors: BTreeMap<String, usize> = BTreeMap::new();
     for c in engine.connectors().values() {
-        *zone_connectors.entry(c.zone.clone()).or_default() += 1;
+        *zone_connectors.entry(c.zone().to_string()).or_default() += 1;
     }
     let mut zone_vdas: BTreeMap<String, usize> = BTreeMap::new();
     let mut group_zones: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();

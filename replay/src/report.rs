@@ -204,8 +204,8 @@ impl Observer for Reporter {
 fn sample(engine: &Engine, zone: &str, ts: Ts) -> RegistrationSample {
     let mut by_registrar = BTreeMap::new();
     for (name, c) in engine.connectors() {
-        if c.zone == zone {
-            by_registrar.insert(name.clone(), c.registrations.len() as u64);
+        if c.zone() == zone {
+            by_registrar.insert(name.clone(), c.registrations().len() as u64);
         }
     }
     let cloud = engine
@@ -213,7 +213,7 @@ fn sample(engine: &Engine, zone: &str, ts: Ts) -> RegistrationSample {
         .sorted()
         .into_iter()
         .filter(|(m, r)| {
-            r.registrar == lhc_engine::engine::Registrar::Cloud
+            *r.registrar() == lhc_engine::engine::Registrar::Cloud
                 && engine
                     .site()
                     .machine_zone(m)
@@ -246,7 +246,7 @@ fn observe(
         engine
             .connectors()
             .get(connector)
-            .map(|c| c.zone.clone())
+            .map(|c| c.zone().to_string())
             .unwrap_or_default()
     };
     match output {
@@ -262,7 +262,7 @@ fn observe(
                         let current = engine
                             .connectors()
                             .iter()
-                            .filter(|(_, c)| c.zone == zone)
+                            .filter(|(_, c)| c.zone() == zone)
                             .map(|(n, c)| {
                                 let state = if n == &e.connector { t.from } else { c.state() };
                                 (n.clone(), (state, false, detected_from))
@@ -271,7 +271,7 @@ fn observe(
                         let lanes = engine
                             .connectors()
                             .iter()
-                            .filter(|(_, c)| c.zone == zone)
+                            .filter(|(_, c)| c.zone() == zone)
                             .map(|(n, _)| (n.clone(), Vec::new()))
                             .collect();
                         open.insert(
@@ -309,7 +309,7 @@ fn observe(
                             && engine
                                 .connectors()
                                 .get(&e.connector)
-                                .is_some_and(|c| c.elected.as_deref() == Some(&e.connector));
+                                .is_some_and(|c| c.elected() == Some(e.connector.as_str()));
                         set_state(o, &e.connector, t.to, brokering, e.ts);
                         let all_out = o.current.values().all(|(s, _, _)| !in_lhc(*s));
                         if all_out {
@@ -326,7 +326,7 @@ fn observe(
                         let zone_normal = engine
                             .connectors()
                             .values()
-                            .filter(|c| c.zone == zone)
+                            .filter(|c| c.zone() == zone)
                             .all(|c| c.state() == ConnectorState::WorkingNormally);
                         if zone_normal {
                             detection.remove(&zone);

@@ -545,7 +545,7 @@ impl Simulator {
             self.engine
                 .connectors()
                 .get(&self.connectors[**i].0)
-                .is_some_and(|c| c.brokering)
+                .is_some_and(|c| c.brokering())
         });
         let i = match brokering {
             Some(i) => *i,

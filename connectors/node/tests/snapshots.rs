@@ -66,7 +66,7 @@ fn snapshot_families_follow_imports_and_a_reopened_store_equals_the_fold() {
             if let lhc_engine::Output::Event(e) = o {
                 if e.event_id == 505 {
                     let c = &reference.connectors()[&e.connector];
-                    let kept = c.snapshot.expect("a fallback snapshot");
+                    let kept = c.snapshot().expect("a fallback snapshot");
                     assert!(store
                         .snapshot_families()
                         .contains(&format!("snapshot-v{kept}")));
@@ -118,7 +118,7 @@ fn a_successful_import_switches_to_a_fresh_family_and_drops_the_old() {
         let versions: Vec<u64> = engine
             .connectors()
             .values()
-            .filter_map(|c| c.snapshot)
+            .filter_map(|c| c.snapshot())
             .collect();
         if used.last() != Some(&versions) {
             used.push(versions);

@@ -181,18 +181,18 @@ impl Engine {
         // The machine with the fewest sessions across the resource's groups (the cloud: in
         // its preferred zone first, site-wide), ties in FQDN order; a static group decides
         // at once, in the configured order.
+        let ask = Ask {
+            catalog: &catalog,
+            holder,
+            user,
+            preference: resource.zone_preference.as_deref(),
+            zone: zone.as_deref(),
+            ts,
+        };
         let mut first_reason = None;
         let mut best: Option<(bool, u32, u32)> = None;
         for group in &resource.delivery_groups {
-            match self.try_group(
-                &catalog,
-                holder,
-                group,
-                user,
-                resource.zone_preference.as_deref(),
-                zone.as_deref(),
-                ts,
-            ) {
+            match self.try_group(&ask, group) {
                 Ok(Found::Chosen(choice)) => return Ok(choice),
                 Ok(Found::Candidate(key)) => {
                     if best.is_none_or(|b| key < b) {
@@ -238,17 +238,17 @@ impl Engine {
         })
     }
 
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn try_group(
-        &mut self,
-        catalog: &Arc<Snapshot>,
-        holder: Holder<'_>,
-        group_id: &str,
-        user: &str,
-        preference: Option<&str>,
-        zone: Option<&str>,
-        ts: Ts,
-    ) -> Result<Found, Reason> {
+    /// One delivery group of the resource: a static group's machine at once, or the best
+    /// candidate of its pools.
+    pub(super) fn try_group(&mut self, ask: &Ask<'_>, group_id: &str) -> Result<Found, Reason> {
+        let Ask {
+            catalog,
+            holder,
+            user,
+            preference,
+            zone,
+            ..
+        } = *ask;
         let lhc = zone.is_some();
         let group = catalog
             .groups
@@ -267,9 +267,7 @@ impl Engine {
             .flat_map(|zones| zones.keys().map(String::as_str))
             .collect();
         if group.kind == DeliveryGroupKind::SingleSessionStatic {
-            return self
-                .static_machine(catalog, holder, group_id, user, ts)
-                .map(Found::Chosen);
+            return self.static_machine(ask, group_id).map(Found::Chosen);
         }
         let pooled = group.kind == DeliveryGroupKind::SingleSessionPooled;
         if pooled && group.power_managed && lhc && !reuse_in_outage(catalog, group) {
@@ -379,12 +377,16 @@ impl Engine {
     /// first free machine assigned now.
     pub(super) fn static_machine(
         &mut self,
-        catalog: &Arc<Snapshot>,
-        holder: Holder<'_>,
+        ask: &Ask<'_>,
         group_id: &str,
-        user: &str,
-        ts: Ts,
     ) -> Result<Choice, Reason> {
+        let Ask {
+            catalog,
+            holder,
+            user,
+            ts,
+            ..
+        } = *ask;
         let lhc = matches!(holder, Holder::Connector(_));
         let configured = catalog
             .assignments
@@ -561,4 +563,21 @@ pub(super) fn entitled(catalog: &Snapshot, resource: &snapshot::ResourceEntry, u
             .user_groups
             .get(user)
             .is_some_and(|groups| groups.iter().any(|g| resource.principals.contains(g)))
+}
+
+/// What one launch asks of each of its resource's delivery groups.
+#[derive(Clone, Copy)]
+pub(super) struct Ask<'a> {
+    /// The broker's catalog.
+    pub(super) catalog: &'a Arc<Snapshot>,
+    /// Who brokers.
+    pub(super) holder: Holder<'a>,
+    /// The user launching.
+    pub(super) user: &'a str,
+    /// The resource's zone preference.
+    pub(super) preference: Option<&'a str>,
+    /// The broker's zone in LHC mode (R-LAUNCH-2); `None` for the cloud.
+    pub(super) zone: Option<&'a str>,
+    /// The launch's time.
+    pub(super) ts: Ts,
 }

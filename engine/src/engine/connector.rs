@@ -97,20 +97,20 @@ impl<'a> Holder<'a> {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MachineRuntime {
     /// Current registration.
-    pub registrar: Registrar,
+    pub(crate) registrar: Registrar,
     /// Sessions of its last heartbeat (updated by session events).
-    pub sessions: Vec<SessionReport>,
+    pub(crate) sessions: Vec<SessionReport>,
     /// Last refusal per connector ("cloud" included) with the connector's epoch, so a
     /// refusal is reported once per change, not at every heartbeat.
-    pub refusals: BTreeMap<String, (Reason, u64)>,
+    pub(crate) refusals: BTreeMap<String, (Reason, u64)>,
     /// The machine's zone as of a site version (None: not configured), so a heartbeat
     /// costs one lookup. Derived from the configuration, so not saved.
     #[serde(skip)]
-    pub resolved: Option<(u64, Option<u32>)>,
+    pub(crate) resolved: Option<(u64, Option<u32>)>,
     /// Launches brokered to it that it has not reported yet (they count as load).
-    pub pending: Vec<crate::broker::PendingLaunch>,
+    pub(crate) pending: Vec<crate::broker::PendingLaunch>,
     /// Its contribution to the brokering pools.
-    pub placement: Option<Box<crate::broker::Placement>>,
+    pub(crate) placement: Option<Box<crate::broker::Placement>>,
 }
 
 /// A machine as listings show it (the node's SDK, `lhc query`).
@@ -125,6 +125,21 @@ pub struct MachineSummary<'a> {
 }
 
 impl MachineRuntime {
+    /// Who holds its registration.
+    pub fn registrar(&self) -> &Registrar {
+        &self.registrar
+    }
+
+    /// Sessions of its last report, as session events updated them.
+    pub fn sessions(&self) -> &[SessionReport] {
+        &self.sessions
+    }
+
+    /// Launches brokered to it that it has not reported yet.
+    pub fn pending(&self) -> &[crate::broker::PendingLaunch] {
+        &self.pending
+    }
+
     /// This machine, named `machine`, as listings show it.
     pub fn summary<'a>(&'a self, machine: &'a str) -> MachineSummary<'a> {
         MachineSummary {
@@ -139,109 +154,109 @@ impl MachineRuntime {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Episode {
     /// Entry into initial_ha.
-    pub started: Ts,
+    pub(crate) started: Ts,
     /// When the next 3507/3509 is due.
-    pub next_report: Ts,
+    pub(crate) next_report: Ts,
     /// Distinct machines that registered with this connector during the episode.
-    pub registered: BTreeSet<String>,
+    pub(crate) registered: BTreeSet<String>,
     /// `via: "lhc"` launches brokered.
-    pub successful_launches: u64,
+    pub(crate) successful_launches: u64,
     /// `via: "lhc"` launches rejected.
-    pub failed_launches: u64,
+    pub(crate) failed_launches: u64,
 }
 
 /// An import in progress (`import_duration_s` > 0).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PendingImport {
     /// Version being imported.
-    pub version: u64,
+    pub(crate) version: u64,
     /// When it completes.
-    pub done_at: Ts,
+    pub(crate) done_at: Ts,
     /// LHC mode started while it ran: it is abandoned with 507 even if LHC mode has ended
     /// by the time it completes (R-CSS-3).
     #[serde(default)]
-    pub lhc_started: bool,
+    pub(crate) lhc_started: bool,
 }
 
 /// One connector's state.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Connector {
     /// Zone id (lowercased), per the site configuration.
-    pub zone: String,
+    pub(crate) zone: String,
     /// State of the Remote Broker Provider state machine (changed only by `transition`,
     /// which also opens and closes the episode).
     pub(crate) state: ConnectorState,
     /// When the current state was entered.
     pub(crate) state_since: Ts,
     /// High Availability Service running.
-    pub ha_running: bool,
+    pub(crate) ha_running: bool,
     /// Remote Broker Provider running.
-    pub rbp_running: bool,
+    pub(crate) rbp_running: bool,
     /// Config Synchronizer running.
-    pub css_running: bool,
+    pub(crate) css_running: bool,
     /// Latest health check: (time, ok).
-    pub last_check: Option<(Ts, bool)>,
+    pub(crate) last_check: Option<(Ts, bool)>,
     /// First failed check of the current failure streak.
-    pub first_failure: Option<Ts>,
+    pub(crate) first_failure: Option<Ts>,
     /// Started (`connector.lifecycle` start) and no health check since: its first check
     /// decides what the restart did to its snapshot (R-STATE-10), runs its first config
     /// sync check (R-CSS-1), and until then it offers no cloud path (R-REG-1).
-    pub first_check_after_start: bool,
+    pub(crate) first_check_after_start: bool,
     /// It was stopped while in LHC mode (restarted during an outage): its snapshot stays
     /// usable and its first failed check after the start re-enters LHC mode at once
     /// (R-STATE-10). Consumed by that check.
     #[serde(default)]
-    pub stopped_in_lhc: bool,
+    pub(crate) stopped_in_lhc: bool,
     /// Start of the running pending_recovery period: entering pending_recovery, or
     /// disabling forced outage in it (a full new period, R-STATE-8).
     #[serde(default)]
-    pub recovery_since: Option<Ts>,
+    pub(crate) recovery_since: Option<Ts>,
     /// Latest StoreFront heartbeat.
-    pub storefront_last: Option<Ts>,
+    pub(crate) storefront_last: Option<Ts>,
     /// StoreFront servers seen, with their last contact (R-DATA).
-    pub storefronts: BTreeMap<String, Ts>,
+    pub(crate) storefronts: BTreeMap<String, Ts>,
     /// Latest probe of each peer: (time, ok, expiry already handled).
-    pub probes: BTreeMap<String, (Ts, bool, bool)>,
+    pub(crate) probes: BTreeMap<String, (Ts, bool, bool)>,
     /// Version of the imported snapshot.
-    pub snapshot: Option<u64>,
+    pub(crate) snapshot: Option<u64>,
     /// Whether the snapshot may be used (R-STATE-10 makes it unusable).
-    pub snapshot_usable: bool,
+    pub(crate) snapshot_usable: bool,
     /// A record has named this connector (its first sync check happened).
-    pub named: bool,
+    pub(crate) named: bool,
     /// Next config sync check.
-    pub next_sync: Option<Ts>,
+    pub(crate) next_sync: Option<Ts>,
     /// `set_config_sync_interval` override.
-    pub sync_override_s: Option<u64>,
+    pub(crate) sync_override_s: Option<u64>,
     /// Import in progress.
-    pub import: Option<PendingImport>,
+    pub(crate) import: Option<PendingImport>,
     /// A `storage.fault` waiting to fail the next import: its offset and detail.
-    pub storage_fault: Option<(u64, String)>,
+    pub(crate) storage_fault: Option<(u64, String)>,
     /// CSS trace mode.
-    pub css_trace: bool,
+    pub(crate) css_trace: bool,
     /// HA SDK (read-only query API) enabled.
-    pub ha_sdk: bool,
+    pub(crate) ha_sdk: bool,
     /// Forced outage set.
-    pub forced: bool,
+    pub(crate) forced: bool,
     /// Last 3002 reason reported, so each reason is reported once.
-    pub reported_ineligible: Option<IneligibleReason>,
+    pub(crate) reported_ineligible: Option<IneligibleReason>,
     /// Elected broker in this connector's view.
-    pub elected: Option<String>,
+    pub(crate) elected: Option<String>,
     /// Candidates in this connector's view, sorted.
-    pub candidates: Vec<String>,
+    pub(crate) candidates: Vec<String>,
     /// In LHC mode and elected in its own view.
-    pub brokering: bool,
+    pub(crate) brokering: bool,
     /// Bumped at every change that may turn a refusal into something else.
-    pub epoch: u64,
+    pub(crate) epoch: u64,
     /// Machines registered with this connector.
-    pub registrations: BTreeSet<String>,
+    pub(crate) registrations: BTreeSet<String>,
     /// Sessions on the machines registered with this connector (kept in step, for 3507).
-    pub session_count: u64,
+    pub(crate) session_count: u64,
     /// The current outage episode: there is one exactly while in LHC mode.
     pub(crate) episode: Option<Episode>,
     /// Machines this connector put in maintenance.
-    pub maintenance: BTreeSet<String>,
+    pub(crate) maintenance: BTreeSet<String>,
     /// The LHC database content besides the configuration (R-DATA).
-    pub data: crate::broker::LhcData,
+    pub(crate) data: crate::broker::LhcData,
 }
 
 impl Connector {
@@ -282,6 +297,91 @@ impl Connector {
             maintenance: BTreeSet::new(),
             data: Default::default(),
         }
+    }
+
+    /// Zone id (lowercased), per the site configuration.
+    pub fn zone(&self) -> &str {
+        &self.zone
+    }
+
+    /// Forced outage is set on it.
+    pub fn forced(&self) -> bool {
+        self.forced
+    }
+
+    /// Version of its imported snapshot, if any.
+    pub fn snapshot(&self) -> Option<u64> {
+        self.snapshot
+    }
+
+    /// Machines registered with it.
+    pub fn registrations(&self) -> &BTreeSet<String> {
+        &self.registrations
+    }
+
+    /// The broker it sees elected, if any.
+    pub fn elected(&self) -> Option<&str> {
+        self.elected.as_deref()
+    }
+
+    /// In LHC mode and elected in its own view: it brokers.
+    pub fn brokering(&self) -> bool {
+        self.brokering
+    }
+
+    /// Its High Availability SDK (read-only query API) is enabled.
+    pub fn ha_sdk(&self) -> bool {
+        self.ha_sdk
+    }
+
+    /// Candidates in its view, sorted.
+    pub fn candidates(&self) -> &[String] {
+        &self.candidates
+    }
+
+    /// CSS trace mode is on.
+    pub fn css_trace(&self) -> bool {
+        self.css_trace
+    }
+
+    /// Its `set_config_sync_interval` override, in seconds.
+    pub fn sync_override_s(&self) -> Option<u64> {
+        self.sync_override_s
+    }
+
+    /// StoreFront servers it has seen, with their last contact.
+    pub fn storefronts(&self) -> &BTreeMap<String, Ts> {
+        &self.storefronts
+    }
+
+    /// Its High Availability Service runs.
+    pub fn ha_running(&self) -> bool {
+        self.ha_running
+    }
+
+    /// Its Remote Broker Provider runs.
+    pub fn rbp_running(&self) -> bool {
+        self.rbp_running
+    }
+
+    /// Its Config Synchronizer runs.
+    pub fn css_running(&self) -> bool {
+        self.css_running
+    }
+
+    /// Its latest health check: (time, ok).
+    pub fn last_check(&self) -> Option<(Ts, bool)> {
+        self.last_check
+    }
+
+    /// Its snapshot may be used (a restart outside LHC mode makes it unusable).
+    pub fn snapshot_usable(&self) -> bool {
+        self.snapshot_usable
+    }
+
+    /// Machines it put in maintenance.
+    pub fn maintenance(&self) -> &BTreeSet<String> {
+        &self.maintenance
     }
 
     /// State of the Remote Broker Provider state machine.

@@ -77,15 +77,15 @@ pub fn run(args: QueryArgs, quiet: bool) -> anyhow::Result<ExitCode> {
                 .map(|(name, c)| {
                     json!({
                         "connector": name,
-                        "zone": c.zone,
+                        "zone": c.zone(),
                         "state": snake(&c.state()),
                         "since": c.state_since(),
-                        "elected": c.elected,
-                        "candidates": c.candidates,
-                        "brokering": c.brokering,
-                        "snapshot_version": c.snapshot,
-                        "registrations": c.registrations.len(),
-                        "forced_outage": c.forced,
+                        "elected": c.elected(),
+                        "candidates": c.candidates(),
+                        "brokering": c.brokering(),
+                        "snapshot_version": c.snapshot(),
+                        "registrations": c.registrations().len(),
+                        "forced_outage": c.forced(),
                     })
                 })
                 .collect();
@@ -103,7 +103,7 @@ pub fn run(args: QueryArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         What::Sessions { user } => {
             let mut list = Vec::new();
             for (name, m) in engine.machines().sorted() {
-                for s in &m.sessions {
+                for s in m.sessions() {
                     if user
                         .as_ref()
                         .is_none_or(|u| u.eq_ignore_ascii_case(&s.user))
@@ -120,8 +120,8 @@ pub fn run(args: QueryArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         What::Machine { name } => {
             let now = engine.machines().get(name.as_str()).map(|m| {
                 json!({
-                    "registered_with": m.registrar.name(),
-                    "sessions": m.sessions,
+                    "registered_with": m.registrar().name(),
+                    "sessions": m.sessions(),
                 })
             });
             let history: Vec<Value> = cut

@@ -525,14 +525,14 @@ async fn metrics(State(shared): State<AppState>) -> Response {
                     .get_or_create(&vec![("state".into(), snake(&s))])
                     .set(i64::from(s == c.state()));
             }
-            if let Some(e) = &c.elected {
+            if let Some(e) = c.elected() {
                 elected
-                    .get_or_create(&vec![("elected".into(), e.clone())])
+                    .get_or_create(&vec![("elected".into(), e.to_string())])
                     .set(1);
             }
-            registrations.set(c.registrations.len() as i64);
-            brokering.set(i64::from(c.brokering));
-            config_version.set(c.snapshot.map_or(-1, |v| v as i64));
+            registrations.set(c.registrations().len() as i64);
+            brokering.set(i64::from(c.brokering()));
+            config_version.set(c.snapshot().map_or(-1, |v| v as i64));
             let stats = shared.stats.lock().expect("stats");
             if let (Some((_, at)), Some(now)) = (stats.last_import, engine.now()) {
                 import_age.set(now.seconds_since(at));
@@ -784,7 +784,7 @@ async fn admin_sync_interval_clear(
 fn sdk(shared: &Shared, f: impl FnOnce(&Engine, &str) -> Value) -> Result<Response, ApiError> {
     let engine = shared.engine.read().expect("engine lock");
     let me = me_in(shared, &engine)?;
-    if !engine.connectors()[&me].ha_sdk {
+    if !engine.connectors()[&me].ha_sdk() {
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,
             "the HA SDK is disabled on this connector; enable it with POST /admin/ha-sdk {\"on\": true}",
@@ -820,9 +820,9 @@ async fn sdk_sessions(State(shared): State<AppState>) -> Result<Response, ApiErr
     sdk(&shared, |engine, me| {
         let c = &engine.connectors()[me];
         let mut sessions = Vec::new();
-        for name in &c.registrations {
+        for name in c.registrations() {
             if let Some(m) = engine.machines().get(name.as_str()) {
-                for s in &m.sessions {
+                for s in m.sessions() {
                     sessions.push(json!({
                         "machine": name,
                         "session": s.id,
@@ -839,6 +839,6 @@ async fn sdk_sessions(State(shared): State<AppState>) -> Result<Response, ApiErr
 async fn sdk_registrations(State(shared): State<AppState>) -> Result<Response, ApiError> {
     sdk(&shared, |engine, me| {
         let c = &engine.connectors()[me];
-        json!({ "connector": me, "registrations": c.registrations })
+        json!({ "connector": me, "registrations": c.registrations() })
     })
 }
