@@ -6,8 +6,9 @@
 //! line it encodes); it decides nothing and reads no clock: times are given.
 
 use crate::config::{
-    ConfigObject, ConfigOp, ConnectorData, DeliveryGroupData, DeliveryGroupKind, EntitlementData,
-    GroupData, MachineData, ResourceData, ResourceKind, SiteData, UserData, ZoneData,
+    AssignmentData, ConfigObject, ConfigOp, ConnectorData, DeliveryGroupData, DeliveryGroupKind,
+    EntitlementData, GroupData, MachineData, ResourceData, ResourceKind, SiteData, UserData,
+    ZoneData,
 };
 use crate::record::{
     Client, ConfigChange, HealthCheck, LaunchRequest, PeerProbe, Record, SessionReport,
@@ -102,6 +103,29 @@ impl SiteBuilder {
                 kind: ResourceKind::Application,
                 delivery_groups: groups.iter().map(|g| g.to_string()).collect(),
                 zone_preference: None,
+            },
+        })
+    }
+
+    /// A desktop published from `groups`.
+    pub fn desktop(self, id: &str, groups: &[&str]) -> SiteBuilder {
+        self.object(ConfigObject::Resource {
+            id: id.into(),
+            data: ResourceData {
+                kind: ResourceKind::Desktop,
+                delivery_groups: groups.iter().map(|g| g.to_string()).collect(),
+                zone_preference: None,
+            },
+        })
+    }
+
+    /// `machine` assigned to `user` (a static group's assignment).
+    pub fn assignment(self, id: &str, machine: &str, user: &str) -> SiteBuilder {
+        self.object(ConfigObject::Assignment {
+            id: id.into(),
+            data: AssignmentData {
+                machine: machine.into(),
+                user: user.into(),
             },
         })
     }

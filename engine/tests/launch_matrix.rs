@@ -1,12 +1,14 @@
 //! The full matrix of delivery group kind × {normal, LHC} × reuse flags (pooled groups),
 //! and static groups with and without an assignment (R-LAUNCH-5, R-LAUNCH-6).
 
+use lhc_engine::build::{records, text, SiteBuilder};
+use lhc_engine::config::{ConfigObject, DeliveryGroupData, DeliveryGroupKind, SiteData};
 use lhc_engine::output::{LaunchDecision, Outcome, Reason, Via};
-use lhc_engine::{decode_record_at, Engine, Output};
+use lhc_engine::{decode_record_at, Engine, Output, Ts};
 
 #[derive(Clone, Copy, Debug)]
 struct Cell {
-    kind: &'static str,
+    kind: DeliveryGroupKind,
     power_managed: bool,
     site_reuse: bool,
     group_reuse: bool,
@@ -16,52 +18,46 @@ struct Cell {
 /// One connector, one machine of the group, alice entitled; a launch at 300 s (normal
 /// operations) and at 800 s (LHC mode since 661 s, the VDA re-registered at 760 s).
 fn run(cell: Cell) -> (LaunchDecision, LaunchDecision) {
-    let ts = |s: u64| lhc_engine::Ts(1_767_603_600_000 + s as i64 * 1000).to_string();
-    let assignment = if cell.assigned {
-        r#",{"op":"upsert","kind":"assignment","id":"as","data":{"machine":"m1.z1","user":"alice"}}"#
-    } else {
-        ""
-    };
-    let mut lines = vec![format!(
-        r#"{{"ts":"{}","type":"config.change","version":1,"ops":[{{"op":"upsert","kind":"site","id":"site","data":{{"reuse_machines_without_shutdown_in_outage_allowed":{}}}}},{{"op":"upsert","kind":"zone","id":"z1","data":{{"name":"z"}}}},{{"op":"upsert","kind":"connector","id":"cc.z1","data":{{"zone":"z1"}}}},{{"op":"upsert","kind":"delivery_group","id":"g","data":{{"kind":"{}","power_managed":{},"reuse_machines_without_shutdown_in_outage":{}}}}},{{"op":"upsert","kind":"machine","id":"m1.z1","data":{{"zone":"z1","delivery_group":"g"}}}},{{"op":"upsert","kind":"resource","id":"r","data":{{"kind":"desktop","delivery_groups":["g"]}}}},{{"op":"upsert","kind":"user","id":"alice"}},{{"op":"upsert","kind":"entitlement","id":"e","data":{{"resource":"r","principals":["alice"]}}}}{assignment}]}}"#,
-        ts(0),
-        cell.site_reuse,
-        cell.kind,
-        cell.power_managed,
-        cell.group_reuse
-    )];
-    let mut events: Vec<(u64, String)> = Vec::new();
+    let ts = |s: u64| Ts(1_767_603_600_000 + s as i64 * 1000);
+    let mut site = SiteBuilder::new()
+        .site(SiteData {
+            reuse_machines_without_shutdown_in_outage_allowed: cell.site_reuse,
+            ..SiteData::default()
+        })
+        .zone("z1")
+        .connector("cc.z1", "z1")
+        .object(ConfigObject::DeliveryGroup {
+            id: "g".into(),
+            data: DeliveryGroupData {
+                kind: cell.kind,
+                power_managed: cell.power_managed,
+                shutdown_desktops_after_use: None,
+                reuse_machines_without_shutdown_in_outage: Some(cell.group_reuse),
+                session_limit_per_user: None,
+                restrict_to_tag: None,
+            },
+        })
+        .machine("m1.z1", "z1", "g", None)
+        .desktop("r", &["g"])
+        .user("alice", &[])
+        .entitlement("e", "r", &["alice"]);
+    if cell.assigned {
+        site = site.assignment("as", "m1.z1", "alice");
+    }
+    let mut records = vec![(0, site.change(ts(0), 1))];
     for t in (1..1000).step_by(60) {
-        events.push((
-            t,
-            format!(
-                r#"{{"ts":"{}","type":"health.check","connector":"cc.z1","ok":{}}}"#,
-                ts(t),
-                t < 600
-            ),
-        ));
-        events.push((t, format!(r#"{{"ts":"{}","type":"storefront.heartbeat","connector":"cc.z1","storefront":"sf"}}"#, ts(t))));
+        records.push((t, records::health_check(ts(t), "cc.z1", t < 600)));
+        records.push((t, records::storefront(ts(t), "cc.z1", "sf")));
     }
     for t in [10, 160, 760] {
-        events.push((
-            t,
-            format!(
-                r#"{{"ts":"{}","type":"vda.heartbeat","machine":"m1.z1","sessions":[]}}"#,
-                ts(t)
-            ),
-        ));
+        records.push((t, records::heartbeat(ts(t), "m1.z1", &[])));
     }
     for (t, request) in [(300, "normal"), (800, "lhc")] {
-        events.push((
-            t,
-            format!(
-                r#"{{"ts":"{}","type":"launch.request","request":"{request}","connector":"cc.z1","user":"alice","resource":"r","client":{{"name":"pc","ip":"10.0.0.1"}}}}"#,
-                ts(t)
-            ),
-        ));
+        records.push((t, records::launch(ts(t), request, "cc.z1", "alice", "r")));
     }
-    events.sort_by_key(|e| e.0);
-    lines.extend(events.into_iter().map(|e| e.1));
+    // Stable: at one instant, checks before heartbeats before launches, as pushed.
+    records.sort_by_key(|r| r.0);
+    let lines: Vec<String> = records.iter().map(|(_, r)| text(r)).collect();
     let mut engine = Engine::new();
     let mut out = Vec::new();
     for (i, line) in lines.iter().enumerate() {
@@ -96,7 +92,7 @@ fn pooled_groups_across_modes_and_reuse_flags() {
         for site_reuse in [false, true] {
             for group_reuse in [false, true] {
                 let cell = Cell {
-                    kind: "single_session_pooled",
+                    kind: DeliveryGroupKind::SingleSessionPooled,
                     power_managed,
                     site_reuse,
                     group_reuse,
@@ -123,7 +119,7 @@ fn pooled_groups_across_modes_and_reuse_flags() {
 fn static_groups_with_and_without_assignment() {
     for assigned in [true, false] {
         let cell = Cell {
-            kind: "single_session_static",
+            kind: DeliveryGroupKind::SingleSessionStatic,
             power_managed: true,
             site_reuse: false,
             group_reuse: false,
@@ -149,7 +145,7 @@ fn static_groups_with_and_without_assignment() {
 fn multi_session_groups_whatever_the_flags() {
     for (site_reuse, group_reuse) in [(false, false), (true, true)] {
         let cell = Cell {
-            kind: "multi_session",
+            kind: DeliveryGroupKind::MultiSession,
             power_managed: true,
             site_reuse,
             group_reuse,
