@@ -18,6 +18,12 @@ pub struct Cut {
     pub outputs: Vec<(u64, Output)>,
     /// Offset of the last record applied.
     pub last_offset: Option<u64>,
+    /// Time of the log's first and of the last applied record (decodable ones).
+    pub first_ts: Option<Ts>,
+    /// Time of the last record applied.
+    pub last_ts: Option<Ts>,
+    /// A record after the instant exists (the instant is inside the log's span).
+    pub more_after: bool,
 }
 
 /// Replays `source` up to `at` (records with `ts` <= `at`; undecodable records are
@@ -28,11 +34,17 @@ pub fn cut_at(source: &mut Source, at: Ts) -> Result<Cut, SourceError> {
         at,
         outputs: Vec::new(),
         last_offset: None,
+        first_ts: None,
+        last_ts: None,
+        more_after: false,
     };
     crate::drive::drive(source, &mut engine, &mut cutter)?;
     let Cutter {
         mut outputs,
         last_offset,
+        first_ts,
+        last_ts,
+        more_after,
         ..
     } = cutter;
     let mut out = Vec::new();
@@ -43,6 +55,9 @@ pub fn cut_at(source: &mut Source, at: Ts) -> Result<Cut, SourceError> {
         engine,
         outputs,
         last_offset,
+        first_ts,
+        last_ts,
+        more_after,
     })
 }
 
@@ -51,6 +66,9 @@ struct Cutter {
     at: Ts,
     outputs: Vec<(u64, Output)>,
     last_offset: Option<u64>,
+    first_ts: Option<Ts>,
+    last_ts: Option<Ts>,
+    more_after: bool,
 }
 
 impl Observer for Cutter {
@@ -58,10 +76,15 @@ impl Observer for Cutter {
 
     fn before(&mut self, step: Before<'_>) -> Result<Flow, SourceError> {
         let record = step.record;
-        Ok(match record {
-            Ok(record) if record.ts() > self.at => Flow::Stop,
-            _ => Flow::Apply,
-        })
+        if let Ok(record) = record {
+            self.first_ts.get_or_insert(record.ts());
+            if record.ts() > self.at {
+                self.more_after = true;
+                return Ok(Flow::Stop);
+            }
+            self.last_ts = Some(record.ts());
+        }
+        Ok(Flow::Apply)
     }
 
     fn after(&mut self, step: After<'_>) -> Result<(), SourceError> {

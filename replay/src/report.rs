@@ -61,6 +61,66 @@ pub struct RegistrationSample {
     pub by_registrar: BTreeMap<String, u64>,
     /// Machines of the zone registered with the cloud broker.
     pub cloud: u64,
+    /// Machines the configuration places in the zone that nobody holds.
+    pub unregistered: u64,
+}
+
+/// A launch rejected during an episode or its detection gap, in an admin's words.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct FailedLaunch {
+    /// When.
+    pub ts: Ts,
+    /// The request id.
+    pub request: String,
+    /// Who launched.
+    pub user: String,
+    /// What.
+    pub resource: String,
+    /// The resource's delivery groups (as configured then).
+    pub delivery_groups: Vec<String>,
+    /// The connector that answered.
+    pub connector: String,
+    /// The reason code.
+    pub reason: String,
+    /// What it means.
+    pub cause: &'static str,
+    /// What to do about it.
+    pub fix: &'static str,
+}
+
+/// An interval of an episode.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Band {
+    /// Start.
+    pub from: Ts,
+    /// End.
+    pub to: Ts,
+}
+
+/// A moment worth marking on the time axis.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Annotation {
+    /// When.
+    pub ts: Ts,
+    /// What kind: detected, lhc_start, election, stopped, started, cloud_back, lhc_end.
+    pub kind: &'static str,
+    /// What happened, in words.
+    pub text: String,
+}
+
+/// The imports of one configuration version on one connector.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct VersionLine {
+    /// The version.
+    pub version: u64,
+    /// When it was imported (504), if ever.
+    pub imported: Option<Ts>,
+    /// Failed imports (505).
+    pub failed: u64,
+    /// First and last failure.
+    pub failed_between: Option<(Ts, Ts)>,
+    /// The version kept after its failures (the fallback), if any.
+    pub kept: Option<u64>,
 }
 
 /// One LHC episode of one zone.
@@ -91,6 +151,18 @@ pub struct Episode {
     pub lost_in_detection_gap: u64,
     /// Launch decisions per minute: (minute start, brokered, rejected).
     pub launches_per_minute: Vec<(Ts, u64, u64)>,
+    /// Rejected launches, one row each.
+    pub failed_launches: Vec<FailedLaunch>,
+    /// Users with at least one rejected launch, sorted.
+    pub users_affected: Vec<String>,
+    /// Rejections per minute by reason: (minute start, reason → count).
+    pub failures_per_minute: Vec<(Ts, BTreeMap<String, u64>)>,
+    /// The detection gap: from the first failed check to the first entry into LHC mode.
+    pub detection_gap: Band,
+    /// Intervals with a connector of the zone in LHC mode and none brokering.
+    pub no_broker: Vec<Band>,
+    /// Moments to mark on the time axis, in time order.
+    pub annotations: Vec<Annotation>,
     /// The HA service's summaries (3507, 3508, 3509, 3510) as output.
     pub summaries: Vec<Output>,
 }
@@ -106,6 +178,8 @@ pub struct OutageReport {
     pub span: Option<(Ts, Ts)>,
     /// Episodes in start order.
     pub episodes: Vec<Episode>,
+    /// Each connector's config versions: imported, or failed and which version it kept.
+    pub config_versions: BTreeMap<String, Vec<VersionLine>>,
 }
 
 struct Open {
@@ -113,6 +187,10 @@ struct Open {
     /// Current state and brokering flag of each connector of the zone.
     current: BTreeMap<String, (ConnectorState, bool, Ts)>,
     brokering_since: Option<(Ts, Vec<String>)>,
+    /// Since when the zone is in LHC mode with nobody brokering.
+    no_broker_since: Option<Ts>,
+    /// Each connector's elected broker, as last seen (for "who → whom").
+    elected: BTreeMap<String, Option<String>>,
 }
 
 /// Replays `source` and builds the report.
@@ -125,6 +203,7 @@ pub fn outage_report(source: &mut Source) -> Result<OutageReport, SourceError> {
         last_ts,
         mut open,
         mut done,
+        versions,
         ..
     } = reporter;
     let end = last_ts.unwrap_or_default();
@@ -134,11 +213,22 @@ pub fn outage_report(source: &mut Source) -> Result<OutageReport, SourceError> {
         done.push(o.episode);
     }
     done.sort_by(|a, b| (a.start, &a.zone).cmp(&(b.start, &b.zone)));
+    for episode in &mut done {
+        let users: std::collections::BTreeSet<&String> = episode
+            .failed_launches
+            .iter()
+            .map(|f| &f.user)
+            .filter(|u| !u.is_empty())
+            .collect();
+        episode.users_affected = users.into_iter().cloned().collect();
+        episode.annotations.sort_by_key(|a| a.ts);
+    }
     Ok(OutageReport {
         source: source.describe().to_string(),
         records,
         span: first_ts.zip(last_ts),
         episodes: done,
+        config_versions: versions,
     })
 }
 
@@ -158,6 +248,12 @@ struct Reporter {
     open: BTreeMap<String, Open>,
     done: Vec<Episode>,
     next_sample: Option<i64>,
+    /// The launch request being applied: (request, user, resource).
+    launch: Option<(String, String, String)>,
+    /// Zone → rejected launches in the detection gap, before the episode opened.
+    gap_rows: BTreeMap<String, Vec<FailedLaunch>>,
+    /// Connector → its config versions.
+    versions: BTreeMap<String, Vec<VersionLine>>,
 }
 
 impl Observer for Reporter {
@@ -166,6 +262,12 @@ impl Observer for Reporter {
     fn before(&mut self, step: Before<'_>) -> Result<Flow, SourceError> {
         let record = step.record;
         self.ts = record.as_ref().ok().map(|r| r.ts());
+        self.launch = match record {
+            Ok(lhc_engine::Record::LaunchRequest(l)) => {
+                Some((l.request.clone(), l.user.clone(), l.resource.clone()))
+            }
+            _ => None,
+        };
         Ok(Flow::Apply)
     }
 
@@ -178,14 +280,7 @@ impl Observer for Reporter {
             self.last_ts = Some(ts);
         }
         for o in outputs.drain(..) {
-            observe(
-                engine,
-                &o,
-                &mut self.detection,
-                &mut self.gap,
-                &mut self.open,
-                &mut self.done,
-            );
+            self.observe(engine, &o);
         }
         // Registration samples, once a minute of log time, for open episodes.
         if let Some(ts) = self.ts {
@@ -220,10 +315,22 @@ fn sample(engine: &Engine, zone: &str, ts: Ts) -> RegistrationSample {
                     .is_some_and(|z| z.eq_ignore_ascii_case(zone))
         })
         .count() as u64;
+    let configured = engine
+        .site()
+        .of_kind(lhc_engine::config::ObjectKind::Machine)
+        .filter(|s| match &s.object {
+            lhc_engine::config::ConfigObject::Machine { data, .. } => {
+                data.zone.eq_ignore_ascii_case(zone)
+            }
+            _ => false,
+        })
+        .count() as u64;
+    let held = cloud + by_registrar.values().sum::<u64>();
     RegistrationSample {
         ts,
         by_registrar,
         cloud,
+        unregistered: configured.saturating_sub(held),
     }
 }
 
@@ -234,170 +341,296 @@ fn in_lhc(state: ConnectorState) -> bool {
     )
 }
 
-fn observe(
-    engine: &Engine,
-    output: &Output,
-    detection: &mut BTreeMap<String, Ts>,
-    gap: &mut BTreeMap<String, u64>,
-    open: &mut BTreeMap<String, Open>,
-    done: &mut Vec<Episode>,
-) {
-    let zone_of = |connector: &str| {
-        engine
-            .connectors()
-            .get(connector)
-            .map(|c| c.zone().to_string())
-            .unwrap_or_default()
-    };
-    match output {
-        Output::Event(e) => {
-            let zone = zone_of(&e.connector);
-            match e.kind() {
-                Some(EventKind::HealthCheckFailed) => {
-                    detection.entry(zone).or_insert(e.ts);
-                }
-                Some(EventKind::StateChanged(t)) => {
-                    if in_lhc(t.to) && !open.contains_key(&zone) {
-                        let detected_from = detection.get(&zone).copied().unwrap_or(e.ts);
-                        let current = engine
-                            .connectors()
-                            .iter()
-                            .filter(|(_, c)| c.zone() == zone)
-                            .map(|(n, c)| {
-                                let state = if n == &e.connector { t.from } else { c.state() };
-                                (n.clone(), (state, false, detected_from))
-                            })
-                            .collect();
-                        let lanes = engine
-                            .connectors()
-                            .iter()
-                            .filter(|(_, c)| c.zone() == zone)
-                            .map(|(n, _)| (n.clone(), Vec::new()))
-                            .collect();
-                        open.insert(
-                            zone.clone(),
-                            Open {
-                                episode: Episode {
-                                    zone: zone.clone(),
-                                    detected_from,
-                                    start: e.ts,
-                                    end: None,
-                                    duration_s: 0,
-                                    lanes,
-                                    elections: Vec::new(),
-                                    split_brain: Vec::new(),
-                                    registrations: vec![sample(engine, &zone, e.ts)],
-                                    launches: BTreeMap::new(),
-                                    lost_in_detection_gap: 0,
-                                    launches_per_minute: Vec::new(),
-                                    summaries: Vec::new(),
-                                },
-                                current,
-                                brokering_since: None,
-                            },
-                        );
-                        // Launches lost before the episode opened belong to it.
-                        let lost = gap.remove(&zone).unwrap_or(0);
-                        if lost > 0 {
-                            let ep = &mut open.get_mut(&zone).expect("just opened").episode;
-                            ep.lost_in_detection_gap += lost;
-                            *ep.launches.entry("cloud_unreachable".into()).or_default() += lost;
-                        }
+impl Reporter {
+    fn observe(&mut self, engine: &Engine, output: &Output) {
+        let Reporter {
+            detection,
+            gap,
+            open,
+            done,
+            launch,
+            gap_rows,
+            versions,
+            ..
+        } = self;
+        let zone_of = |connector: &str| {
+            engine
+                .connectors()
+                .get(connector)
+                .map(|c| c.zone().to_string())
+                .unwrap_or_default()
+        };
+        match output {
+            Output::Event(e) => {
+                let zone = zone_of(&e.connector);
+                match e.kind() {
+                    Some(EventKind::HealthCheckFailed) => {
+                        detection.entry(zone).or_insert(e.ts);
                     }
-                    if let Some(o) = open.get_mut(&zone) {
-                        let brokering = in_lhc(t.to)
-                            && engine
+                    Some(EventKind::StateChanged(t)) => {
+                        if in_lhc(t.to) && !open.contains_key(&zone) {
+                            let detected_from = detection.get(&zone).copied().unwrap_or(e.ts);
+                            let current = engine
                                 .connectors()
-                                .get(&e.connector)
-                                .is_some_and(|c| c.elected() == Some(e.connector.as_str()));
-                        set_state(o, &e.connector, t.to, brokering, e.ts);
-                        let all_out = o.current.values().all(|(s, _, _)| !in_lhc(*s));
-                        if all_out {
-                            let mut o = open.remove(&zone).expect("open");
-                            close_lanes(&mut o, e.ts);
-                            o.episode.end = Some(e.ts);
-                            o.episode.duration_s = e.ts.seconds_since(o.episode.start);
-                            o.episode.registrations.push(sample(engine, &zone, e.ts));
-                            done.push(o.episode);
-                            detection.remove(&zone);
-                        }
-                    } else if t.to == ConnectorState::WorkingNormally {
-                        // A false alarm (pending_ha and back): the detection restarts.
-                        let zone_normal = engine
-                            .connectors()
-                            .values()
-                            .filter(|c| c.zone() == zone)
-                            .all(|c| c.state() == ConnectorState::WorkingNormally);
-                        if zone_normal {
-                            detection.remove(&zone);
-                        }
-                    }
-                }
-                Some(EventKind::ElectionView(v)) => {
-                    if let Some(o) = open.get_mut(&zone) {
-                        o.episode.elections.push(ElectionChange {
-                            ts: e.ts,
-                            connector: e.connector.clone(),
-                            elected: v.elected.clone(),
-                        });
-                        let (state, _, _) = o.current[&e.connector];
-                        let brokering = in_lhc(state) && v.elected.as_deref() == Some(&e.connector);
-                        set_state(o, &e.connector, state, brokering, e.ts);
-                    }
-                }
-                Some(
-                    EventKind::ElectedReport(_)
-                    | EventKind::ElectedSummary(_)
-                    | EventKind::NonElected(_)
-                    | EventKind::NonElectedSummary(_),
-                ) => {
-                    if let Some(o) = open.get_mut(&zone) {
-                        o.episode.summaries.push(output.clone());
-                    } else if let Some(last) = done.iter_mut().rev().find(|d| d.zone == zone) {
-                        // 3508/3510 come with the transition that closed the episode.
-                        last.summaries.push(output.clone());
-                    }
-                }
-                _ => {}
-            }
-        }
-        Output::LaunchDecision(d) => {
-            let zone = zone_of(&d.connector);
-            let key = match d.outcome {
-                Outcome::Brokered => "brokered".to_string(),
-                Outcome::Rejected => d.reason.map(|r| snake(&r)).unwrap_or_default(),
-            };
-            let target = open.get_mut(&zone).map(|o| &mut o.episode);
-            match target {
-                Some(ep) => {
-                    *ep.launches.entry(key.clone()).or_default() += 1;
-                    let minute = Ts(d.ts.millis() / 60_000 * 60_000);
-                    match ep.launches_per_minute.last_mut() {
-                        Some((m, b, r)) if *m == minute => {
-                            if d.outcome == Outcome::Brokered {
-                                *b += 1
-                            } else {
-                                *r += 1
+                                .iter()
+                                .filter(|(_, c)| c.zone() == zone)
+                                .map(|(n, c)| {
+                                    let state = if n == &e.connector { t.from } else { c.state() };
+                                    (n.clone(), (state, false, detected_from))
+                                })
+                                .collect();
+                            let lanes = engine
+                                .connectors()
+                                .iter()
+                                .filter(|(_, c)| c.zone() == zone)
+                                .map(|(n, _)| (n.clone(), Vec::new()))
+                                .collect();
+                            open.insert(
+                                zone.clone(),
+                                Open {
+                                    episode: Episode {
+                                        zone: zone.clone(),
+                                        detected_from,
+                                        start: e.ts,
+                                        end: None,
+                                        duration_s: 0,
+                                        lanes,
+                                        elections: Vec::new(),
+                                        split_brain: Vec::new(),
+                                        registrations: vec![sample(engine, &zone, e.ts)],
+                                        launches: BTreeMap::new(),
+                                        lost_in_detection_gap: 0,
+                                        launches_per_minute: Vec::new(),
+                                        failed_launches: gap_rows.remove(&zone).unwrap_or_default(),
+                                        users_affected: Vec::new(),
+                                        failures_per_minute: Vec::new(),
+                                        detection_gap: Band {
+                                            from: detected_from,
+                                            to: e.ts,
+                                        },
+                                        no_broker: Vec::new(),
+                                        annotations: vec![
+                                            Annotation {
+                                                ts: detected_from,
+                                                kind: "detected",
+                                                text: "first failed health check".into(),
+                                            },
+                                            Annotation {
+                                                ts: e.ts,
+                                                kind: "lhc_start",
+                                                text: format!("LHC mode: {}", e.connector),
+                                            },
+                                        ],
+                                        summaries: Vec::new(),
+                                    },
+                                    current,
+                                    brokering_since: None,
+                                    no_broker_since: None,
+                                    elected: engine
+                                        .connectors()
+                                        .iter()
+                                        .filter(|(_, c)| c.zone() == zone)
+                                        .map(|(n, c)| (n.clone(), c.elected().map(str::to_string)))
+                                        .collect(),
+                                },
+                            );
+                            // Rejections already seen in the gap count per minute too.
+                            let ep = &mut open.get_mut(&zone).expect("just opened").episode;
+                            let gap_rows: Vec<(Ts, String)> = ep
+                                .failed_launches
+                                .iter()
+                                .map(|f| (f.ts, f.reason.clone()))
+                                .collect();
+                            for (ts, reason) in gap_rows {
+                                count_failure(ep, ts, &reason);
+                            }
+                            // Launches lost before the episode opened belong to it.
+                            let lost = gap.remove(&zone).unwrap_or(0);
+                            if lost > 0 {
+                                let ep = &mut open.get_mut(&zone).expect("just opened").episode;
+                                ep.lost_in_detection_gap += lost;
+                                *ep.launches.entry("cloud_unreachable".into()).or_default() += lost;
                             }
                         }
-                        _ => ep.launches_per_minute.push((
-                            minute,
-                            u64::from(d.outcome == Outcome::Brokered),
-                            u64::from(d.outcome != Outcome::Brokered),
-                        )),
+                        if let Some(o) = open.get_mut(&zone) {
+                            let brokering = in_lhc(t.to)
+                                && engine
+                                    .connectors()
+                                    .get(&e.connector)
+                                    .is_some_and(|c| c.elected() == Some(e.connector.as_str()));
+                            set_state(o, &e.connector, t.to, brokering, e.ts);
+                            let note = match (t.from, t.to) {
+                                (_, ConnectorState::Stopped) => {
+                                    Some(("stopped", format!("{} stopped", e.connector)))
+                                }
+                                (ConnectorState::Stopped, _) => {
+                                    Some(("started", format!("{} started", e.connector)))
+                                }
+                                (_, ConnectorState::PendingRecovery)
+                                    if !o
+                                        .episode
+                                        .annotations
+                                        .iter()
+                                        .any(|a| a.kind == "cloud_back") =>
+                                {
+                                    Some((
+                                        "cloud_back",
+                                        format!("cloud back: {} in pending recovery", e.connector),
+                                    ))
+                                }
+                                _ => None,
+                            };
+                            if let Some((kind, text)) = note {
+                                o.episode.annotations.push(Annotation {
+                                    ts: e.ts,
+                                    kind,
+                                    text,
+                                });
+                            }
+                            let all_out = o.current.values().all(|(s, _, _)| !in_lhc(*s));
+                            if all_out {
+                                let mut o = open.remove(&zone).expect("open");
+                                close_lanes(&mut o, e.ts);
+                                o.episode.annotations.push(Annotation {
+                                    ts: e.ts,
+                                    kind: "lhc_end",
+                                    text: "LHC mode ended: normal operations".into(),
+                                });
+                                o.episode.end = Some(e.ts);
+                                o.episode.duration_s = e.ts.seconds_since(o.episode.start);
+                                o.episode.registrations.push(sample(engine, &zone, e.ts));
+                                done.push(o.episode);
+                                detection.remove(&zone);
+                            }
+                        } else if t.to == ConnectorState::WorkingNormally {
+                            // A false alarm (pending_ha and back): the detection restarts.
+                            let zone_normal = engine
+                                .connectors()
+                                .values()
+                                .filter(|c| c.zone() == zone)
+                                .all(|c| c.state() == ConnectorState::WorkingNormally);
+                            if zone_normal {
+                                detection.remove(&zone);
+                            }
+                        }
                     }
-                    if key == "cloud_unreachable" {
-                        ep.lost_in_detection_gap += 1;
+                    Some(EventKind::ElectionView(v)) => {
+                        if let Some(o) = open.get_mut(&zone) {
+                            o.episode.elections.push(ElectionChange {
+                                ts: e.ts,
+                                connector: e.connector.clone(),
+                                elected: v.elected.clone(),
+                            });
+                            let before = o
+                                .elected
+                                .insert(e.connector.clone(), v.elected.clone())
+                                .flatten();
+                            o.episode.annotations.push(Annotation {
+                                ts: e.ts,
+                                kind: "election",
+                                text: format!(
+                                    "{}: elected {} → {}",
+                                    e.connector,
+                                    before.as_deref().unwrap_or("none"),
+                                    v.elected.as_deref().unwrap_or("none")
+                                ),
+                            });
+                            let (state, _, _) = o.current[&e.connector];
+                            let brokering =
+                                in_lhc(state) && v.elected.as_deref() == Some(&e.connector);
+                            set_state(o, &e.connector, state, brokering, e.ts);
+                        }
                     }
+                    Some(
+                        EventKind::ElectedReport(_)
+                        | EventKind::ElectedSummary(_)
+                        | EventKind::NonElected(_)
+                        | EventKind::NonElectedSummary(_),
+                    ) => {
+                        if let Some(o) = open.get_mut(&zone) {
+                            o.episode.summaries.push(output.clone());
+                        } else if let Some(last) = done.iter_mut().rev().find(|d| d.zone == zone) {
+                            // 3508/3510 come with the transition that closed the episode.
+                            last.summaries.push(output.clone());
+                        }
+                    }
+                    Some(EventKind::Imported(i)) => {
+                        version_line(versions, &e.connector, i.version).imported = Some(e.ts);
+                    }
+                    Some(EventKind::ImportFailed(f)) => {
+                        let line = version_line(versions, &e.connector, f.version);
+                        line.failed += 1;
+                        line.failed_between = Some(match line.failed_between {
+                            Some((first, _)) => (first, e.ts),
+                            None => (e.ts, e.ts),
+                        });
+                        line.kept = f.fallback_version;
+                    }
+                    _ => {}
                 }
-                None if key == "cloud_unreachable" && detection.contains_key(&zone) => {
-                    // In the detection gap: counted when the episode opens.
-                    *gap.entry(zone).or_default() += 1;
-                }
-                None => {}
             }
+            Output::LaunchDecision(d) => {
+                let zone = zone_of(&d.connector);
+                let key = match d.outcome {
+                    Outcome::Brokered => "brokered".to_string(),
+                    Outcome::Rejected => d.reason.map(|r| snake(&r)).unwrap_or_default(),
+                };
+                let row = d.reason.map(|reason| {
+                    let (request, user, resource) = launch
+                        .as_ref()
+                        .filter(|(request, _, _)| *request == d.request)
+                        .cloned()
+                        .unwrap_or_else(|| (d.request.clone(), String::new(), String::new()));
+                    let (cause, fix) = reason.advice();
+                    FailedLaunch {
+                        ts: d.ts,
+                        request,
+                        delivery_groups: resource_groups(engine, &resource),
+                        user,
+                        resource,
+                        connector: d.connector.clone(),
+                        reason: key.clone(),
+                        cause,
+                        fix,
+                    }
+                });
+                let target = open.get_mut(&zone).map(|o| &mut o.episode);
+                match target {
+                    Some(ep) => {
+                        if let Some(row) = row {
+                            count_failure(ep, row.ts, &row.reason);
+                            ep.failed_launches.push(row);
+                        }
+                        *ep.launches.entry(key.clone()).or_default() += 1;
+                        let minute = Ts(d.ts.millis() / 60_000 * 60_000);
+                        match ep.launches_per_minute.last_mut() {
+                            Some((m, b, r)) if *m == minute => {
+                                if d.outcome == Outcome::Brokered {
+                                    *b += 1
+                                } else {
+                                    *r += 1
+                                }
+                            }
+                            _ => ep.launches_per_minute.push((
+                                minute,
+                                u64::from(d.outcome == Outcome::Brokered),
+                                u64::from(d.outcome != Outcome::Brokered),
+                            )),
+                        }
+                        if key == "cloud_unreachable" {
+                            ep.lost_in_detection_gap += 1;
+                        }
+                    }
+                    None if key == "cloud_unreachable" && detection.contains_key(&zone) => {
+                        // In the detection gap: counted when the episode opens.
+                        *gap.entry(zone.clone()).or_default() += 1;
+                        gap_rows.entry(zone).or_default().extend(row);
+                    }
+                    None => {}
+                }
+            }
+            _ => {}
         }
-        _ => {}
     }
 }
 
@@ -424,6 +657,23 @@ fn set_state(o: &mut Open, connector: &str, state: ConnectorState, brokering: bo
             });
     }
     *entry = (state, brokering, ts);
+    // Nobody brokering while the zone is in LHC mode, and no connector of it back on the
+    // cloud path: a launch in the zone cannot succeed.
+    let zone_lhc = o.current.values().any(|(s, _, _)| in_lhc(*s));
+    let anyone = o
+        .current
+        .values()
+        .any(|(s, b, _)| *b || *s == ConnectorState::WorkingNormally);
+    match (o.no_broker_since, zone_lhc && !anyone) {
+        (None, true) => o.no_broker_since = Some(ts),
+        (Some(from), false) => {
+            if ts > from {
+                o.episode.no_broker.push(Band { from, to: ts });
+            }
+            o.no_broker_since = None;
+        }
+        _ => {}
+    }
     let brokers: Vec<String> = o
         .current
         .iter()
@@ -466,6 +716,11 @@ fn close_lanes(o: &mut Open, end: Ts) {
             });
         }
     }
+    if let Some(from) = o.no_broker_since.take() {
+        if end > from {
+            o.episode.no_broker.push(Band { from, to: end });
+        }
+    }
     if let Some((from, who)) = o.brokering_since.take() {
         o.episode.split_brain.push(SplitBrain {
             from,
@@ -473,4 +728,52 @@ fn close_lanes(o: &mut Open, end: Ts) {
             brokers: who,
         });
     }
+}
+
+/// Counts a rejection in its minute, by reason.
+fn count_failure(ep: &mut Episode, ts: Ts, reason: &str) {
+    let minute = Ts(ts.millis() / 60_000 * 60_000);
+    if ep
+        .failures_per_minute
+        .last()
+        .is_none_or(|(m, _)| *m != minute)
+    {
+        ep.failures_per_minute.push((minute, BTreeMap::new()));
+    }
+    let (_, counts) = ep.failures_per_minute.last_mut().expect("pushed");
+    *counts.entry(reason.to_string()).or_default() += 1;
+}
+
+/// The delivery groups of `resource` in the current configuration.
+fn resource_groups(engine: &Engine, resource: &str) -> Vec<String> {
+    match engine
+        .site()
+        .get(lhc_engine::config::ObjectKind::Resource, resource)
+        .map(|s| &s.object)
+    {
+        Some(lhc_engine::config::ConfigObject::Resource { data, .. }) => {
+            data.delivery_groups.clone()
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// The line of `version` in `connector`'s config timeline, added if new.
+fn version_line<'a>(
+    versions: &'a mut BTreeMap<String, Vec<VersionLine>>,
+    connector: &str,
+    version: u64,
+) -> &'a mut VersionLine {
+    let lines = versions.entry(connector.to_string()).or_default();
+    if let Some(i) = lines.iter().position(|l| l.version == version) {
+        return &mut lines[i];
+    }
+    lines.push(VersionLine {
+        version,
+        imported: None,
+        failed: 0,
+        failed_between: None,
+        kept: None,
+    });
+    lines.last_mut().expect("pushed")
 }

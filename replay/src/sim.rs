@@ -64,6 +64,44 @@ pub enum Scenario {
     StorageFault { connector: String, at_s: u64 },
 }
 
+impl Scenario {
+    /// Its option name and its span in seconds from the start of the log.
+    fn window(&self) -> (&'static str, u64, u64) {
+        match self {
+            Scenario::CloudOutage {
+                start_s,
+                duration_s,
+            } => ("--outage", *start_s, start_s + duration_s),
+            Scenario::Flapping {
+                start_s,
+                duration_s,
+                ..
+            } => ("--flap", *start_s, start_s + duration_s),
+            Scenario::Partition {
+                start_s,
+                duration_s,
+            } => ("--partition", *start_s, start_s + duration_s),
+            Scenario::ConnectorStop {
+                start_s,
+                duration_s,
+                ..
+            } => ("--stop", *start_s, start_s + duration_s),
+            Scenario::ForcedOutage {
+                start_s,
+                duration_s,
+                ..
+            } => ("--forced-outage", *start_s, start_s + duration_s),
+            Scenario::BadConfig { at_s, .. } => ("--bad-config", *at_s, *at_s),
+            Scenario::StorageFault { at_s, .. } => ("--storage-fault", *at_s, *at_s),
+        }
+    }
+}
+
+/// Seconds as h:mm:ss, for messages.
+fn clock(s: u64) -> String {
+    format!("{}:{:02}:{:02}", s / 3600, (s / 60) % 60, s % 60)
+}
+
 /// What to simulate.
 #[derive(Clone, Debug)]
 pub struct SimOptions {
@@ -196,6 +234,21 @@ impl Simulator {
         }
         if !(options.hours > 0.0 && options.hours <= 24.0 * 31.0) {
             return bad("--hours must be in (0, 744]".into());
+        }
+        // A scenario the log never reaches would leave the admin believing it was simulated.
+        let span_s = (options.hours * 3600.0) as u64;
+        for scenario in &options.scenarios {
+            let (what, from, to) = scenario.window();
+            if to > span_s || from >= span_s {
+                return bad(format!(
+                    "{what} at {}..{} lies outside the simulated {} (--hours {}): shorten or \
+                     move it, or raise --hours",
+                    clock(from),
+                    clock(to),
+                    clock(span_s),
+                    options.hours
+                ));
+            }
         }
         let rng = ChaCha8Rng::seed_from_u64(options.seed);
         let mut connectors = Vec::new();

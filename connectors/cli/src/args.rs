@@ -101,6 +101,43 @@ impl LogArgs {
         Ok(Box::new(log))
     }
 
+    /// The log as it stands, if it holds a log yet (an embedded directory that does not
+    /// exist, or has no segment, holds none), for checks before appending.
+    pub fn existing(&self) -> anyhow::Result<Option<Box<dyn Log>>> {
+        if self.kafka.kafka.is_none() {
+            let fresh = !self.log.is_dir()
+                || lhc_log::embedded::list_segments(&self.log)
+                    .map(|s| s.is_empty())
+                    .unwrap_or(false);
+            if fresh {
+                return Ok(None);
+            }
+        }
+        self.open_for_read().map(Some)
+    }
+
+    /// Refuses to add to a log that already holds records unless `append` is set, and
+    /// returns the offset the first new record will get and the time order to keep.
+    pub fn prepare_append(
+        &self,
+        append: bool,
+    ) -> anyhow::Result<(u64, lhc_log::validate::TimeOrder)> {
+        let Some(log) = self.existing()? else {
+            return Ok((0, Default::default()));
+        };
+        let (start, end) = (log.start_offset()?, log.end_offset()?);
+        if end > start && !append {
+            bail!(
+                "{} already holds {} record(s) (offsets {start}..{}); pass --append to add \
+                 after them, or name an empty or new log with --log",
+                log.describe(),
+                end - start,
+                end - 1
+            );
+        }
+        Ok((end, lhc_log::validate::TimeOrder::after_log(&*log)?))
+    }
+
     /// The embedded directory, unless Kafka is selected.
     pub fn embedded_dir(&self) -> Option<&PathBuf> {
         self.kafka.kafka.is_none().then_some(&self.log)
@@ -163,5 +200,39 @@ impl SourceArgs {
                 format!("cannot read site {} from kafka {}", o.site, o.brokers)
             }
         })
+    }
+}
+
+/// How a command prints its answer on stdout.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Format {
+    /// For people: tables and summaries.
+    #[default]
+    Table,
+    /// One JSON document.
+    Json,
+    /// One JSON value per line (a row, an episode, a finding), for jq and scripts.
+    Jsonl,
+}
+
+/// The `--format` option every printing command shares.
+#[derive(clap::Args, Clone, Debug)]
+pub struct FormatArgs {
+    /// Output format on stdout; diagnostics always go to stderr.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+    /// Same as --format json (kept for scripts written before --format).
+    #[arg(long, hide = true, conflicts_with = "format")]
+    pub json: bool,
+}
+
+impl FormatArgs {
+    /// The format asked for.
+    pub fn get(&self) -> Format {
+        if self.json {
+            Format::Json
+        } else {
+            self.format
+        }
     }
 }

@@ -7,13 +7,14 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 mod args;
 mod bench;
 mod commands;
 mod progress;
 mod render;
+mod time;
 
 use commands::{connector, demo, forensics, lint, log, query, replay, report, simulate};
 
@@ -24,7 +25,14 @@ use commands::{connector, demo, forensics, lint, log, query, replay, report, sim
 /// be replayed exactly. Logs live in an embedded directory (default `./lhc-data/log`) or in
 /// Kafka (`--kafka BROKERS --site S`).
 #[derive(Parser)]
-#[command(name = "lhc", version, propagate_version = true, max_term_width = 100)]
+#[command(
+    name = "lhc",
+    version,
+    long_version = long_version(),
+    propagate_version = true,
+    max_term_width = 100,
+    after_help = "Exit status: 0 ok, 1 findings (lint, log check, schema --check), 2 error."
+)]
 struct Cli {
     /// Print no progress bars or summaries (for scripts); errors still go to stderr.
     #[arg(long, short, global = true)]
@@ -72,6 +80,14 @@ enum Command {
     /// Measure throughput next to baselines from the same run (ratios, not wall-clock claims).
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// Print a shell completion script: `lhc completions bash > /etc/bash_completion.d/lhc`
+    /// (bash, zsh, fish, elvish, powershell).
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff): `lhc man > lhc.1 && man ./lhc.1`.
+    Man,
     /// Write the JSON Schemas of input records, output records and config objects.
     Schema {
         /// Directory to write into (created if missing).
@@ -107,14 +123,39 @@ fn main() -> ExitCode {
         Command::Forensics(command) => forensics::run(command, quiet),
         Command::Lint(args) => lint::run(args, quiet),
         Command::Replay(args) => replay::run(args, quiet),
+        Command::Completions { shell } => {
+            let mut command = Cli::command();
+            clap_complete::generate(shell, &mut command, "lhc", &mut std::io::stdout());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Man => clap_mangen::Man::new(Cli::command())
+            .render(&mut std::io::stdout())
+            .map(|()| ExitCode::SUCCESS)
+            .context("writing the man page"),
     };
     match result {
         Ok(code) => code,
         Err(error) => {
             eprintln!("error: {error:#}");
-            ExitCode::FAILURE
+            // 1 is for findings (lint, check); an error is 2, as clap's usage errors are.
+            ExitCode::from(2)
         }
     }
+}
+
+/// `lhc --version`: the version, the commit built, and the C libraries inside (what a bug
+/// report needs).
+fn long_version() -> &'static str {
+    static TEXT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    TEXT.get_or_init(|| {
+        format!(
+            "{} (commit {})\nlibrdkafka {}\nRocksDB {}",
+            env!("CARGO_PKG_VERSION"),
+            env!("LHC_COMMIT"),
+            lhc_log::kafka::library_version(),
+            env!("LHC_ROCKSDB_VERSION"),
+        )
+    })
 }
 
 /// Rust ignores SIGPIPE, which turns `| head` into a panic on the next print; the default

@@ -372,7 +372,7 @@ fn demo_simulates_an_outage_and_writes_the_reports() {
         assert!(stdout.contains("dangling_reference"), "{stdout}");
         // The stopped broker's peers elect the next one (R-ELECT-5).
         assert!(
-            stdout.contains("cc3.z1.sim.example → cc2.z1.sim.example"),
+            stdout.contains("cc3.z1.sim.example: elected cc1.z1.sim.example → cc2.z1.sim.example"),
             "failover shown: {stdout}"
         );
         for report in ["outage-report.html", "sync-forensics.html"] {

@@ -314,6 +314,7 @@ fn a_resumed_fold_applies_only_new_records() {
         "log",
         "import",
         rest.to_str().unwrap(),
+        "--append",
         "--log",
         &log,
         "-q",

@@ -91,7 +91,7 @@ fn a_partition_shows_as_split_brain_and_the_html_has_a_lane_per_connector() {
         .any(|s| s["brokers"].as_array().unwrap().len() == 3));
     let page = std::fs::read_to_string(&html).unwrap();
     assert_eq!(page.matches("<g class=\"lane\"").count(), 3);
-    assert!(page.contains("class=\"split-brain\""));
+    assert!(page.contains("class=\"band split-brain\""));
     // Self-contained: no script, no external resource.
     assert!(!page.contains("<script"));
     assert!(!page.contains("src=") && !page.contains("href="));
@@ -123,6 +123,8 @@ fn the_html_report_renders_in_headless_chromium() {
         &log,
         "--out",
         html.to_str().unwrap(),
+        "--tz",
+        "Europe/Berlin",
         "-q",
     ]);
     let url = format!("file://{}", html.display());
@@ -153,13 +155,35 @@ fn the_html_report_renders_in_headless_chromium() {
         3,
         "one lane per connector"
     );
+    // Every chart has a time axis with UTC labels and, with --tz, local ones an hour later
+    // (Berlin in January): the 09:30 UTC tick is labelled 10:30 below.
+    let svgs = rendered.matches("<svg").count();
+    assert!(svgs >= 3, "timeline, registrations, failures: {svgs}");
+    assert_eq!(rendered.matches("class=\"axis\"").count(), svgs);
+    assert!(rendered.contains(">09:30</text>"), "a UTC tick label");
+    assert!(rendered.contains(">10:30</text>"), "its Berlin label");
+    // The failed-launch table, with a row per rejected launch, and the annotations.
+    assert!(rendered.contains("class=\"failed-launches\""));
+    let rows = rendered
+        .split("class=\"failed-launches\"")
+        .nth(1)
+        .unwrap()
+        .split("</table>")
+        .next()
+        .unwrap()
+        .matches("<tr>")
+        .count();
+    assert!(rows > 1, "header and failed launches: {rows}");
+    assert!(rendered.contains("first failed health check"));
+    assert!(rendered.contains("data-kind=\"lhc_start\""));
 
     let shot = tmp.path().join("shot.png");
     let out = Command::new(chromium)
         .args(&common)
         .args([
             format!("--screenshot={}", shot.display()),
-            "--window-size=1200,700".into(),
+            "--window-size=1200,1400".into(),
+            "--hide-scrollbars".into(),
             url,
         ])
         .output()
@@ -189,6 +213,14 @@ fn the_html_report_renders_in_headless_chromium() {
     let lhc = count([0xe0, 0x7a, 0x5f]);
     assert!(brokering > 2_000, "brokering lane visible: {brokering} px");
     assert!(lhc > 2_000, "LHC lanes visible: {lhc} px");
+    // The axis lines (#444) and the table headers (#f3f3f3) are on screen, not only in
+    // the DOM.
+    assert!(count([0x44, 0x44, 0x44]) > 2_000, "axis lines visible");
+    assert!(count([0xf3, 0xf3, 0xf3]) > 5_000, "table headers visible");
+    // The screenshot the docs show is the one this check made.
+    if std::env::var_os("LHC_BLESS").is_some() {
+        std::fs::copy(&shot, root().join("docs/img/outage-report.png")).unwrap();
+    }
 }
 
 /// R-CSS-4 forensics: every 505 of the scenario names the object, the rule and the

@@ -150,6 +150,17 @@ impl EmbeddedLog {
                 std::io::Error::new(std::io::ErrorKind::NotFound, "no log directory here"),
             ));
         }
+        // A directory without a segment is not a log (even an empty log has its first
+        // segment): reading it as "no records" would answer "nothing happened" wrongly.
+        if list_segments(&dir)?.is_empty() {
+            return Err(LogError::NotALog {
+                path: dir,
+                detail: "no segment file (NNNNNNNNNNNNNNNNNNNN.log) in this directory; \
+                         give a log directory made by `lhc log import` or a node, or a JSONL \
+                         file"
+                    .into(),
+            });
+        }
         Ok(EmbeddedLog {
             dir,
             requests: None,

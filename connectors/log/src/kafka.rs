@@ -199,6 +199,11 @@ fn partition_count(
     Err(options.error(format!("{last}; check --kafka and that the brokers run")))
 }
 
+/// The librdkafka version linked in, like "2.10.0" (for `lhc --version`).
+pub fn library_version() -> String {
+    rdkafka::util::get_rdkafka_version().1
+}
+
 /// Kafka's default partitioner (murmur2 of the key, positive, modulo the partition count), as
 /// Java clients and librdkafka's `murmur2_random` compute it.
 pub fn site_partition(site: &str, partitions: i32) -> i32 {

@@ -2,7 +2,7 @@
 //! log through lhc. A batch is all or nothing.
 
 use lhc_engine::decode::DecodeErrorKind;
-use lhc_engine::{decode_record, DecodeError};
+use lhc_engine::{decode_record, DecodeError, Record, Ts};
 
 use crate::{Log, LogError};
 
@@ -35,6 +35,11 @@ pub enum AppendError {
 /// Checks one record against the contract, size included (a record over
 /// [`crate::MAX_RECORD_BYTES`] is refused here, before anything of its batch is written).
 pub fn validate_one(bytes: &[u8]) -> Result<(), DecodeError> {
+    validate_record(bytes).map(|_| ())
+}
+
+/// Checks one record against the contract and returns it decoded.
+pub fn validate_record(bytes: &[u8]) -> Result<Record, DecodeError> {
     if bytes.len() > crate::MAX_RECORD_BYTES {
         return Err(DecodeError {
             offset: None,
@@ -58,7 +63,65 @@ pub fn validate_one(bytes: &[u8]) -> Result<(), DecodeError> {
             ),
         });
     }
-    decode_record(bytes).map(|_| ())
+    decode_record(bytes)
+}
+
+/// Time order at append time. A record older than the record before it (in the same
+/// input, or the log's last record) passes the contract but could only be quarantined on
+/// replay (R-LOG-4); the CLI's appends refuse it up front instead, naming the offset it
+/// would have had, so an import never leaves a quarantine to be discovered later.
+#[derive(Clone, Debug, Default)]
+pub struct TimeOrder {
+    /// The latest time so far and where it comes from (for the message).
+    last: Option<(Ts, String)>,
+}
+
+impl TimeOrder {
+    /// Starts after the last record of `log` (nothing to compare with if it is empty or
+    /// its last record does not decode: that record is quarantined on replay anyway).
+    pub fn after_log(log: &dyn Log) -> Result<TimeOrder, LogError> {
+        let (start, end) = (log.start_offset()?, log.end_offset()?);
+        if end <= start {
+            return Ok(TimeOrder::default());
+        }
+        let mut reader = log.reader(end - 1)?;
+        let last = reader
+            .next(std::time::Duration::from_secs(5))?
+            .and_then(|entry| decode_record(&entry.bytes).ok())
+            .map(|record| {
+                (
+                    record.ts(),
+                    format!("the log's last record (offset {})", end - 1),
+                )
+            });
+        Ok(TimeOrder { last })
+    }
+
+    /// The latest time so far, if any.
+    pub fn last(&self) -> Option<Ts> {
+        self.last.as_ref().map(|(ts, _)| *ts)
+    }
+
+    /// Checks `record`, which would get `offset`, against the records before it; `place`
+    /// names it for the message (like "line 12").
+    pub fn check(&mut self, record: &Record, offset: u64, place: &str) -> Result<(), DecodeError> {
+        let ts = record.ts();
+        if let Some((last, from)) = &self.last {
+            if ts < *last {
+                return Err(DecodeError {
+                    offset: None,
+                    path: "ts".into(),
+                    kind: DecodeErrorKind::BadValue,
+                    detail: format!(
+                        "{ts} is older than {from} at {last}: at offset {offset} it would only \
+                         be quarantined (R-LOG-4); put the records in time order"
+                    ),
+                });
+            }
+        }
+        self.last = Some((ts, format!("the record before it ({place})")));
+        Ok(())
+    }
 }
 
 /// Checks each record against the contract; returns every failure, numbered 1.. in

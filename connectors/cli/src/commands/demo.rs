@@ -158,7 +158,7 @@ fn simulated(dir: &Path, quiet: bool) -> anyhow::Result<ExitCode> {
     let sync = lhc_replay::sync_forensics(&mut open()?)?;
     let outage_html = dir.join("outage-report.html");
     let sync_html = dir.join("sync-forensics.html");
-    std::fs::write(&outage_html, crate::commands::report::html(&outage))?;
+    std::fs::write(&outage_html, crate::render::outage::page(&outage, None))?;
     std::fs::write(&sync_html, crate::commands::forensics::html(&sync))?;
     if quiet {
         return Ok(ExitCode::SUCCESS);
@@ -176,7 +176,7 @@ fn simulated(dir: &Path, quiet: bool) -> anyhow::Result<ExitCode> {
          09:50 cc1.z2 is powered on, also during the outage.\n"
     );
     println!("== What the outage looked like (lhc report outage) ==");
-    print!("{}", crate::commands::report::summary(&outage));
+    print!("{}", crate::commands::report::summary(&outage, None));
     println!("\n== Why imports failed (lhc forensics sync) ==");
     print!("{}", crate::commands::forensics::summary(&sync));
     println!(

@@ -2,23 +2,27 @@
 
 use std::process::ExitCode;
 
-use anyhow::Context;
+use anyhow::{bail, Context};
 use clap::Subcommand;
 use lhc_engine::engine::snake;
 use lhc_engine::{Output, Ts};
 use serde_json::{json, Value};
 
 use crate::args::SourceArgs;
+use crate::time::{parse_instant, Zone};
 
 /// Options of `lhc query`.
 #[derive(clap::Args)]
 pub struct QueryArgs {
     #[command(flatten)]
     source: SourceArgs,
-    /// The instant (RFC 3339, UTC): the state after every record up to it and the timers
-    /// due by then.
+    /// The instant: the state after every record up to it and the timers due by then.
+    /// RFC 3339 with Z or an offset, or a local time read in --tz.
     #[arg(long, value_name = "TS")]
     at: String,
+    /// Time zone (IANA name, like Europe/Berlin) of instants given without an offset.
+    #[arg(long, value_name = "ZONE", global = true)]
+    tz: Option<String>,
     /// Print JSON instead of tables.
     #[arg(long, global = true)]
     json: bool,
@@ -63,10 +67,23 @@ pub enum What {
 
 /// Runs `lhc query`.
 pub fn run(args: QueryArgs, quiet: bool) -> anyhow::Result<ExitCode> {
-    let at = Ts::parse(&args.at).map_err(anyhow::Error::msg)?;
+    let zone = args.tz.as_deref().map(Zone::named).transpose()?;
+    let at = parse_instant(&args.at, zone.as_ref())?;
     let cut = args
         .source
         .replay_with(quiet, |source| lhc_replay::cut_at(source, at))?;
+    // An instant outside the log's span is said, never answered as if it were inside.
+    match (cut.first_ts, cut.last_ts) {
+        (None, _) => bail!("the log holds no records: there is no state to show at {at}"),
+        (Some(first), _) if at < first => {
+            bail!("--at {at} is before the log's first record ({first}): the site had no state yet")
+        }
+        (_, Some(last)) if !cut.more_after && at > last && !quiet => eprintln!(
+            "note: --at {at} is after the log's last record ({last}); this is the state at its \
+             end, with the timers due by {at} fired"
+        ),
+        _ => {}
+    }
     let engine = &cut.engine;
     let what = args.what.clone().unwrap_or(What::Connectors);
     let value = match &what {
@@ -145,7 +162,7 @@ pub fn run(args: QueryArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         }
         What::Launches { from } => {
             let from = match from {
-                Some(f) => Ts::parse(f).map_err(anyhow::Error::msg)?,
+                Some(f) => parse_instant(f, zone.as_ref())?,
                 None => Ts(at.millis() - 3_600_000),
             };
             let list: Vec<Value> = cut

@@ -72,6 +72,10 @@ pub struct SimulateArgs {
     /// Write JSONL to this file instead of a log.
     #[arg(long, value_name = "FILE", conflicts_with = "kafka")]
     out: Option<PathBuf>,
+    /// Add to a log that already holds records (refused without it); the simulation must
+    /// start at or after the log's last record (--start).
+    #[arg(long, conflicts_with = "out")]
+    append: bool,
     #[command(flatten)]
     target: LogArgs,
 }
@@ -209,6 +213,15 @@ pub fn run(args: SimulateArgs, quiet: bool) -> anyhow::Result<ExitCode> {
             (n, path.display().to_string())
         }
         None => {
+            let (_, order) = args.target.prepare_append(args.append)?;
+            if let Some(last) = order.last().filter(|last| options.start < *last) {
+                bail!(
+                    "the simulation would start at {}, before the log's last record at {last}: \
+                     its records would only be quarantined (R-LOG-4); pass --start {last} or \
+                     later",
+                    options.start
+                );
+            }
             let log = args.target.open_for_append()?;
             let mut pending: Vec<Vec<u8>> = Vec::with_capacity(10_000);
             let flush = |pending: &mut Vec<Vec<u8>>| -> Result<(), String> {

@@ -1,4 +1,8 @@
-//! Shared pieces of the report renderers (HTML escaping, writing a page).
+//! Shared pieces of the report renderers (HTML escaping, writing a page), the time axis
+//! and the outage report page.
+
+pub mod axis;
+pub mod outage;
 
 use std::path::Path;
 

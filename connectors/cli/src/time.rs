@@ -1,0 +1,142 @@
+//! Instants as an admin types them (`--at`, `--since`, `--until`) and shows them (`--tz`).
+//!
+//! The log itself is UTC with millisecond precision (the record contract); only the CLI's
+//! edges accept offsets and time zones, and everything is converted to `Ts` here, so the
+//! engine never sees a zone.
+
+use anyhow::{bail, Context};
+use jiff::civil::DateTime;
+use jiff::tz::TimeZone;
+use jiff::Timestamp;
+use lhc_engine::Ts;
+
+/// A time zone given with `--tz` (an IANA name like Europe/Berlin, or UTC).
+#[derive(Clone, Debug)]
+pub struct Zone {
+    name: String,
+    tz: TimeZone,
+}
+
+impl Zone {
+    /// Looks a zone up by its IANA name.
+    pub fn named(name: &str) -> anyhow::Result<Zone> {
+        let tz = TimeZone::get(name).with_context(|| {
+            format!("--tz {name:?}: not a time zone; give an IANA name like Europe/Berlin or UTC")
+        })?;
+        Ok(Zone {
+            name: name.to_string(),
+            tz,
+        })
+    }
+
+    /// Its name as given.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// `ts` as local wall-clock time with its offset, like 2026-01-05 10:14:07 +01:00.
+    pub fn format(&self, ts: Ts) -> String {
+        match Timestamp::from_millisecond(ts.millis()) {
+            Ok(t) => t
+                .to_zoned(self.tz.clone())
+                .strftime("%Y-%m-%d %H:%M:%S %:z")
+                .to_string(),
+            Err(_) => ts.to_string(),
+        }
+    }
+
+    /// `ts`'s offset from UTC in this zone, in seconds.
+    pub fn offset_seconds(&self, ts: Ts) -> i32 {
+        Timestamp::from_millisecond(ts.millis())
+            .map(|t| self.tz.to_offset(t).seconds())
+            .unwrap_or(0)
+    }
+}
+
+/// Parses an instant: RFC 3339 with `Z` or any offset (`2026-01-05T10:14:07+01:00`), or,
+/// with `--tz`, a local date and time without an offset (`2026-01-05T10:14:07` or
+/// `2026-01-05 10:14`). Precision beyond milliseconds is refused (the log keeps
+/// milliseconds: a finer instant would silently mean another one).
+pub fn parse_instant(text: &str, zone: Option<&Zone>) -> anyhow::Result<Ts> {
+    let text = text.trim();
+    if let Ok(ts) = Ts::parse(text) {
+        return Ok(ts);
+    }
+    let timestamp = match text.parse::<Timestamp>() {
+        Ok(t) => t,
+        Err(offset_error) => {
+            let Some(zone) = zone else {
+                bail!(
+                    "{text:?} is not an instant: {offset_error}; give RFC 3339 with Z or an \
+                     offset (2026-01-05T09:14:07Z, 2026-01-05T10:14:07+01:00), or a local \
+                     time with --tz"
+                );
+            };
+            let civil: DateTime = text.parse().with_context(|| {
+                format!(
+                    "{text:?} is not a local date and time like 2026-01-05T10:14:07 (read in \
+                     --tz {})",
+                    zone.name
+                )
+            })?;
+            // A time skipped or repeated by a clock change is refused, not guessed.
+            zone.tz
+                .to_ambiguous_zoned(civil)
+                .unambiguous()
+                .with_context(|| {
+                    format!(
+                        "{text:?} is skipped or repeated by a clock change in {}; give it \
+                         with an offset",
+                        zone.name
+                    )
+                })?
+                .timestamp()
+        }
+    };
+    if timestamp.subsec_nanosecond() % 1_000_000 != 0 {
+        bail!("{text:?}: the log keeps milliseconds; give at most 3 digits after the seconds");
+    }
+    Ok(Ts(timestamp.as_millisecond()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offsets_and_zones_name_the_same_instant() {
+        let utc = Ts::parse("2026-01-05T09:14:07Z").unwrap();
+        assert_eq!(
+            parse_instant("2026-01-05T10:14:07+01:00", None).unwrap(),
+            utc
+        );
+        let berlin = Zone::named("Europe/Berlin").unwrap();
+        assert_eq!(
+            parse_instant("2026-01-05T10:14:07", Some(&berlin)).unwrap(),
+            utc
+        );
+        assert_eq!(
+            parse_instant("2026-01-05 10:14:07", Some(&berlin)).unwrap(),
+            utc
+        );
+        // An explicit offset wins over --tz.
+        assert_eq!(
+            parse_instant("2026-01-05T09:14:07Z", Some(&berlin)).unwrap(),
+            utc
+        );
+        assert_eq!(berlin.format(utc), "2026-01-05 10:14:07 +01:00");
+        assert_eq!(berlin.offset_seconds(utc), 3600);
+    }
+
+    #[test]
+    fn refuses_what_it_cannot_read_exactly() {
+        assert!(parse_instant("2026-01-05T10:14:07", None).is_err());
+        assert!(parse_instant("2026-01-05T09:14:07.0001Z", None).is_err());
+        assert!(parse_instant("yesterday", None).is_err());
+        assert!(Zone::named("Mars/Olympus").is_err());
+        // A local time skipped by the spring change does not exist: refused, not guessed.
+        let berlin = Zone::named("Europe/Berlin").unwrap();
+        let skipped = parse_instant("2026-03-29T02:30:00", Some(&berlin));
+        assert!(skipped.is_err(), "{skipped:?}");
+    }
+}

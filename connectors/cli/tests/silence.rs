@@ -1,0 +1,279 @@
+//! Nothing wrong in silence: the CLI refuses what it cannot answer truly, with an exit
+//! status a script can tell apart (0 ok, 1 findings, 2 error) and a message on stderr that
+//! says what to do. Each case here answered wrongly, or quietly, before.
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
+mod common;
+
+use common::{lhc, ok, root};
+
+fn example() -> String {
+    root()
+        .join("docs/examples/site-outage.jsonl")
+        .display()
+        .to_string()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Asserts an error exit (2) whose message contains `needle`.
+fn refused(out: Output, needle: &str) -> String {
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "exit 2 expected; stderr: {err}");
+    assert!(err.contains(needle), "{needle:?} not in: {err}");
+    assert!(out.stdout.is_empty(), "no answer on stdout when refused");
+    err
+}
+
+#[test]
+fn a_directory_that_is_not_a_log_is_an_error_not_zero_episodes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("photos");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(dir.join("cat.jpg"), b"meow").unwrap();
+    let d = dir.to_str().unwrap();
+    for args in [
+        vec!["report", "outage", d],
+        vec!["lint", d],
+        vec!["forensics", "sync", d],
+        vec!["query", d, "--at", "2026-01-05T09:00:00Z"],
+        vec!["replay", d],
+    ] {
+        refused(lhc(&args), "not an lhc log");
+    }
+}
+
+#[test]
+fn an_import_into_a_log_that_holds_records_needs_append() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("log");
+    let log = log.to_str().unwrap();
+    ok(lhc(&["log", "import", &example(), "--log", log, "-q"]));
+    // The same file again would double the log: refused, and the log is unchanged.
+    let err = refused(
+        lhc(&["log", "import", &example(), "--log", log]),
+        "already holds 471 record(s)",
+    );
+    assert!(err.contains("--append"), "{err}");
+    let (stats, _) = ok(lhc(&["log", "stats", "--log", log, "--json"]));
+    assert!(stats.contains("\"records\": 471"), "{stats}");
+    // With --append, the same file is still refused: its records are older than the
+    // log's end, and would only be quarantined (R-LOG-4).
+    let err = refused(
+        lhc(&["log", "import", &example(), "--log", log, "--append"]),
+        "older than the log's last record (offset 470)",
+    );
+    assert!(err.contains("at offset 471"), "names the offset: {err}");
+    // A later record is appended.
+    let later = tmp.path().join("later.jsonl");
+    std::fs::write(
+        &later,
+        "{\"ts\":\"2026-01-05T10:00:00Z\",\"type\":\"clock.tick\"}\n",
+    )
+    .unwrap();
+    ok(lhc(&[
+        "log",
+        "import",
+        later.to_str().unwrap(),
+        "--log",
+        log,
+        "--append",
+        "-q",
+    ]));
+}
+
+#[test]
+fn records_out_of_time_order_are_refused_at_import_with_line_and_offset() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("in.jsonl");
+    std::fs::write(
+        &file,
+        "{\"ts\":\"2026-01-05T09:00:10Z\",\"type\":\"clock.tick\"}\n\
+         {\"ts\":\"2026-01-05T09:00:05Z\",\"type\":\"clock.tick\"}\n\
+         {\"ts\":\"2026-01-05T09:00:20Z\",\"type\":\"clock.tick\"}\n",
+    )
+    .unwrap();
+    let log = tmp.path().join("log");
+    let log = log.to_str().unwrap();
+    let err = refused(
+        lhc(&["log", "import", file.to_str().unwrap(), "--log", log]),
+        "line 2",
+    );
+    assert!(err.contains("at offset 1"), "{err}");
+    assert!(err.contains("R-LOG-4"), "{err}");
+    assert!(
+        !tmp.path().join("log").exists(),
+        "nothing created for a refused import"
+    );
+    // --skip-invalid appends the rest and keeps the stray one in the rejects file.
+    ok(lhc(&[
+        "log",
+        "import",
+        file.to_str().unwrap(),
+        "--log",
+        log,
+        "--skip-invalid",
+        "-q",
+    ]));
+    let rejects = std::fs::read_to_string(tmp.path().join("in.jsonl.rejects.jsonl")).unwrap();
+    assert!(rejects.contains("\"line\":2"), "{rejects}");
+    // `log append` keeps the same order: a record older than the end is refused.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_lhc"))
+        .args(["log", "append", "--log", log])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"{\"ts\":\"2026-01-05T09:00:15Z\",\"type\":\"clock.tick\"}\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    refused(out, "older than the log's last record (offset 1)");
+}
+
+#[test]
+fn query_says_when_the_instant_is_outside_the_log_and_reads_offsets_and_zones() {
+    let ex = example();
+    refused(
+        lhc(&["query", &ex, "--at", "2026-01-05T08:00:00Z"]),
+        "before the log's first record (2026-01-05T09:00:00.000Z)",
+    );
+    let after = lhc(&["query", &ex, "--at", "2026-01-06T00:00:00Z", "digest"]);
+    assert!(after.status.success(), "{}", stderr(&after));
+    assert!(
+        stderr(&after).contains("after the log's last record"),
+        "{}",
+        stderr(&after)
+    );
+    // One instant, three spellings: the same answer.
+    let (utc, _) = ok(lhc(&[
+        "query",
+        &ex,
+        "--at",
+        "2026-01-05T09:30:00Z",
+        "digest",
+    ]));
+    let (offset, _) = ok(lhc(&[
+        "query",
+        &ex,
+        "--at",
+        "2026-01-05T10:30:00+01:00",
+        "digest",
+    ]));
+    let (zoned, _) = ok(lhc(&[
+        "query",
+        &ex,
+        "--at",
+        "2026-01-05 10:30:00",
+        "--tz",
+        "Europe/Berlin",
+        "digest",
+    ]));
+    assert_eq!(utc, offset);
+    assert_eq!(utc, zoned);
+    refused(
+        lhc(&["query", &ex, "--at", "2026-01-05T10:30:00", "digest"]),
+        "with --tz",
+    );
+    refused(
+        lhc(&[
+            "query",
+            &ex,
+            "--at",
+            "2026-01-05 10:30",
+            "--tz",
+            "Mars/Base",
+        ]),
+        "not a time zone",
+    );
+}
+
+#[test]
+fn simulate_refuses_scenarios_outside_its_hours_and_a_log_that_holds_records() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("s.jsonl");
+    let out = out.to_str().unwrap();
+    for (flag, value) in [
+        ("--outage", "50m+20m"),
+        ("--bad-config", "dangling@2h"),
+        ("--stop", "z1c1@3h+1m"),
+    ] {
+        refused(
+            lhc(&[
+                "simulate",
+                "--hours",
+                "1",
+                "--vdas-per-zone",
+                "10",
+                "--users",
+                "10",
+                flag,
+                value,
+                "--out",
+                out,
+            ]),
+            "outside the simulated",
+        );
+    }
+    let log = tmp.path().join("log");
+    let log = log.to_str().unwrap();
+    let sim = |extra: &[&str]| {
+        let mut args = vec![
+            "simulate",
+            "--hours",
+            "1",
+            "--vdas-per-zone",
+            "10",
+            "--users",
+            "10",
+            "--log",
+            log,
+            "-q",
+        ];
+        args.extend_from_slice(extra);
+        lhc(&args)
+    };
+    ok(sim(&[]));
+    refused(sim(&[]), "--append");
+    // Appending a simulation that starts before the log's end would only quarantine it.
+    refused(sim(&["--append"]), "before the log's last record");
+    ok(sim(&["--append", "--start", "2026-01-05T11:00:00Z"]));
+}
+
+#[test]
+fn exit_status_tells_findings_from_errors() {
+    // A lint with findings is 1, not an error.
+    let lint = lhc(&["lint", &example()]);
+    let code = lint.status.code();
+    assert!(code == Some(0) || code == Some(1), "{code:?}");
+    // A missing file is an error: 2.
+    refused(
+        lhc(&["report", "outage", "/nonexistent/x.jsonl"]),
+        "cannot read",
+    );
+    // A usage error is 2 too (clap's convention).
+    assert_eq!(lhc(&["report", "outage", "--bogus"]).status.code(), Some(2));
+}
+
+#[test]
+fn completions_man_page_and_version_for_packagers_and_bug_reports() {
+    let (bash, _) = ok(lhc(&["completions", "bash"]));
+    assert!(bash.contains("_lhc()") && bash.contains("outage"), "{bash}");
+    let (zsh, _) = ok(lhc(&["completions", "zsh"]));
+    assert!(zsh.starts_with("#compdef lhc"), "{zsh}");
+    let (man, _) = ok(lhc(&["man"]));
+    assert!(man.contains(".TH lhc"), "{man}");
+    let (version, _) = ok(lhc(&["--version"]));
+    assert!(version.starts_with("lhc "), "{version}");
+    for part in ["commit ", "librdkafka ", "RocksDB "] {
+        assert!(version.contains(part), "{part:?} in {version}");
+    }
+}
