@@ -230,6 +230,7 @@ pub mod records {
                 name: "client".into(),
                 ip: "10.0.0.1".into(),
             },
+            retry_of: None,
         })
     }
 }

@@ -382,6 +382,12 @@ pub struct LaunchRequest {
     pub resource: String,
     /// Client device.
     pub client: Client,
+    /// The request id of this launch's first attempt, when StoreFront tries the next
+    /// Delivery Controller after a refusal (`not_elected`, `connector_stopped`); absent on
+    /// a first attempt. Decisions ignore it: it links the attempts of one launch, so a
+    /// report can count what the user saw (the last attempt) apart from raw rejections.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_of: Option<String>,
 }
 
 /// Admin commands (SPEC §7, R-CSS-5), the cmdlet equivalents.

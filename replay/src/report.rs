@@ -80,6 +80,12 @@ pub struct FailedLaunch {
     pub delivery_groups: Vec<String>,
     /// The connector that answered.
     pub connector: String,
+    /// The first attempt's request id, when this was StoreFront's retry.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_of: Option<String>,
+    /// A later attempt of the same launch followed (StoreFront tried the next
+    /// controller): the user did not see this rejection.
+    pub retried: bool,
     /// The reason code.
     pub reason: String,
     /// What it means.
@@ -153,8 +159,11 @@ pub struct Episode {
     pub launches_per_minute: Vec<(Ts, u64, u64)>,
     /// Rejected launches, one row each.
     pub failed_launches: Vec<FailedLaunch>,
-    /// Users with at least one rejected launch, sorted.
+    /// Users who saw a launch fail (its last attempt rejected), sorted.
     pub users_affected: Vec<String>,
+    /// What users saw: each launch counted once, by its last attempt ("brokered" or the
+    /// reason), where `launches` counts every attempt.
+    pub user_outcomes: BTreeMap<String, u64>,
     /// Rejections per minute by reason: (minute start, reason → count).
     pub failures_per_minute: Vec<(Ts, BTreeMap<String, u64>)>,
     /// The detection gap: from the first failed check to the first entry into LHC mode.
@@ -191,6 +200,10 @@ struct Open {
     no_broker_since: Option<Ts>,
     /// Each connector's elected broker, as last seen (for "who → whom").
     elected: BTreeMap<String, Option<String>>,
+    /// Each launch (by its first attempt's id): the outcome of its last attempt and user.
+    finals: BTreeMap<String, (String, String)>,
+    /// Each launch's rows in `failed_launches`.
+    rows_of: BTreeMap<String, Vec<usize>>,
 }
 
 /// Replays `source` and builds the report.
@@ -214,13 +227,6 @@ pub fn outage_report(source: &mut Source) -> Result<OutageReport, SourceError> {
     }
     done.sort_by(|a, b| (a.start, &a.zone).cmp(&(b.start, &b.zone)));
     for episode in &mut done {
-        let users: std::collections::BTreeSet<&String> = episode
-            .failed_launches
-            .iter()
-            .map(|f| &f.user)
-            .filter(|u| !u.is_empty())
-            .collect();
-        episode.users_affected = users.into_iter().cloned().collect();
         episode.annotations.sort_by_key(|a| a.ts);
     }
     Ok(OutageReport {
@@ -248,8 +254,8 @@ struct Reporter {
     open: BTreeMap<String, Open>,
     done: Vec<Episode>,
     next_sample: Option<i64>,
-    /// The launch request being applied: (request, user, resource).
-    launch: Option<(String, String, String)>,
+    /// The launch request being applied: (request, user, resource, retry_of).
+    launch: Option<(String, String, String, Option<String>)>,
     /// Zone → rejected launches in the detection gap, before the episode opened.
     gap_rows: BTreeMap<String, Vec<FailedLaunch>>,
     /// Connector → its config versions.
@@ -263,9 +269,12 @@ impl Observer for Reporter {
         let record = step.record;
         self.ts = record.as_ref().ok().map(|r| r.ts());
         self.launch = match record {
-            Ok(lhc_engine::Record::LaunchRequest(l)) => {
-                Some((l.request.clone(), l.user.clone(), l.resource.clone()))
-            }
+            Ok(lhc_engine::Record::LaunchRequest(l)) => Some((
+                l.request.clone(),
+                l.user.clone(),
+                l.resource.clone(),
+                l.retry_of.clone(),
+            )),
             _ => None,
         };
         Ok(Flow::Apply)
@@ -403,6 +412,7 @@ impl Reporter {
                                         launches_per_minute: Vec::new(),
                                         failed_launches: gap_rows.remove(&zone).unwrap_or_default(),
                                         users_affected: Vec::new(),
+                                        user_outcomes: BTreeMap::new(),
                                         failures_per_minute: Vec::new(),
                                         detection_gap: Band {
                                             from: detected_from,
@@ -432,10 +442,20 @@ impl Reporter {
                                         .filter(|(_, c)| c.zone() == zone)
                                         .map(|(n, c)| (n.clone(), c.elected().map(str::to_string)))
                                         .collect(),
+                                    finals: BTreeMap::new(),
+                                    rows_of: BTreeMap::new(),
                                 },
                             );
-                            // Rejections already seen in the gap count per minute too.
-                            let ep = &mut open.get_mut(&zone).expect("just opened").episode;
+                            // Rejections already seen in the gap count per minute too, and as
+                            // launches their users saw fail.
+                            let o = open.get_mut(&zone).expect("just opened");
+                            for (i, row) in o.episode.failed_launches.iter().enumerate() {
+                                let root = row.retry_of.clone().unwrap_or(row.request.clone());
+                                o.finals
+                                    .insert(root.clone(), (row.reason.clone(), row.user.clone()));
+                                o.rows_of.entry(root).or_default().push(i);
+                            }
+                            let ep = &mut o.episode;
                             let gap_rows: Vec<(Ts, String)> = ep
                                 .failed_launches
                                 .iter()
@@ -576,11 +596,11 @@ impl Reporter {
                     Outcome::Rejected => d.reason.map(|r| snake(&r)).unwrap_or_default(),
                 };
                 let row = d.reason.map(|reason| {
-                    let (request, user, resource) = launch
+                    let (request, user, resource, retry_of) = launch
                         .as_ref()
-                        .filter(|(request, _, _)| *request == d.request)
+                        .filter(|(request, ..)| *request == d.request)
                         .cloned()
-                        .unwrap_or_else(|| (d.request.clone(), String::new(), String::new()));
+                        .unwrap_or_else(|| (d.request.clone(), String::new(), String::new(), None));
                     let (cause, fix) = reason.advice();
                     FailedLaunch {
                         ts: d.ts,
@@ -589,16 +609,34 @@ impl Reporter {
                         user,
                         resource,
                         connector: d.connector.clone(),
+                        retry_of,
+                        retried: false,
                         reason: key.clone(),
                         cause,
                         fix,
                     }
                 });
-                let target = open.get_mut(&zone).map(|o| &mut o.episode);
-                match target {
-                    Some(ep) => {
+                let (user, root) = match launch.as_ref().filter(|l| l.0 == d.request) {
+                    Some((request, user, _, retry_of)) => {
+                        (user.clone(), retry_of.clone().unwrap_or(request.clone()))
+                    }
+                    None => (String::new(), d.request.clone()),
+                };
+                match open.get_mut(&zone) {
+                    Some(o) => {
+                        // A new attempt of a launch hides its earlier rejections from the
+                        // user: StoreFront retried them.
+                        for i in o.rows_of.get(&root).into_iter().flatten() {
+                            o.episode.failed_launches[*i].retried = true;
+                        }
+                        o.finals.insert(root.clone(), (key.clone(), user));
+                        let ep = &mut o.episode;
                         if let Some(row) = row {
                             count_failure(ep, row.ts, &row.reason);
+                            o.rows_of
+                                .entry(root)
+                                .or_default()
+                                .push(ep.failed_launches.len());
                             ep.failed_launches.push(row);
                         }
                         *ep.launches.entry(key.clone()).or_default() += 1;
@@ -703,6 +741,15 @@ fn set_state(o: &mut Open, connector: &str, state: ConnectorState, brokering: bo
 }
 
 fn close_lanes(o: &mut Open, end: Ts) {
+    // What users saw: each launch once, by its last attempt.
+    let mut users = std::collections::BTreeSet::new();
+    for (key, user) in o.finals.values() {
+        *o.episode.user_outcomes.entry(key.clone()).or_default() += 1;
+        if key != "brokered" && !user.is_empty() {
+            users.insert(user.clone());
+        }
+    }
+    o.episode.users_affected = users.into_iter().collect();
     let names: Vec<String> = o.current.keys().cloned().collect();
     for n in names {
         let (state, brokering, since) = o.current[&n];

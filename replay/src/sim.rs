@@ -10,7 +10,7 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 
-use lhc_engine::output::{Outcome, SessionKind};
+use lhc_engine::output::{Outcome, Reason, SessionKind};
 use lhc_engine::record::{
     AdminCommand, AdminCommandName, Client, ConnectorLifecycle, HealthCheck, LaunchRequest,
     LifecycleEvent, PeerProbe, SessionEvent, SessionEventKind, SessionReport, SessionState,
@@ -516,33 +516,60 @@ impl Simulator {
         let resource = choices[self.rng.random_range(0..choices.len())];
         let (resource_id, zones) = self.resources[resource].clone();
         let zone = zones[self.rng.random_range(0..zones.len())];
-        let Some(connector) = self.storefront_target(zone) else {
+        let Some(mut connector) = self.storefront_target(zone) else {
             return Ok(()); // every connector of the zone is down
         };
         self.requests += 1;
-        let request = format!("r{}", self.requests);
+        let root = format!("r{}", self.requests);
         let user_id = user_name(user);
-        let record = Record::LaunchRequest(LaunchRequest {
-            ts,
-            request: request.clone(),
-            connector,
-            user: user_id.clone(),
-            resource: resource_id,
-            client: Client {
-                name: format!("pc-{user:06}"),
-                ip: format!(
-                    "10.{}.{}.{}",
-                    1 + user / 65_536,
-                    (user / 256) % 256,
-                    user % 256
-                ),
-            },
-        });
-        self.emit(record, sink)?;
-        let decision = self.out.iter().find_map(|o| match o {
-            Output::LaunchDecision(d) if d.request == request => Some(d.clone()),
-            _ => None,
-        });
+        let client = Client {
+            name: format!("pc-{user:06}"),
+            ip: format!(
+                "10.{}.{}.{}",
+                1 + user / 65_536,
+                (user / 256) % 256,
+                user % 256
+            ),
+        };
+        // StoreFront tries the next Delivery Controller of its list when one refuses
+        // (not elected, stopped); each attempt names the first (retry_of).
+        let mut tried = vec![connector.clone()];
+        let mut request = root.clone();
+        let decision = loop {
+            let record = Record::LaunchRequest(LaunchRequest {
+                ts,
+                request: request.clone(),
+                connector: connector.clone(),
+                user: user_id.clone(),
+                resource: resource_id.clone(),
+                client: client.clone(),
+                retry_of: (request != root).then(|| root.clone()),
+            });
+            self.emit(record, sink)?;
+            let decision = self.out.iter().find_map(|o| match o {
+                Output::LaunchDecision(d) if d.request == request => Some(d.clone()),
+                _ => None,
+            });
+            let refused = decision.as_ref().is_some_and(|d| {
+                matches!(
+                    d.reason,
+                    Some(Reason::NotElected | Reason::ConnectorStopped)
+                )
+            });
+            let next = (0..self.connectors.len())
+                .map(|i| &self.connectors[i])
+                .find(|(name, z)| *z == zone && !tried.contains(name))
+                .map(|(name, _)| name.clone());
+            match next {
+                Some(next) if refused => {
+                    tried.push(next.clone());
+                    connector = next;
+                    self.requests += 1;
+                    request = format!("r{}", self.requests);
+                }
+                _ => break decision,
+            }
+        };
         let Some(d) = decision else { return Ok(()) };
         if d.outcome != Outcome::Brokered {
             return Ok(());

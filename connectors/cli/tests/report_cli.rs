@@ -171,7 +171,7 @@ fn the_html_report_renders_in_headless_chromium() {
         .split("</table>")
         .next()
         .unwrap()
-        .matches("<tr>")
+        .matches("<tr")
         .count();
     assert!(rows > 1, "header and failed launches: {rows}");
     assert!(rendered.contains("first failed health check"));
@@ -358,4 +358,88 @@ fn a_connector_named_cloud_keeps_its_own_registrations_in_the_report() {
         held > 0,
         "the renamed connector holds registrations at some point"
     );
+}
+
+/// StoreFront tries the next controller when one refuses (not elected, stopped): the
+/// simulator sends those retries with `retry_of`, and the report counts what users saw
+/// (each launch by its last attempt) apart from the raw rejections.
+#[test]
+fn the_report_counts_what_users_saw_apart_from_retried_rejections() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("sim.jsonl").display().to_string();
+    simulate(
+        &log,
+        3,
+        200,
+        300,
+        1,
+        &[
+            "--zones",
+            "1",
+            "--outage",
+            "10m+30m",
+            "--stop",
+            "z1c1@20m+5m",
+        ],
+    );
+    let records = std::fs::read_to_string(&log).unwrap();
+    let retries: Vec<Value> = records
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|r| r.get("retry_of").is_some())
+        .collect();
+    assert!(
+        !retries.is_empty(),
+        "the stopped broker's launches are retried"
+    );
+    let (json, _) = lhc(&["report", "outage", &log, "--format", "json"]);
+    let report: Value = serde_json::from_str(&json).unwrap();
+    let e = &report["episodes"][0];
+    let rows = e["failed_launches"].as_array().unwrap();
+    let retried: Vec<&Value> = rows.iter().filter(|r| r["retried"] == true).collect();
+    assert!(!retried.is_empty());
+    // A retried row is never the last attempt: a later row or decision names its launch.
+    for row in &retried {
+        let reason = row["reason"].as_str().unwrap();
+        assert!(
+            reason == "not_elected" || reason == "connector_stopped",
+            "{row}"
+        );
+        let root = row
+            .get("retry_of")
+            .unwrap_or(&row["request"])
+            .as_str()
+            .unwrap();
+        assert!(
+            retries.iter().any(|r| r["retry_of"] == root),
+            "{root} was retried"
+        );
+    }
+    // Each launch counted once, by its last attempt: attempts minus the retried ones.
+    let attempts: u64 = e["launches"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_u64().unwrap())
+        .sum();
+    let launches: u64 = e["user_outcomes"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_u64().unwrap())
+        .sum();
+    assert_eq!(launches, attempts - retried.len() as u64);
+    // Users affected are those with a rejection they saw.
+    let seen: std::collections::BTreeSet<&str> = rows
+        .iter()
+        .filter(|r| r["retried"] == false)
+        .map(|r| r["user"].as_str().unwrap())
+        .collect();
+    let affected: Vec<&str> = e["users_affected"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|u| u.as_str().unwrap())
+        .collect();
+    assert_eq!(affected, seen.into_iter().collect::<Vec<_>>());
 }

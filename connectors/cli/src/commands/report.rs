@@ -163,24 +163,41 @@ pub fn summary(report: &OutageReport, zone: Option<&Zone>) -> String {
                 e.annotations.len() - SHOWN
             );
         }
+        let seen_failed: u64 = e
+            .user_outcomes
+            .iter()
+            .filter(|(k, _)| *k != "brokered")
+            .map(|(_, v)| v)
+            .sum();
         let _ = writeln!(
             t,
-            "  launches: {} brokered, {} rejected; {} user(s) affected",
-            e.launches.get("brokered").copied().unwrap_or(0),
-            e.failed_launches.len(),
+            "  launches users saw: {} of {} failed; {} user(s) affected",
+            seen_failed,
+            e.user_outcomes.values().sum::<u64>(),
             e.users_affected.len()
         );
-        let mut by_reason: std::collections::BTreeMap<&str, (u64, &str, &str)> =
+        let _ = writeln!(
+            t,
+            "  attempts: {} brokered, {} rejected ({} retried by StoreFront on the next controller)",
+            e.launches.get("brokered").copied().unwrap_or(0),
+            e.failed_launches.len(),
+            e.failed_launches.iter().filter(|r| r.retried).count()
+        );
+        let mut by_reason: std::collections::BTreeMap<&str, (u64, u64, &str, &str)> =
             std::collections::BTreeMap::new();
         for row in &e.failed_launches {
-            by_reason
+            let entry = by_reason
                 .entry(row.reason.as_str())
-                .or_insert((0, row.cause, row.fix))
-                .0 += 1;
+                .or_insert((0, 0, row.cause, row.fix));
+            entry.0 += 1;
+            entry.1 += u64::from(!row.retried);
         }
-        for (reason, (count, cause, fix)) in &by_reason {
-            let _ = writeln!(t, "    {reason:<30} {count:>6}  {cause}");
-            let _ = writeln!(t, "    {:<30} {:>6}  fix: {fix}", "", "");
+        if !by_reason.is_empty() {
+            let _ = writeln!(t, "    {:<30} {:>8} {:>6}", "reason", "attempts", "seen");
+        }
+        for (reason, (count, seen, cause, fix)) in &by_reason {
+            let _ = writeln!(t, "    {reason:<30} {count:>8} {seen:>6}  {cause}");
+            let _ = writeln!(t, "    {:<30} {:>8} {:>6}  fix: {fix}", "", "", "");
         }
         if let (Some(first), Some(last)) = (e.registrations.first(), e.registrations.last()) {
             let peak = e

@@ -401,13 +401,23 @@ fn episode(e: &Episode, n: usize, zone: Option<&Zone>) -> Markup {
         e.registrations.iter().map(|r| r.unregistered).collect(),
         true,
     ));
-    let mut by_reason: BTreeMap<&str, (u64, &str, &str)> = BTreeMap::new();
+    // Per reason: attempts rejected, and those the user saw (not retried).
+    let mut by_reason: BTreeMap<&str, (u64, u64, &str, &str)> = BTreeMap::new();
     for row in &e.failed_launches {
         let entry = by_reason
             .entry(row.reason.as_str())
-            .or_insert((0, row.cause, row.fix));
+            .or_insert((0, 0, row.cause, row.fix));
         entry.0 += 1;
+        entry.1 += u64::from(!row.retried);
     }
+    let seen_failed: u64 = e
+        .user_outcomes
+        .iter()
+        .filter(|(k, _)| *k != "brokered")
+        .map(|(_, v)| v)
+        .sum();
+    let launches: u64 = e.user_outcomes.values().sum();
+    let retried = e.failed_launches.iter().filter(|r| r.retried).count();
     let no_broker_s: i64 = e.no_broker.iter().map(|b| b.to.seconds_since(b.from)).sum();
     let brokered = e.launches.get("brokered").copied().unwrap_or(0);
     html! {
@@ -419,8 +429,10 @@ fn episode(e: &Episode, n: usize, zone: Option<&Zone>) -> Markup {
                 " (" (duration(e.duration_s)) "). The outage was detected from " (e.detected_from)
                 "; the detection gap lasted " (duration(e.detection_gap.to.seconds_since(e.detection_gap.from)))
                 ". The zone had no broker for " (duration(no_broker_s)) ". "
-                (brokered) " launch(es) brokered, " (e.failed_launches.len()) " rejected; "
-                (e.users_affected.len()) " user(s) affected."
+                "Users saw " (seen_failed) " of " (launches) " launch(es) fail; "
+                (e.users_affected.len()) " user(s) affected. Brokers answered "
+                (brokered) " attempt(s) with a machine and rejected " (e.failed_launches.len())
+                ", of which StoreFront retried " (retried) " on the next controller."
             }
             (timeline(e, n, &frame, zone))
             p class="legend" {
@@ -442,22 +454,24 @@ fn episode(e: &Episode, n: usize, zone: Option<&Zone>) -> Markup {
             @if !by_reason.is_empty() {
                 h3 { "Failed launches by reason" }
                 table class="reasons" {
-                    tr { th { "reason" } th { "launches" } th { "cause" } th { "fix" } }
-                    @for (reason, (count, cause, fix)) in &by_reason {
-                        tr { td { code { (reason) } } td { (count) } td { (cause) } td { (fix) } }
+                    tr { th { "reason" } th { "attempts" } th { "seen by users" } th { "cause" } th { "fix" } }
+                    @for (reason, (count, seen, cause, fix)) in &by_reason {
+                        tr { td { code { (reason) } } td { (count) } td { (seen) } td { (cause) } td { (fix) } }
                     }
                 }
                 h3 { "Failed launches" }
                 table class="failed-launches" {
                     tr {
                         th { "time" } th { "user" } th { "resource" } th { "delivery group" }
-                        th { "connector" } th { "reason" } th { "cause and fix" }
+                        th { "connector" } th { "reason" } th { "user saw it" } th { "cause and fix" }
                     }
                     @for row in e.failed_launches.iter().take(FAILED_ROWS) {
-                        tr {
+                        tr class=(if row.retried { "retried" } else { "seen" }) {
                             td { (when(row.ts, zone)) } td { (row.user) } td { (row.resource) }
                             td { (row.delivery_groups.join(", ")) } td { (row.connector) }
-                            td { code { (row.reason) } } td { (row.cause) "; " em { (row.fix) } }
+                            td { code { (row.reason) } }
+                            td { @if row.retried { "no: retried on the next controller" } @else { "yes" } }
+                            td { (row.cause) "; " em { (row.fix) } }
                         }
                     }
                 }
@@ -490,7 +504,7 @@ pub fn page(report: &OutageReport, zone: Option<&Zone>) -> String {
         table{border-collapse:collapse;margin:6px 0 14px}td,th{border:1px solid #ccc;padding:3px 8px;\
         font-size:13px;text-align:left;vertical-align:top}th{background:#f3f3f3}\
         .legend span{display:inline-block;width:14px;height:12px;margin:0 4px 0 12px;vertical-align:middle}\
-        svg{display:block;margin:8px 0}.verdict{font-size:15px}small{color:#666}\
+        svg{display:block;margin:8px 0}tr.retried td{color:#888}.verdict{font-size:15px}small{color:#666}\
         @media print{section{break-inside:avoid}}";
     let markup = html! {
         (DOCTYPE)

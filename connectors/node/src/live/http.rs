@@ -247,6 +247,9 @@ struct LaunchBody {
     user: String,
     resource: String,
     client: Client,
+    /// The first attempt's request id when StoreFront retries on this controller.
+    #[serde(default)]
+    retry_of: Option<String>,
 }
 
 /// Attempts when another node's record wins the race for a later `ts`.
@@ -287,6 +290,7 @@ async fn launch(
             user: body.user.clone(),
             resource: body.resource.clone(),
             client: body.client.clone(),
+            retry_of: body.retry_of.clone(),
         };
         let forget = || shared.waiters.lock().expect("waiters").remove(&request);
         if let Err(e) = append(&shared, move |ts| {
