@@ -97,22 +97,19 @@ impl SiteBuilder {
 
     /// An application published from `groups`.
     pub fn application(self, id: &str, groups: &[&str]) -> SiteBuilder {
-        self.object(ConfigObject::Resource {
-            id: id.into(),
-            data: ResourceData {
-                kind: ResourceKind::Application,
-                delivery_groups: groups.iter().map(|g| g.to_string()).collect(),
-                zone_preference: None,
-            },
-        })
+        self.resource(id, ResourceKind::Application, groups)
     }
 
     /// A desktop published from `groups`.
     pub fn desktop(self, id: &str, groups: &[&str]) -> SiteBuilder {
+        self.resource(id, ResourceKind::Desktop, groups)
+    }
+
+    fn resource(self, id: &str, kind: ResourceKind, groups: &[&str]) -> SiteBuilder {
         self.object(ConfigObject::Resource {
             id: id.into(),
             data: ResourceData {
-                kind: ResourceKind::Desktop,
+                kind,
                 delivery_groups: groups.iter().map(|g| g.to_string()).collect(),
                 zone_preference: None,
             },

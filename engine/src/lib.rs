@@ -5,6 +5,7 @@
 //! randomness, no thread timing, no hash-map iteration in anything that produces output.
 //! Time comes only from record `ts`.
 
+mod advice;
 pub mod broker;
 pub mod build;
 pub mod config;

@@ -344,10 +344,7 @@ fn sample(engine: &Engine, zone: &str, ts: Ts) -> RegistrationSample {
 }
 
 fn in_lhc(state: ConnectorState) -> bool {
-    matches!(
-        state,
-        ConnectorState::InitialHa | ConnectorState::ExtendedHa | ConnectorState::PendingRecovery
-    )
+    state.in_lhc()
 }
 
 impl Reporter {

@@ -330,6 +330,11 @@ impl Store {
             part.validations.insert(version, validation);
         }
         engine.restore_config(part);
+        // The types keep "an episode exists exactly in LHC mode" only through the reducer;
+        // a stored row could break it, so it is checked here rather than trusted.
+        engine
+            .check_restored()
+            .map_err(|e| corrupt(format!("the stored state breaks an engine invariant: {e}")))?;
         Ok((engine, next))
     }
 
@@ -1022,5 +1027,50 @@ mod tests {
         let mut reloaded = reloaded;
         reloaded.take_config();
         assert_eq!(reloaded.digest(), folded.digest());
+    }
+
+    /// A stored state in which a connector is in LHC mode without its episode (which the
+    /// reducer never writes) is refused as corrupt at load, not folded on.
+    #[test]
+    fn a_stored_state_that_breaks_an_engine_invariant_is_refused() {
+        let example = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../docs/examples/site-outage.jsonl"
+        ))
+        .unwrap();
+        let mut engine = Engine::new();
+        for (i, line) in example.lines().take(300).enumerate() {
+            engine.apply(
+                i as u64,
+                decode_record_at(line.as_bytes(), i as u64),
+                &mut Vec::new(),
+            );
+        }
+        assert!(
+            engine.connectors().values().any(|c| c.in_lhc()),
+            "mid-outage"
+        );
+        let part = engine.take_config();
+        let mut state = serde_json::to_value(&engine).unwrap();
+        for c in state["connectors"].as_object_mut().unwrap().values_mut() {
+            c["episode"] = serde_json::Value::Null;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = Store::open(dir.path(), &StoreOptions::default()).unwrap();
+            let meta = store.cf(META);
+            let db = &store.db;
+            db.put_cf(&meta, LEGACY_STATE_KEY, serde_json::to_vec(&state).unwrap())
+                .unwrap();
+            db.put_cf(&meta, NEXT_KEY, 300u64.to_be_bytes()).unwrap();
+            db.put_cf(&meta, SITE_KEY, serde_json::to_vec(&part.site).unwrap())
+                .unwrap();
+        }
+        let store = Store::open(dir.path(), &StoreOptions::default()).unwrap();
+        let error = store.load().unwrap_err().to_string();
+        assert!(
+            error.contains("an episode exists exactly in LHC mode"),
+            "{error}"
+        );
     }
 }

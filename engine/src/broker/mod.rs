@@ -38,28 +38,28 @@ pub const ACTIVITY_KEPT: usize = 1000;
 
 /// Machines one registrar offers for one delivery group in one zone.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Pool {
+pub(crate) struct Pool {
     /// Machines with room for a session by load, then FQDN rank: the first is the answer.
-    pub available: BTreeMap<u32, BTreeSet<u32>>,
+    pub(crate) available: BTreeMap<u32, BTreeSet<u32>>,
     /// Machines registered and not in maintenance, with room or not.
-    pub registered: u32,
+    pub(crate) registered: u32,
     /// Of those, machines carrying the group's required tag (all, without a restriction).
-    pub tagged: u32,
+    pub(crate) tagged: u32,
 }
 
 /// What one machine contributes to the pools.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Placement {
+pub(crate) struct Placement {
     /// Pool key: registrar, group and zone.
-    pub key: String,
+    pub(crate) key: String,
     /// The machine's FQDN rank in the catalog it was placed from.
-    pub rank: u32,
+    pub(crate) rank: u32,
     /// Its load, when it is available.
-    pub available: Option<u32>,
+    pub(crate) available: Option<u32>,
     /// Counted as registered (not in maintenance).
-    pub registered: bool,
+    pub(crate) registered: bool,
     /// Counted as carrying the required tag.
-    pub tagged: bool,
+    pub(crate) tagged: bool,
 }
 
 /// A launch brokered to a machine that has not reported the session yet.
@@ -109,13 +109,13 @@ pub struct Enumerated {
 
 /// Sessions of one user on one machine.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Tally {
+pub(crate) struct Tally {
     /// Active sessions.
-    pub active: u32,
+    pub(crate) active: u32,
     /// Disconnected sessions (reconnect candidates).
-    pub disconnected: u32,
+    pub(crate) disconnected: u32,
     /// Launches brokered to the machine that it has not reported yet.
-    pub pending: u32,
+    pub(crate) pending: u32,
 }
 
 impl Tally {
@@ -171,10 +171,5 @@ impl Engine {
         self.connectors
             .get(name)
             .is_some_and(|c| c.maintenance.contains(machine))
-    }
-
-    /// The pools, for inspection and invariant checks.
-    pub fn pools(&self) -> &BTreeMap<String, Pool> {
-        &self.pools
     }
 }

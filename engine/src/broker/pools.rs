@@ -258,7 +258,7 @@ impl Engine {
             .reuse_machines_without_shutdown_in_outage_allowed
             && group.reuse_in_outage;
         let pooled = group.kind == DeliveryGroupKind::SingleSessionPooled;
-        let c = self.connectors.get_mut(&name).expect("registrars exist");
+        let c = self.connector_mut(&name);
         if !(c.in_lhc() && pooled && group.shutdown_after_use && !reuse) {
             return;
         }

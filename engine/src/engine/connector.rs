@@ -402,12 +402,7 @@ impl Connector {
 
     /// In LHC mode: initial_ha, extended_ha or pending_recovery.
     pub fn in_lhc(&self) -> bool {
-        matches!(
-            self.state,
-            ConnectorState::InitialHa
-                | ConnectorState::ExtendedHa
-                | ConnectorState::PendingRecovery
-        )
+        self.state.in_lhc()
     }
 
     /// Not stopped (R-STATE-10).

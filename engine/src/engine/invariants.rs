@@ -15,6 +15,14 @@ impl Engine {
         self.check_machines()
     }
 
+    /// The invariants a state read back from a store must keep (an episode exists
+    /// exactly in LHC mode, brokering and registrations agree): the cheap part of
+    /// [`Engine::check_invariants`], O(connectors + registrations), so a node can run it at
+    /// every start and refuse a stored state that breaks them instead of folding on it.
+    pub fn check_restored(&self) -> Result<(), String> {
+        self.check_connectors()
+    }
+
     /// Connector order, brokering, episodes and registrations agree.
     fn check_connectors(&self) -> Result<(), String> {
         let mut order: Vec<&String> = self.connectors.keys().collect();

@@ -13,7 +13,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lhc_engine::engine::snake;
-use lhc_engine::output::EventData;
 use lhc_engine::{decode_record_at, Output, Record};
 use lhc_log::LogReader;
 
@@ -254,7 +253,7 @@ fn apply_entry(
                 *stats.decisions.entry(key).or_default() += 1;
             }
             Output::Event(e) if e.connector.eq_ignore_ascii_case(me) => {
-                if let EventData::Imported(imported) = &e.data {
+                if let Some(lhc_engine::event::EventKind::Imported(imported)) = e.kind() {
                     stats.last_import = Some((imported.version, e.ts));
                 }
             }
