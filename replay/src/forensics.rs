@@ -80,11 +80,42 @@ pub struct FailedImport {
     pub stale_for_s: Option<i64>,
 }
 
+/// One root cause of failed imports: an object breaking a rule, however many connectors
+/// and versions it failed, with the fix.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RootCause {
+    /// The object's kind.
+    pub kind: String,
+    /// The object's id.
+    pub id: String,
+    /// The rule it breaks.
+    pub rule: String,
+    /// What is wrong, in the engine's words.
+    pub detail: String,
+    /// The record that introduced it.
+    pub introduced_by: lhc_engine::output::IntroducedBy,
+    /// Its time.
+    pub introduced_at: Option<Ts>,
+    /// Connectors whose imports it failed, sorted.
+    pub connectors: Vec<String>,
+    /// Versions it failed, ascending.
+    pub versions: Vec<u64>,
+    /// 505s it caused (repeats included).
+    pub failed_imports: u64,
+    /// First and last of those 505s.
+    pub between: (Ts, Ts),
+    /// What to do, in an admin's words (the object to restore, or the cmdlet to run).
+    pub fix: String,
+}
+
 /// The forensics report.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct SyncForensics {
     /// What was replayed.
     pub source: String,
+    /// The failures grouped by root cause (one object and rule), most imports failed
+    /// first.
+    pub root_causes: Vec<RootCause>,
     /// Every 505, in log order, consecutive repeats of the same (connector, version)
     /// folded into the first.
     pub failures: Vec<FailedImport>,
@@ -258,14 +289,117 @@ pub fn sync_forensics(source: &mut Source) -> Result<SyncForensics, SourceError>
         decided_on_stale,
         ..
     } = found;
+    let root_causes = root_causes(&failures, &repeats);
     repeats.retain(|_, n| *n > 1);
     Ok(SyncForensics {
         source: source.describe().to_string(),
+        root_causes,
         failures,
         repeats,
         stale_decisions: stale,
         decided_on_stale,
     })
+}
+
+/// Groups the failed imports by the object and rule at fault.
+fn root_causes(failures: &[FailedImport], repeats: &BTreeMap<String, u64>) -> Vec<RootCause> {
+    let mut causes: BTreeMap<(String, String, String, u64), RootCause> = BTreeMap::new();
+    for f in failures {
+        let count = repeats
+            .get(&format!("{} v{}", f.connector, f.version))
+            .copied()
+            .unwrap_or(1);
+        for c in &f.culprits {
+            let kind = snake(&c.failure.kind);
+            let rule = snake(&c.failure.rule);
+            let key = (
+                kind.clone(),
+                c.failure.id.clone(),
+                rule.clone(),
+                c.failure.introduced_by.offset,
+            );
+            let cause = causes.entry(key).or_insert_with(|| RootCause {
+                fix: fix(&kind, &c.failure.id, c.failure.rule, &c.failure.detail),
+                kind,
+                id: c.failure.id.clone(),
+                rule,
+                detail: c.failure.detail.clone(),
+                introduced_by: c.failure.introduced_by.clone(),
+                introduced_at: c.introduced_at,
+                connectors: Vec::new(),
+                versions: Vec::new(),
+                failed_imports: 0,
+                between: (f.ts, f.last_ts),
+            });
+            if !cause.connectors.contains(&f.connector) {
+                cause.connectors.push(f.connector.clone());
+                cause.connectors.sort();
+            }
+            if !cause.versions.contains(&f.version) {
+                cause.versions.push(f.version);
+                cause.versions.sort_unstable();
+            }
+            cause.failed_imports += count;
+            cause.between = (cause.between.0.min(f.ts), cause.between.1.max(f.last_ts));
+        }
+    }
+    let mut list: Vec<RootCause> = causes.into_values().collect();
+    // Most harmful first; ties in the order they were introduced.
+    list.sort_by(|a, b| {
+        (b.failed_imports, a.introduced_by.offset, &a.kind, &a.id).cmp(&(
+            a.failed_imports,
+            b.introduced_by.offset,
+            &b.kind,
+            &b.id,
+        ))
+    });
+    list
+}
+
+/// What an admin does about one root cause: the object to restore or change, and the
+/// Citrix PowerShell that does it where one cmdlet does.
+fn fix(kind: &str, id: &str, rule: lhc_engine::output::Rule, detail: &str) -> String {
+    use lhc_engine::output::Rule;
+    match (rule, kind) {
+        (Rule::DanglingReference, "machine") if detail.starts_with("delivery_group") => format!(
+            "restore the delivery group it names ({detail}), or move machine {id} to an \
+             existing one (Add-BrokerMachine -MachineName '{id}' -DesktopGroup <group>) or \
+             remove it (Remove-BrokerMachine -MachineName '{id}')"
+        ),
+        (Rule::DanglingReference, "machine") => format!(
+            "restore what it names ({detail}), or correct machine {id}, or remove it \
+             (Remove-BrokerMachine -MachineName '{id}')"
+        ),
+        (Rule::DanglingReference, "entitlement") => format!(
+            "restore what it names ({detail}), or remove the entitlement \
+             (Remove-BrokerEntitlementPolicyRule -Name '{id}')"
+        ),
+        (Rule::DanglingReference, "assignment") => format!(
+            "restore what it names ({detail}), or remove assignment {id} \
+             (Remove-BrokerUser -Name <user> -PrivateDesktop <machine>)"
+        ),
+        (Rule::DanglingReference, _) => format!(
+            "restore what it names ({detail}), or change {kind} {id} to name an object that \
+             exists"
+        ),
+        (Rule::DuplicateId, _) => {
+            format!("rename or remove {kind} {id}: it differs from another {kind} only by case")
+        }
+        (Rule::AssignmentNotStatic, _) => format!(
+            "remove assignment {id}, or move its machine to a static delivery group \
+             (Remove-BrokerUser -Name <user> -PrivateDesktop <machine>)"
+        ),
+        (Rule::MaxSessionsZero, _) => {
+            format!("give machine {id} at least one session (max_sessions >= 1)")
+        }
+        (Rule::HeartbeatPeriodOutOfRange, _) => {
+            "set the site's heartbeat period between 1 minute and 1 hour".to_string()
+        }
+        (Rule::StorageFault, _) => format!(
+            "repair or replace the local disk of connector {id}; no configuration change is \
+             needed: the next import retries"
+        ),
+    }
 }
 
 /// What the current configuration says differently about a decision made on a stale

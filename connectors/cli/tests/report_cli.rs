@@ -257,6 +257,58 @@ fn sync_forensics_of_the_505_scenario_match_the_golden_file() {
         .find(|c| c["failure"]["rule"] == "storage_fault")
         .expect("the scenario's storage fault");
     assert_eq!(storage["failure"]["introduced_by"]["version"], Value::Null);
+    // Root causes: one per object and rule, however many imports it failed; the dangling
+    // machine failed v2, v3 and v4, and its fix names the cmdlet.
+    let causes = report["root_causes"].as_array().unwrap();
+    assert_eq!(causes.len(), 7);
+    let first = &causes[0];
+    assert_eq!(first["id"], "vda-9.z1.example");
+    assert_eq!(first["versions"], serde_json::json!([2, 3, 4]));
+    assert_eq!(first["failed_imports"], 3);
+    assert!(first["fix"]
+        .as_str()
+        .unwrap()
+        .contains("Remove-BrokerMachine -MachineName 'vda-9.z1.example'"));
+}
+
+/// One cause seen by six connectors is one finding listing the six, with every 505 it
+/// caused counted; a log without a 505 says so in one line, and its HTML has no empty
+/// section.
+#[test]
+fn sync_forensics_group_failures_by_root_cause() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("sim.jsonl").display().to_string();
+    simulate(&log, 5, 50, 100, 1, &["--bad-config", "dangling@10m"]);
+    let (json, _) = lhc(&["forensics", "sync", &log, "--format", "json"]);
+    let report: Value = serde_json::from_str(&json).unwrap();
+    let causes = report["root_causes"].as_array().unwrap();
+    assert_eq!(causes.len(), 1, "{causes:?}");
+    let cause = &causes[0];
+    assert_eq!(cause["rule"], "dangling_reference");
+    assert_eq!(cause["connectors"].as_array().unwrap().len(), 6);
+    let (replay, _) = lhc(&["replay", &log, "-q"]);
+    let five_oh_fives = replay
+        .lines()
+        .filter(|l| l.contains("\"event_id\":505"))
+        .count() as u64;
+    assert_eq!(cause["failed_imports"], five_oh_fives);
+    let (jsonl, _) = lhc(&["forensics", "sync", &log, "--format", "jsonl"]);
+    assert_eq!(jsonl.lines().count(), 1, "one root cause per line");
+
+    let example = root().join("docs/examples/site-outage.jsonl");
+    let page = tmp.path().join("f.html");
+    let (text, _) = lhc(&[
+        "forensics",
+        "sync",
+        example.to_str().unwrap(),
+        "--out",
+        page.to_str().unwrap(),
+    ]);
+    assert_eq!(text.lines().count(), 1, "{text}");
+    assert!(text.ends_with("no failed import (505)\n"), "{text}");
+    let page = std::fs::read_to_string(page).unwrap();
+    assert!(!page.contains("<table"), "no empty table");
+    assert!(!page.contains("Root causes"));
 }
 
 /// A launch decided in LHC mode on a snapshot older than the site's configuration, which

@@ -9,8 +9,9 @@ use clap::Subcommand;
 use lhc_engine::engine::snake;
 use lhc_replay::SyncForensics;
 
-use crate::args::SourceArgs;
-use crate::render::escape;
+use maud::{html, PreEscaped, DOCTYPE};
+
+use crate::args::{Format, FormatArgs, SourceArgs};
 
 /// Forensics computed by replaying a log.
 #[derive(Subcommand)]
@@ -25,18 +26,33 @@ pub enum ForensicsCommand {
         /// Write a self-contained HTML report here.
         #[arg(long, value_name = "FILE.html")]
         out: Option<PathBuf>,
-        /// Print JSON instead of the summary.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        format: FormatArgs,
     },
 }
 
 /// Runs a forensics command.
 pub fn run(command: ForensicsCommand, quiet: bool) -> anyhow::Result<ExitCode> {
     match command {
-        ForensicsCommand::Sync { source, out, json } => {
+        ForensicsCommand::Sync {
+            source,
+            out,
+            format,
+        } => {
             let report = source.replay_with(quiet, lhc_replay::sync_forensics)?;
-            crate::render::publish(&report, json, summary, html, out.as_deref(), quiet)?;
+            match format.get() {
+                Format::Table => print!("{}", summary(&report)),
+                Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+                // One root cause per line: what to fix, for scripts and tickets.
+                Format::Jsonl => {
+                    for c in &report.root_causes {
+                        println!("{}", serde_json::to_string(c)?);
+                    }
+                }
+            }
+            if let Some(path) = out {
+                crate::render::write_page(&path, &html(&report), quiet)?;
+            }
             Ok(ExitCode::SUCCESS)
         }
     }
@@ -113,27 +129,92 @@ fn failure_lines(report: &SyncForensics) -> Vec<(String, Vec<String>)> {
         .collect()
 }
 
-/// The terminal summary.
+/// Every 505, repeats included.
+fn total_failed(report: &SyncForensics) -> u64 {
+    report
+        .failures
+        .iter()
+        .map(|f| {
+            report
+                .repeats
+                .get(&format!("{} v{}", f.connector, f.version))
+                .copied()
+                .unwrap_or(1)
+        })
+        .sum()
+}
+
+/// One root cause as lines: what, where it came from, what it broke, the fix.
+fn cause_lines(n: usize, c: &lhc_replay::forensics::RootCause) -> Vec<String> {
+    let by = match c.introduced_by.version {
+        Some(v) => format!("config.change v{v} at offset {}", c.introduced_by.offset),
+        None => format!("a storage fault at offset {}", c.introduced_by.offset),
+    };
+    let connectors = if c.connectors.len() > 6 {
+        format!(
+            "{}, … ({} in all)",
+            c.connectors[..6].join(", "),
+            c.connectors.len()
+        )
+    } else {
+        c.connectors.join(", ")
+    };
+    let versions: Vec<String> = c.versions.iter().map(|v| format!("v{v}")).collect();
+    vec![
+        format!("{n}. {} {} breaks {}: {}", c.kind, c.id, c.rule, c.detail),
+        format!(
+            "   introduced by {by}{}",
+            c.introduced_at
+                .map(|t| format!(", {t}"))
+                .unwrap_or_default()
+        ),
+        format!(
+            "   failed {} import(s) of {} on {} connector(s): {connectors} ({} .. {})",
+            c.failed_imports,
+            versions.join(", "),
+            c.connectors.len(),
+            c.between.0,
+            c.between.1
+        ),
+        format!("   fix: {}", c.fix),
+    ]
+}
+
+/// The terminal summary: root causes first (what to fix), then each failed import.
 pub fn summary(report: &SyncForensics) -> String {
     let mut t = String::new();
-    let _ = writeln!(
-        t,
-        "{}: {} failed import(s)",
-        report.source,
-        report.failures.len()
-    );
+    if report.failures.is_empty() {
+        let _ = writeln!(t, "{}: no failed import (505)", report.source);
+    } else {
+        let _ = writeln!(
+            t,
+            "{}: {} failed import(s) (505) from {} root cause(s)",
+            report.source,
+            total_failed(report),
+            report.root_causes.len()
+        );
+        let _ = writeln!(t, "\nroot causes, most failed imports first:");
+        for (i, c) in report.root_causes.iter().enumerate() {
+            for line in cause_lines(i + 1, c) {
+                let _ = writeln!(t, "{line}");
+            }
+        }
+        let _ = writeln!(t, "\neach failed import:");
+    }
     for (head, lines) in failure_lines(report) {
         let _ = writeln!(t, "\n{head}");
         for l in lines {
             let _ = writeln!(t, "  {l}");
         }
     }
-    let _ = writeln!(
-        t,
-        "\nLHC-mode launches decided on a stale snapshot: {}; the current configuration would decide {} of them differently",
-        report.decided_on_stale,
-        report.stale_decisions.len()
-    );
+    if report.decided_on_stale > 0 {
+        let _ = writeln!(
+            t,
+            "\nLHC-mode launches decided on a stale snapshot: {}; the current configuration would decide {} of them differently",
+            report.decided_on_stale,
+            report.stale_decisions.len()
+        );
+    }
     for s in report.stale_decisions.iter().take(20) {
         let d = &s.decision;
         let _ = writeln!(
@@ -151,53 +232,77 @@ pub fn summary(report: &SyncForensics) -> String {
     if report.stale_decisions.len() > 20 {
         let _ = writeln!(
             t,
-            "  ... {} more (--json for all)",
+            "  ... {} more (--format json for all)",
             report.stale_decisions.len() - 20
         );
     }
     t
 }
 
-/// The self-contained HTML page.
+/// The self-contained HTML page (sections with nothing to show are left out).
 pub fn html(report: &SyncForensics) -> String {
-    let mut h = String::from("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>Config sync forensics</title><style>body{font-family:sans-serif;margin:20px;color:#222}li{margin:2px 0}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px}.rule{color:#b00020;font-weight:bold}</style></head><body>");
-    let _ = write!(
-        h,
-        "<h1>Config sync forensics</h1><p>{} — {} failed import(s).</p>",
-        escape(&report.source),
-        report.failures.len()
-    );
-    for (head, lines) in failure_lines(report) {
-        let _ = write!(
-            h,
-            "<section class=\"failure\"><h2>{}</h2><ul>",
-            escape(&head)
-        );
-        for l in lines {
-            let _ = write!(h, "<li>{}</li>", escape(&l));
+    let failures = failure_lines(report);
+    let markup = html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { "Config sync forensics" }
+                style { (PreEscaped("body{font-family:sans-serif;margin:20px;color:#222;max-width:1200px}li{margin:2px 0}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px;text-align:left;vertical-align:top}th{background:#f3f3f3}.fix{background:#eef7ee;padding:6px 10px;border-left:4px solid #2a7d4f}")) }
+            }
+            body {
+                h1 { "Config sync forensics" }
+                @if report.failures.is_empty() {
+                    p { (report.source) ": no failed import (505)." }
+                } @else {
+                    p { (report.source) " — " (total_failed(report)) " failed import(s) (505) from "
+                        (report.root_causes.len()) " root cause(s)." }
+                    h2 { "Root causes" }
+                    @for (i, c) in report.root_causes.iter().enumerate() {
+                        section class="root-cause" {
+                            h3 { (i + 1) ". " (c.kind) " " code { (c.id) } " breaks " code { (c.rule) } }
+                            p { (c.detail) }
+                            p {
+                                "Introduced by "
+                                @match c.introduced_by.version {
+                                    Some(v) => { "config.change v" (v) }
+                                    None => { "a storage fault" }
+                                }
+                                " at offset " (c.introduced_by.offset)
+                                @if let Some(t) = c.introduced_at { ", " (t) }
+                                ". It failed " (c.failed_imports) " import(s) on "
+                                (c.connectors.len()) " connector(s): " (c.connectors.join(", ")) "."
+                            }
+                            p class="fix" { "Fix: " (c.fix) }
+                        }
+                    }
+                    h2 { "Each failed import" }
+                    @for (head, lines) in &failures {
+                        section class="failure" {
+                            h3 { (head) }
+                            ul { @for l in lines { li { (l) } } }
+                        }
+                    }
+                }
+                @if !report.stale_decisions.is_empty() {
+                    h2 { "Launches decided on a stale snapshot" }
+                    p { (report.decided_on_stale) " in LHC mode; " (report.stale_decisions.len())
+                        " would go differently on the current configuration." }
+                    table {
+                        tr { th { "time" } th { "request" } th { "connector" } th { "outcome" }
+                             th { "snapshot" } th { "current" } th { "difference" } }
+                        @for s in &report.stale_decisions {
+                            tr {
+                                td { (s.decision.ts) } td { (s.decision.request) } td { (s.decision.connector) }
+                                td { (snake(&s.decision.outcome)) } td { "v" (s.decided_on) } td { "v" (s.current) }
+                                td { (s.difference) }
+                            }
+                        }
+                    }
+                }
+            }
         }
-        h.push_str("</ul></section>");
-    }
-    let _ = write!(
-        h,
-        "<h2>Launches decided on a stale snapshot</h2><p>{} in LHC mode; {} would go differently on the current configuration.</p><table><tr><th>time</th><th>request</th><th>connector</th><th>outcome</th><th>snapshot</th><th>current</th><th>difference</th></tr>",
-        report.decided_on_stale,
-        report.stale_decisions.len()
-    );
-    for s in &report.stale_decisions {
-        let d = &s.decision;
-        let _ = write!(
-            h,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>v{}</td><td>v{}</td><td>{}</td></tr>",
-            d.ts,
-            escape(&d.request),
-            escape(&d.connector),
-            snake(&d.outcome),
-            s.decided_on,
-            s.current,
-            escape(&s.difference)
-        );
-    }
-    h.push_str("</table></body></html>\n");
-    h
+    };
+    markup.into_string() + "\n"
 }
