@@ -1,13 +1,15 @@
 //! `lhc lint`: the seeds' configuration advice as checks on a log (its final configuration
 //! and what the replay showed).
 //!
-//! Invariant: every finding cites the requirement or the seed passage it comes from, and
-//! findings come out in a defined order (check, then subject).
+//! Invariant: every finding cites the requirement it comes from, the Citrix documentation
+//! page that gives the advice, and the fix (the cmdlet or action); findings come out in a
+//! defined order (check, then subject).
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use lhc_engine::config::{ConfigObject, DeliveryGroupKind, ObjectKind};
 use lhc_engine::event::EventKind;
+use lhc_engine::record::LifecycleEvent;
 use lhc_engine::{Engine, Output, Record};
 use serde::Serialize;
 
@@ -35,21 +37,25 @@ pub struct Finding {
     pub severity: Severity,
     /// What it is about (a connector, zone, group...).
     pub subject: String,
-    /// What was found and what to do.
+    /// What was found.
     pub detail: String,
-    /// The requirement or seed advice it comes from.
+    /// What to do: the PowerShell or the action.
+    pub fix: String,
+    /// The requirement it comes from.
     pub cites: &'static str,
+    /// The Citrix documentation page with the advice.
+    pub docs: &'static str,
 }
 
-const SEED_STOREFRONT: &str = "R-STATE-4; seed 000 (Local Host Cache): \"LHC only engages if Cloud Connectors receive traffic from StoreFront\"";
-const SEED_FORCED: &str = "R-STATE-8; seed 000: Enable-LhcForcedOutageMode \"must be run on all Cloud Connectors within the zone\"";
-const SEED_POOLED: &str = "R-LAUNCH-6; seed 000: pooled power-managed desktops \"not available by default\" during an outage";
-const SEED_ONE: &str = "R-ELECT-5; seed 000: during LHC mode VDAs re-register with the elected broker of the zone — with one connector there is no other";
-const SEED_SCALE: &str =
-    "§10; seed 002: up to 10,000 VDAs per zone and 40,000 per site during an outage";
-const SEED_FLAP: &str = "R-STATE-1; seed 000: with the network \"going up and down repeatedly\", forcing LHC prevents continuous transitions and VDA registration storms";
-const SEED_PROBE: &str = "R-ELECT-4; seed 000: connectors of a zone \"must be able to reach each other\" at the election endpoint, else multiple brokers and launch failures";
-const SEED_TAG: &str = "R-LAUNCH-8; seed 000: \"tag restrictions can cause launch failures if tagged VDAs are not present in all zones\"";
+/// Citrix's Local Host Cache page (DaaS): LHC's conditions, election, limits, advice.
+const LHC_DOCS: &str =
+    "https://docs.citrix.com/en-us/citrix-daas/manage-deployment/local-host-cache.html";
+/// Citrix's zones page: connectors per zone, VDA registration within a zone.
+const ZONES_DOCS: &str = "https://docs.citrix.com/en-us/citrix-daas/manage-deployment/zones.html";
+/// Citrix's tags page: tag restrictions on delivery groups.
+const TAGS_DOCS: &str = "https://docs.citrix.com/en-us/citrix-daas/manage-deployment/tags.html";
+/// The record contract (R-LOG), in this repository.
+const LOG_DOCS: &str = "docs/engine.md#processing-one-record";
 
 /// How long a zone may stay forced on part of its connectors (the time to run the command
 /// on each) before it is a finding.
@@ -82,6 +88,15 @@ struct Seen {
     probes: BTreeMap<(String, String), (u64, u64)>,
     /// The record being applied: its time, and whether it can change forced outage.
     current: Option<(lhc_engine::Ts, bool)>,
+    /// Quarantined records: the field at fault → (count, first offsets, first error).
+    quarantined: BTreeMap<String, (u64, Vec<u64>, String)>,
+    /// Connector → its running streak of failed imports: (first 505, last 505, count).
+    failing: BTreeMap<String, (lhc_engine::Ts, lhc_engine::Ts, u64)>,
+    /// Streaks of failed imports that lasted past a sync interval: (connector, first,
+    /// last, count, ended by a good import).
+    long_failures: Vec<(String, lhc_engine::Ts, lhc_engine::Ts, u64, bool)>,
+    /// Connectors started while their zone was in LHC mode: (connector, zone, when).
+    started_in_outage: Vec<(String, String, lhc_engine::Ts)>,
 }
 
 impl Observer for Seen {
@@ -93,6 +108,23 @@ impl Observer for Seen {
         match record {
             Ok(Record::StorefrontHeartbeat(s)) => {
                 self.storefront.insert(s.connector.to_lowercase());
+            }
+            Ok(Record::ConnectorLifecycle(l)) if l.event == LifecycleEvent::Start => {
+                let zone = engine
+                    .site()
+                    .connector_id(&l.connector)
+                    .and_then(|id| engine.connectors().get(id))
+                    .map(|c| c.zone().to_string());
+                if let Some(zone) = zone {
+                    let outage = engine
+                        .connectors()
+                        .values()
+                        .any(|c| c.zone() == zone && c.in_lhc());
+                    if outage {
+                        self.started_in_outage
+                            .push((l.connector.clone(), zone, l.ts));
+                    }
+                }
             }
             Ok(Record::PeerProbe(p)) => {
                 let both_started = [&p.connector, &p.peer].iter().all(|c| {
@@ -126,13 +158,51 @@ impl Observer for Seen {
         let engine = step.engine;
         let outputs = step.outputs;
         for o in outputs.iter() {
-            if let Output::Event(e) = o {
-                if e.kind() == Some(EventKind::HealthCheckFailed) {
-                    *self
-                        .failures_by_hour
-                        .entry((e.connector.clone(), e.ts.millis() / 3_600_000))
-                        .or_default() += 1;
+            match o {
+                Output::Event(e) => match e.kind() {
+                    Some(EventKind::HealthCheckFailed) => {
+                        *self
+                            .failures_by_hour
+                            .entry((e.connector.clone(), e.ts.millis() / 3_600_000))
+                            .or_default() += 1;
+                    }
+                    Some(EventKind::ImportFailed(_)) => {
+                        let streak = self
+                            .failing
+                            .entry(e.connector.clone())
+                            .or_insert((e.ts, e.ts, 0));
+                        streak.1 = e.ts;
+                        streak.2 += 1;
+                    }
+                    Some(EventKind::Imported(_)) => {
+                        if let Some((first, last, count)) = self.failing.remove(&e.connector) {
+                            let interval = engine.params().sync_interval_s as i64;
+                            if e.ts.seconds_since(first) > interval {
+                                self.long_failures.push((
+                                    e.connector.clone(),
+                                    first,
+                                    last,
+                                    count,
+                                    true,
+                                ));
+                            }
+                        }
+                    }
+                    _ => {}
+                },
+                Output::Quarantine(q) => {
+                    // Grouped by the field at fault ("field `ts`: ...").
+                    let field = q.error.split(':').next().unwrap_or("").to_string();
+                    let entry =
+                        self.quarantined
+                            .entry(field)
+                            .or_insert((0, Vec::new(), q.error.clone()));
+                    entry.0 += 1;
+                    if entry.1.len() < 5 {
+                        entry.1.push(q.offset);
+                    }
                 }
+                _ => {}
             }
         }
         let Some((ts, admin)) = self.current else {
@@ -191,8 +261,19 @@ pub fn lint(source: &mut Source) -> Result<LintReport, SourceError> {
         failures_by_hour,
         forced_subset,
         probes,
+        quarantined,
+        failing,
+        mut long_failures,
+        started_in_outage,
         ..
     } = seen;
+    // Imports still failing at the end of the log, for longer than a sync interval.
+    let interval = engine.params().sync_interval_s as i64;
+    for (connector, (first, last, count)) in failing {
+        if last.seconds_since(first) >= interval {
+            long_failures.push((connector, first, last, count, false));
+        }
+    }
     let mut findings = Vec::new();
     let site = engine.site();
 
@@ -203,8 +284,10 @@ pub fn lint(source: &mut Source) -> Result<LintReport, SourceError> {
                 check: "no-storefront-traffic",
                 severity: Severity::Error,
                 subject: id.clone(),
-                detail: "no StoreFront server contacted this connector in the log: it cannot enter LHC mode (3002 no_storefront_traffic); add it to StoreFront's list of connectors".into(),
-                cites: SEED_STOREFRONT,
+                detail: "no StoreFront server contacted this connector in the log: it cannot enter LHC mode (3002 no_storefront_traffic)".into(),
+                fix: format!("list it among the store's Delivery Controllers in StoreFront (Set-STFStoreFarm -FarmName <farm> -Servers <connectors including {id}>)"),
+                cites: "R-STATE-4",
+                docs: LHC_DOCS,
             });
         }
     }
@@ -215,11 +298,13 @@ pub fn lint(source: &mut Source) -> Result<LintReport, SourceError> {
             severity: Severity::Error,
             subject: zone.clone(),
             detail: format!(
-                "forced outage on {} only, for more than {} minutes: run Enable-LhcForcedOutageMode (admin forced outage) on every connector of the zone",
+                "forced outage on {} only, for more than {} minutes: the zone stays out of LHC mode until every connector is forced",
                 forced.join(", "),
                 FORCED_GRACE_S / 60
             ),
-            cites: SEED_FORCED,
+            fix: "run Enable-LhcForcedOutageMode on every Cloud Connector of the zone (or Disable-LhcForcedOutageMode on those forced)".into(),
+            cites: "R-STATE-8",
+            docs: LHC_DOCS,
         });
     }
     // Pooled groups that fail during an outage.
@@ -240,8 +325,10 @@ pub fn lint(source: &mut Source) -> Result<LintReport, SourceError> {
                     check: "pooled-fails-in-outage",
                     severity: Severity::Warning,
                     subject: id.clone(),
-                    detail: "pooled, power-managed group: every launch fails during an outage (pooled_unavailable_in_outage) unless the site allows and the group sets reuse_machines_without_shutdown_in_outage".into(),
-                    cites: SEED_POOLED,
+                    detail: "pooled, power-managed group: every launch fails during an outage (pooled_unavailable_in_outage)".into(),
+                    fix: format!("Set-BrokerSite -ReuseMachinesWithoutShutdownInOutageAllowed $true; Set-BrokerDesktopGroup -Name '{id}' -ReuseMachinesWithoutShutdownInOutage $true"),
+                    cites: "R-LAUNCH-6",
+                    docs: LHC_DOCS,
                 });
             }
         }
@@ -268,8 +355,11 @@ pub fn lint(source: &mut Source) -> Result<LintReport, SourceError> {
                 check: "single-connector-zone",
                 severity: Severity::Warning,
                 subject: zone.clone(),
-                detail: "one connector in this zone: if it stops during an outage nothing brokers; run at least two".into(),
-                cites: SEED_ONE,
+                detail: "one connector in this zone: if it stops during an outage nothing brokers"
+                    .into(),
+                fix: "install a second Cloud Connector in the zone's resource location".into(),
+                cites: "R-ELECT-5",
+                docs: ZONES_DOCS,
             });
         }
     }
@@ -280,8 +370,11 @@ pub fn lint(source: &mut Source) -> Result<LintReport, SourceError> {
                 check: "zone-above-10000-vdas",
                 severity: Severity::Warning,
                 subject: zone.clone(),
-                detail: format!("{n} VDAs: more than the 10,000 an LHC broker handles in a zone; split the zone"),
-                cites: SEED_SCALE,
+                detail: format!("{n} VDAs: more than the 10,000 an LHC broker handles in a zone"),
+                fix: "split the zone (a resource location with its own connectors per 10,000 VDAs)"
+                    .into(),
+                cites: "§10",
+                docs: LHC_DOCS,
             });
         }
     }
@@ -291,7 +384,10 @@ pub fn lint(source: &mut Source) -> Result<LintReport, SourceError> {
             severity: Severity::Warning,
             subject: "site".into(),
             detail: format!("{total} VDAs: more than the 40,000 LHC handles in a site"),
-            cites: SEED_SCALE,
+            fix: "split the site, or accept that LHC will not carry all of it during an outage"
+                .into(),
+            cites: "§10",
+            docs: LHC_DOCS,
         });
     }
     // Flapping: many first-failures an hour.
@@ -307,8 +403,10 @@ pub fn lint(source: &mut Source) -> Result<LintReport, SourceError> {
             check: "network-flapping",
             severity: Severity::Warning,
             subject: connector,
-            detail: format!("{n} health-check failures (3001) in one hour: the network flaps; consider forcing the outage on the whole zone until it is fixed"),
-            cites: SEED_FLAP,
+            detail: format!("{n} health-check failures (3001) in one hour: the network flaps, and each flap re-registers the zone's VDAs"),
+            fix: "fix the connection to Citrix Cloud; until then run Enable-LhcForcedOutageMode on every connector of the zone".into(),
+            cites: "R-STATE-1",
+            docs: LHC_DOCS,
         });
     }
     // Peers that cannot probe each other.
@@ -323,8 +421,10 @@ pub fn lint(source: &mut Source) -> Result<LintReport, SourceError> {
                     Severity::Warning
                 },
                 subject: format!("{connector} -> {peer}"),
-                detail: format!("{failed} failed probes of a started peer ({ok} ok): split-brain risk in LHC mode; open the election endpoint between them"),
-                cites: SEED_PROBE,
+                detail: format!("{failed} failed probes of a started peer ({ok} ok): split-brain risk in LHC mode"),
+                fix: format!("open TCP 80 between the connectors (Test-NetConnection {} -Port 80 from {})", peer, connector),
+                cites: "R-ELECT-4",
+                docs: LHC_DOCS,
             });
         }
     }
@@ -339,11 +439,58 @@ pub fn lint(source: &mut Source) -> Result<LintReport, SourceError> {
                         severity: Severity::Warning,
                         subject: id.clone(),
                         detail: format!("restricted to tag {tag:?} with machines in {} zones: launches fail in a zone without tagged VDAs", zones.len()),
-                        cites: SEED_TAG,
+                        fix: format!("tag machines in every zone of the group (Add-BrokerTag -Name '{tag}' -Machine <machine>), or drop the restriction"),
+                        cites: "R-LAUNCH-8",
+                        docs: TAGS_DOCS,
                     });
                 }
             }
         }
+    }
+    // Records quarantined: they changed nothing, and whoever produced them is wrong.
+    for (field, (count, offsets, first)) in quarantined {
+        let at: Vec<String> = offsets.iter().map(u64::to_string).collect();
+        findings.push(Finding {
+            check: "quarantined-records",
+            severity: Severity::Warning,
+            subject: format!("offset {}", at.join(", ")),
+            detail: format!(
+                "{count} record(s) quarantined ({field}), changing nothing; the first: {first}"
+            ),
+            fix: format!(
+                "fix the producer of these records; `lhc log cat --from {}` shows the first",
+                offsets[0]
+            ),
+            cites: "R-LOG-4",
+            docs: LOG_DOCS,
+        });
+    }
+    // Imports failing (505) for longer than a sync interval: the LHC database went stale.
+    for (connector, first, last, count, ended) in long_failures {
+        findings.push(Finding {
+            check: "imports-failing",
+            severity: Severity::Error,
+            subject: connector,
+            detail: format!(
+                "{count} failed import(s) (505) from {first} to {last}, longer than a sync interval ({interval} s){}: an outage then would broker from an old configuration",
+                if ended { ", then a good import" } else { ", still failing at the end of the log" }
+            ),
+            fix: "`lhc forensics sync` names the object at fault and the cmdlet that fixes it".into(),
+            cites: "R-CSS-4",
+            docs: LHC_DOCS,
+        });
+    }
+    // Connectors started during an outage.
+    for (connector, zone, ts) in started_in_outage {
+        findings.push(Finding {
+            check: "connector-started-during-outage",
+            severity: Severity::Warning,
+            subject: connector,
+            detail: format!("started at {ts} while zone {zone} was in LHC mode: it rejoins the election and its VDAs re-register"),
+            fix: "avoid restarting Cloud Connectors during an outage; restart them once the cloud is back (pending_recovery has ended)".into(),
+            cites: "R-STATE-10",
+            docs: LHC_DOCS,
+        });
     }
     findings.sort();
     Ok(LintReport {

@@ -78,11 +78,72 @@ fn configuration_checks_fire_and_cite_their_source() {
                 || f["cites"].as_str().unwrap().contains("§"),
             "every finding cites the spec: {f}"
         );
+        // The Citrix page with the advice, or a page of this repository; never a path
+        // outside it.
+        let docs = f["docs"].as_str().unwrap();
         assert!(
-            f["cites"].as_str().unwrap().contains("seed"),
-            "and the seeds: {f}"
+            docs.starts_with("https://docs.citrix.com/")
+                || common::root()
+                    .join(docs.split('#').next().unwrap())
+                    .is_file(),
+            "{f}"
         );
+        assert!(!f["fix"].as_str().unwrap().is_empty(), "{f}");
+        assert!(!f.to_string().contains("seed"), "no seed paths: {f}");
     }
+}
+
+/// Quarantined records, imports failing past a sync interval, and a connector started
+/// during an outage are findings; the exit status is 1 (findings), not 2 (error).
+#[test]
+fn quarantines_long_505s_and_restarts_in_an_outage_are_findings() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("sim.jsonl");
+    simulate(
+        log.to_str().unwrap(),
+        4,
+        100,
+        200,
+        2,
+        &[
+            "--zones",
+            "1",
+            "--outage",
+            "20m+40m",
+            "--stop",
+            "z1c2@30m+10m",
+            "--bad-config",
+            "dangling@5m",
+        ],
+    );
+    // A record older than the one before it: quarantined on replay (R-LOG-4).
+    let mut text = std::fs::read_to_string(&log).unwrap();
+    text.push_str("{\"ts\":\"2026-01-05T09:00:00Z\",\"type\":\"clock.tick\"}\n");
+    std::fs::write(&log, text).unwrap();
+    let out = lhc(&["lint", log.to_str().unwrap(), "--format", "json"]);
+    assert_eq!(out.status.code(), Some(1), "findings exit 1");
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let found = report["findings"].as_array().unwrap().clone();
+    assert!(has(&found, "quarantined-records", "offset "), "{found:?}");
+    assert!(has(&found, "imports-failing", "cc1.z1"), "{found:?}");
+    assert!(
+        has(&found, "connector-started-during-outage", "cc2.z1"),
+        "{found:?}"
+    );
+    let failing = found
+        .iter()
+        .find(|f| f["check"] == "imports-failing")
+        .unwrap();
+    assert!(failing["fix"]
+        .as_str()
+        .unwrap()
+        .contains("lhc forensics sync"));
+    // One finding per line with --format jsonl.
+    let jsonl = lhc(&["lint", log.to_str().unwrap(), "--format", "jsonl"]);
+    assert_eq!(
+        String::from_utf8_lossy(&jsonl.stdout).lines().count(),
+        found.len()
+    );
 }
 
 #[test]

@@ -4,16 +4,15 @@ use std::process::ExitCode;
 
 use lhc_replay::Severity;
 
-use crate::args::SourceArgs;
+use crate::args::{Format, FormatArgs, SourceArgs};
 
 /// Options of `lhc lint`.
 #[derive(clap::Args)]
 pub struct LintArgs {
     #[command(flatten)]
     source: SourceArgs,
-    /// Print JSON instead of one line per finding.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    format: FormatArgs,
     /// Exit 1 on warnings too (by default only errors fail).
     #[arg(long)]
     strict: bool,
@@ -22,21 +21,30 @@ pub struct LintArgs {
 /// Runs `lhc lint`: exit 1 when a finding is an error (or a warning, with --strict).
 pub fn run(args: LintArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     let report = args.source.replay_with(quiet, lhc_replay::lint)?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        for f in &report.findings {
-            let severity = match f.severity {
-                Severity::Error => "error",
-                Severity::Warning => "warning",
-                Severity::Info => "info",
-            };
-            println!(
-                "{severity}[{}] {}: {}\n    cites {}",
-                f.check, f.subject, f.detail, f.cites
-            );
+    match args.format.get() {
+        Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+        Format::Jsonl => {
+            for f in &report.findings {
+                println!("{}", serde_json::to_string(f)?);
+            }
         }
-        println!("{}: {} finding(s)", report.source, report.findings.len());
+        Format::Table => {
+            for f in &report.findings {
+                let severity = match f.severity {
+                    Severity::Error => "error",
+                    Severity::Warning => "warning",
+                    Severity::Info => "info",
+                };
+                println!(
+                    "{severity}[{}] {}: {}\n    fix: {}\n    see: {} ({})",
+                    f.check, f.subject, f.detail, f.fix, f.docs, f.cites
+                );
+            }
+            // The count is a diagnostic, not part of the answer.
+            if !quiet {
+                eprintln!("{}: {} finding(s)", report.source, report.findings.len());
+            }
+        }
     }
     let fails = report
         .findings
