@@ -4,6 +4,8 @@
 //! by the timers due by T (as a `clock.tick` at T would fire them), so it agrees with a
 //! replay cut at the same instant.
 
+use std::collections::BTreeMap;
+
 use lhc_engine::{Engine, Output, Ts};
 
 use crate::drive::{After, Before, Flow, Observer};
@@ -24,6 +26,9 @@ pub struct Cut {
     pub last_ts: Option<Ts>,
     /// A record after the instant exists (the instant is inside the log's span).
     pub more_after: bool,
+    /// Each launch request up to the instant: request id → (user, resource), so listings
+    /// can name who launched what (decisions name only the request).
+    pub launches: BTreeMap<String, (String, String)>,
 }
 
 /// Replays `source` up to `at` (records with `ts` <= `at`; undecodable records are
@@ -37,6 +42,7 @@ pub fn cut_at(source: &mut Source, at: Ts) -> Result<Cut, SourceError> {
         first_ts: None,
         last_ts: None,
         more_after: false,
+        launches: BTreeMap::new(),
     };
     crate::drive::drive(source, &mut engine, &mut cutter)?;
     let Cutter {
@@ -45,6 +51,7 @@ pub fn cut_at(source: &mut Source, at: Ts) -> Result<Cut, SourceError> {
         first_ts,
         last_ts,
         more_after,
+        launches,
         ..
     } = cutter;
     let mut out = Vec::new();
@@ -58,6 +65,7 @@ pub fn cut_at(source: &mut Source, at: Ts) -> Result<Cut, SourceError> {
         first_ts,
         last_ts,
         more_after,
+        launches,
     })
 }
 
@@ -69,6 +77,7 @@ struct Cutter {
     first_ts: Option<Ts>,
     last_ts: Option<Ts>,
     more_after: bool,
+    launches: BTreeMap<String, (String, String)>,
 }
 
 impl Observer for Cutter {
@@ -83,6 +92,10 @@ impl Observer for Cutter {
                 return Ok(Flow::Stop);
             }
             self.last_ts = Some(record.ts());
+            if let lhc_engine::Record::LaunchRequest(l) = record {
+                self.launches
+                    .insert(l.request.clone(), (l.user.clone(), l.resource.clone()));
+            }
         }
         Ok(Flow::Apply)
     }

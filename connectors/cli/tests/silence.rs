@@ -277,3 +277,104 @@ fn completions_man_page_and_version_for_packagers_and_bug_reports() {
         assert!(version.contains(part), "{part:?} in {version}");
     }
 }
+
+/// `query launches` names who launched what, with a header, and filters; `query machine`
+/// is a table; `--format jsonl` prints one row per line.
+#[test]
+fn query_launches_and_machine_read_as_tables_and_filter() {
+    let ex = example();
+    let at = "2026-01-05T09:59:00Z";
+    let (table, _) = ok(lhc(&[
+        "query",
+        &ex,
+        "--at",
+        at,
+        "launches",
+        "--since",
+        "2026-01-05T09:00:00Z",
+    ]));
+    let mut lines = table.lines();
+    let header = lines.next().unwrap();
+    for column in [
+        "ts",
+        "request",
+        "user",
+        "resource",
+        "connector",
+        "outcome",
+        "reason",
+    ] {
+        assert!(header.split_whitespace().any(|c| c == column), "{header}");
+    }
+    assert_eq!(lines.count(), 6, "{table}");
+    let (rejected, _) = ok(lhc(&[
+        "query",
+        &ex,
+        "--at",
+        at,
+        "--format",
+        "jsonl",
+        "launches",
+        "--since",
+        "2026-01-05T09:00:00Z",
+        "--outcome",
+        "rejected",
+    ]));
+    let rows: Vec<serde_json::Value> = rejected
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rows.len(), 2, "{rejected}");
+    assert!(rows.iter().all(|r| r["outcome"] == "rejected"));
+    assert_eq!(rows[0]["user"], "bob");
+    assert_eq!(rows[0]["reason"], "not_elected");
+    for (filter, value, expected) in [
+        ("--user", "alice", 2),
+        ("--connector", "ddc2.corp.example", 1),
+        ("--reason", "not_entitled", 1),
+    ] {
+        let (out, _) = ok(lhc(&[
+            "query",
+            &ex,
+            "--at",
+            at,
+            "--format",
+            "jsonl",
+            "launches",
+            "--since",
+            "2026-01-05T09:00:00Z",
+            filter,
+            value,
+        ]));
+        assert_eq!(out.lines().count(), expected, "{filter} {value}: {out}");
+    }
+    let (until, _) = ok(lhc(&[
+        "query",
+        &ex,
+        "--at",
+        at,
+        "--format",
+        "jsonl",
+        "launches",
+        "--since",
+        "2026-01-05T09:00:00Z",
+        "--until",
+        "2026-01-05T09:10:00Z",
+    ]));
+    assert_eq!(until.lines().count(), 2, "{until}");
+    let (machine, _) = ok(lhc(&[
+        "query",
+        &ex,
+        "--at",
+        at,
+        "machine",
+        "vda-win01.corp.example",
+    ]));
+    let mut lines = machine.lines();
+    assert!(
+        lines.next().unwrap().contains("registered with cloud"),
+        "{machine}"
+    );
+    assert!(lines.next().unwrap().starts_with("ts "), "{machine}");
+    assert!(machine.contains("launch brokered here"), "{machine}");
+}

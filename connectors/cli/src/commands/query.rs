@@ -5,10 +5,11 @@ use std::process::ExitCode;
 use anyhow::{bail, Context};
 use clap::Subcommand;
 use lhc_engine::engine::snake;
+use lhc_engine::output::Outcome;
 use lhc_engine::{Output, Ts};
 use serde_json::{json, Value};
 
-use crate::args::SourceArgs;
+use crate::args::{Format, SourceArgs};
 use crate::time::{parse_instant, Zone};
 
 /// Options of `lhc query`.
@@ -23,8 +24,12 @@ pub struct QueryArgs {
     /// Time zone (IANA name, like Europe/Berlin) of instants given without an offset.
     #[arg(long, value_name = "ZONE", global = true)]
     tz: Option<String>,
-    /// Print JSON instead of tables.
-    #[arg(long, global = true)]
+    /// Output format: table (with a header), json (one document), jsonl (one row per
+    /// line for listings).
+    #[arg(long, value_enum, default_value_t = Format::Table, global = true)]
+    format: Format,
+    /// Same as --format json.
+    #[arg(long, global = true, hide = true, conflicts_with = "format")]
     json: bool,
     /// What to show [default: connectors].
     #[command(subcommand)]
@@ -50,11 +55,27 @@ pub enum What {
         /// Machine id.
         name: String,
     },
-    /// Launch decisions in a window ending at the instant.
+    /// Launch decisions in a window ending at the instant: who launched what, through
+    /// which connector, and what came of it.
     Launches {
         /// Start of the window [default: one hour before --at].
+        #[arg(long, visible_alias = "from", value_name = "TS")]
+        since: Option<String>,
+        /// End of the window [default: --at].
         #[arg(long, value_name = "TS")]
-        from: Option<String>,
+        until: Option<String>,
+        /// Only brokered or only rejected launches.
+        #[arg(long, value_enum)]
+        outcome: Option<OutcomeFilter>,
+        /// Only rejections for this reason (like not_elected).
+        #[arg(long)]
+        reason: Option<String>,
+        /// Only launches sent to this connector.
+        #[arg(long)]
+        connector: Option<String>,
+        /// Only this user's launches.
+        #[arg(long)]
+        user: Option<String>,
     },
     /// The LHC database content of a connector besides its configuration (R-DATA).
     LhcData {
@@ -63,6 +84,15 @@ pub enum What {
     },
     /// The state digest at the instant (compare with `lhc replay --digest` of a cut log).
     Digest,
+}
+
+/// `--outcome` of `lhc query launches`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutcomeFilter {
+    /// A machine was chosen.
+    Brokered,
+    /// No machine.
+    Rejected,
 }
 
 /// Runs `lhc query`.
@@ -153,29 +183,95 @@ pub fn run(args: QueryArgs, quiet: bool) -> anyhow::Result<ExitCode> {
                         .is_some_and(|m| m.eq_ignore_ascii_case(name)),
                     _ => false,
                 })
-                .map(|(offset, o)| json!({ "offset": offset, "output": o }))
+                .map(|(offset, o)| {
+                    let (ts, what, connector, detail) = match o {
+                        Output::Registration(r) => (
+                            r.ts,
+                            if r.accepted {
+                                "registered"
+                            } else {
+                                "registration refused or left"
+                            },
+                            r.connector.clone(),
+                            r.reason.map(|x| snake(&x)).unwrap_or_default(),
+                        ),
+                        Output::MachineMaintenance(m) => (
+                            m.ts,
+                            if m.on {
+                                "maintenance on"
+                            } else {
+                                "maintenance off"
+                            },
+                            m.connector.clone(),
+                            String::new(),
+                        ),
+                        Output::LaunchDecision(d) => (
+                            d.ts,
+                            "launch brokered here",
+                            d.connector.clone(),
+                            d.request.clone(),
+                        ),
+                        _ => unreachable!("filtered above"),
+                    };
+                    json!({
+                        "ts": ts, "offset": offset, "what": what, "connector": connector,
+                        "detail": detail, "output": o,
+                    })
+                })
                 .collect();
             if now.is_none() && history.is_empty() {
                 anyhow::bail!("no machine {name:?} in the log up to {at}");
             }
             json!({ "at": at, "machine": name, "now": now, "history": history })
         }
-        What::Launches { from } => {
-            let from = match from {
+        What::Launches {
+            since,
+            until,
+            outcome,
+            reason,
+            connector,
+            user,
+        } => {
+            let from = match since {
                 Some(f) => parse_instant(f, zone.as_ref())?,
                 None => Ts(at.millis() - 3_600_000),
+            };
+            let to = match until {
+                Some(u) => parse_instant(u, zone.as_ref())?.min(at),
+                None => at,
+            };
+            let same = |filter: &Option<String>, value: &str| {
+                filter
+                    .as_ref()
+                    .is_none_or(|f| f.eq_ignore_ascii_case(value))
             };
             let list: Vec<Value> = cut
                 .outputs
                 .iter()
                 .filter_map(|(offset, o)| match o {
-                    Output::LaunchDecision(d) if d.ts >= from && d.ts <= at => {
-                        Some(json!({ "offset": offset, "decision": d }))
-                    }
+                    Output::LaunchDecision(d) if d.ts >= from && d.ts <= to => Some((offset, d)),
                     _ => None,
                 })
+                .filter_map(|(offset, d)| {
+                    let (who, what) = cut.launches.get(&d.request).cloned().unwrap_or_default();
+                    let reason_text = d.reason.map(|r| snake(&r)).unwrap_or_default();
+                    let keep = same(user, &who)
+                        && same(connector, &d.connector)
+                        && same(reason, &reason_text)
+                        && outcome.is_none_or(|o| {
+                            (o == OutcomeFilter::Brokered) == (d.outcome == Outcome::Brokered)
+                        });
+                    keep.then(|| {
+                        json!({
+                            "ts": d.ts, "offset": offset, "request": d.request, "user": who,
+                            "resource": what, "connector": d.connector,
+                            "outcome": snake(&d.outcome), "via": snake(&d.via),
+                            "machine": d.machine, "session": d.session, "reason": d.reason,
+                        })
+                    })
+                })
                 .collect();
-            json!({ "from": from, "to": at, "launches": list })
+            json!({ "from": from, "to": to, "launches": list })
         }
         What::LhcData { connector } => {
             let data = engine
@@ -185,10 +281,18 @@ pub fn run(args: QueryArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         }
         What::Digest => json!({ "at": at, "digest": engine.digest() }),
     };
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&value)?);
-    } else {
-        print_table(&what, &value);
+    let format = if args.json { Format::Json } else { args.format };
+    match format {
+        Format::Json => println!("{}", serde_json::to_string_pretty(&value)?),
+        Format::Jsonl => match list_of(&what, &value) {
+            Some(rows) => {
+                for row in rows.as_array().into_iter().flatten() {
+                    println!("{}", serde_json::to_string(row)?);
+                }
+            }
+            None => println!("{}", serde_json::to_string(&value)?),
+        },
+        Format::Table => print_table(&what, &value),
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -201,7 +305,19 @@ fn text(v: &Value) -> String {
     }
 }
 
-/// Aligned columns for the list answers; JSON for the others.
+/// The rows of a listing answer.
+fn list_of<'a>(what: &What, value: &'a Value) -> Option<&'a Value> {
+    Some(match what {
+        What::Connectors => &value["connectors"],
+        What::Registrations => &value["machines"],
+        What::Sessions { .. } => &value["sessions"],
+        What::Launches { .. } => &value["launches"],
+        What::Machine { .. } => &value["history"],
+        What::LhcData { .. } | What::Digest => return None,
+    })
+}
+
+/// Aligned columns with a header for the listings; JSON for the LHC data.
 fn print_table(what: &What, value: &Value) {
     let (rows, columns): (&Value, &[&str]) = match what {
         What::Connectors => (
@@ -225,21 +341,33 @@ fn print_table(what: &What, value: &Value) {
             println!("{}", text(&value["digest"]));
             return;
         }
-        What::Launches { .. } => {
-            for l in value["launches"].as_array().into_iter().flatten() {
-                let d = &l["decision"];
-                println!(
-                    "{}  {:<28} {:<10} {:<9} {:<5} {:<24} {}",
-                    text(&d["ts"]),
-                    text(&d["request"]),
-                    text(&d["outcome"]),
-                    text(&d["via"]),
-                    text(&d["session"]),
-                    text(&d["machine"]),
-                    text(&d["reason"])
-                );
-            }
-            return;
+        What::Launches { .. } => (
+            &value["launches"],
+            &[
+                "ts",
+                "request",
+                "user",
+                "resource",
+                "connector",
+                "outcome",
+                "via",
+                "machine",
+                "reason",
+            ],
+        ),
+        What::Machine { .. } => {
+            let now = &value["now"];
+            println!(
+                "{} at {}: registered with {}, {} session(s)",
+                text(&value["machine"]),
+                text(&value["at"]),
+                text(&now["registered_with"]),
+                now["sessions"].as_array().map_or(0, Vec::len)
+            );
+            (
+                &value["history"],
+                &["ts", "offset", "what", "connector", "detail"],
+            )
         }
         _ => {
             println!(
