@@ -106,7 +106,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_tracing(cli.verbose);
+    init_tracing(cli.verbose, cli.quiet);
     let quiet = cli.quiet;
     // Printing commands end quietly when their reader goes away (`lhc log cat | head`).
     restore_default_sigpipe();
@@ -177,17 +177,23 @@ fn ignore_file_size_signal() {
     }
 }
 
-fn init_tracing(verbose: u8) {
-    let default = match verbose {
-        0 => "warn",
-        1 => "info",
+/// Diagnostics on stderr: warnings by default (librdkafka's retries, one line each),
+/// errors only with -q, more with -v; colour only on a terminal and never with NO_COLOR.
+fn init_tracing(verbose: u8, quiet: bool) {
+    use std::io::IsTerminal;
+    let default = match (quiet, verbose) {
+        (true, _) => "error",
+        (false, 0) => "warn",
+        (false, 1) => "info",
         _ => "debug",
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(colour)
         .with_target(false)
         .init();
 }

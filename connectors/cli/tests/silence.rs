@@ -378,3 +378,35 @@ fn query_launches_and_machine_read_as_tables_and_filter() {
     assert!(lines.next().unwrap().starts_with("ts "), "{machine}");
     assert!(machine.contains("launch brokered here"), "{machine}");
 }
+
+/// librdkafka's retries are one line each on stderr, without colour when stderr is not a
+/// terminal, and -q leaves only the error.
+#[test]
+fn kafka_retries_are_one_line_each_uncoloured_and_quiet_under_q() {
+    let args = [
+        "replay",
+        "--kafka",
+        "127.0.0.1:1",
+        "--site",
+        "s",
+        "--kafka-timeout",
+        "2",
+    ];
+    let out = lhc(&args);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(!err.contains('\u{1b}'), "no colour off a terminal: {err}");
+    let warnings = err.lines().filter(|l| l.contains("WARN")).count();
+    assert!(warnings >= 1, "{err}");
+    // One line per retry, not the same failure repeated by each of librdkafka's layers.
+    assert!(
+        !err.contains("Global error"),
+        "transport failures are not repeated as global errors: {err}"
+    );
+    let mut quiet = vec!["-q"];
+    quiet.extend_from_slice(&args);
+    let out = lhc(&quiet);
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "only the error under -q: {err}");
+    assert!(err.starts_with("error: "), "{err}");
+}

@@ -10,7 +10,8 @@
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use rdkafka::config::ClientConfig;
+use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
+use rdkafka::error::RDKafkaErrorCode;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{DeliveryResult, Message};
@@ -84,8 +85,36 @@ struct Context {
 }
 
 impl ClientContext for Context {
+    /// librdkafka's own log: one line per message, warnings and worse shown by default,
+    /// the rest with -v.
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        use RDKafkaLogLevel as L;
+        match level {
+            L::Emerg | L::Alert | L::Critical | L::Error | L::Warning => {
+                tracing::warn!(target: "librdkafka", "kafka {}: {fac}: {message}", self.brokers)
+            }
+            L::Notice | L::Info => {
+                tracing::info!(target: "librdkafka", "kafka {}: {fac}: {message}", self.brokers)
+            }
+            L::Debug => {
+                tracing::debug!(target: "librdkafka", "kafka {}: {fac}: {message}", self.brokers)
+            }
+        }
+    }
+
     fn error(&self, error: KafkaError, reason: &str) {
-        tracing::warn!("kafka {}: {error}: {reason} (retrying)", self.brokers);
+        // A lost connection is already one line of librdkafka's log (above), and each
+        // retry raised it again here twice: kept for -vv only. Other errors (an
+        // authentication failure, a bad setting) are shown.
+        let transport = matches!(
+            error.rdkafka_error_code(),
+            Some(RDKafkaErrorCode::BrokerTransportFailure | RDKafkaErrorCode::AllBrokersDown)
+        );
+        if transport {
+            tracing::debug!("kafka {}: {error}: {reason} (retrying)", self.brokers);
+        } else {
+            tracing::warn!("kafka {}: {error}: {reason}", self.brokers);
+        }
     }
 }
 
