@@ -175,10 +175,10 @@ fn simulated(dir: &Path, quiet: bool) -> anyhow::Result<ExitCode> {
          zone 1 (cc1.z1) stops, and at 09:55 it is started again while the outage goes on; at \
          09:50 cc1.z2 is powered on, also during the outage.\n"
     );
-    println!("== What the outage looked like (lhc report outage) ==");
+    println!("== Why imports failed (lhc forensics sync, root causes) ==");
+    print!("{}", crate::commands::forensics::root_causes(&sync));
+    println!("\n== What the outage looked like (lhc report outage) ==");
     print!("{}", crate::commands::report::summary(&outage, None));
-    println!("\n== Why imports failed (lhc forensics sync) ==");
-    print!("{}", crate::commands::forensics::summary(&sync));
     println!(
         "\nReading it: the two restarts end differently (R-STATE-10). Zone 1 failed over to \
          cc2.z1 when cc1.z1 stopped; cc1.z1 had been stopped in LHC mode, so when it came back \

@@ -180,6 +180,15 @@ fn cause_lines(n: usize, c: &lhc_replay::forensics::RootCause) -> Vec<String> {
     ]
 }
 
+/// The head line and the root causes alone (what to fix), as the demo shows them.
+pub fn root_causes(report: &SyncForensics) -> String {
+    let full = summary(report);
+    match full.split_once("\neach failed import:") {
+        Some((causes, _)) => causes.to_string(),
+        None => full,
+    }
+}
+
 /// The terminal summary: root causes first (what to fix), then each failed import.
 pub fn summary(report: &SyncForensics) -> String {
     let mut t = String::new();
