@@ -42,7 +42,11 @@ impl KafkaArgs {
 /// Log location options shared by every command that reads or writes a log.
 #[derive(clap::Args, Clone, Debug)]
 pub struct LogArgs {
-    /// Embedded log directory (the default backend: no server needed).
+    /// The embedded log directory, named like every other command names its log
+    /// [default: lhc-data/log]; or --kafka.
+    #[arg(value_name = "LOG", conflicts_with_all = ["log", "kafka"])]
+    pub source: Option<PathBuf>,
+    /// Embedded log directory, as an option (same as the LOG argument).
     #[arg(
         long,
         value_name = "DIR",
@@ -59,6 +63,11 @@ pub struct LogArgs {
 }
 
 impl LogArgs {
+    /// The embedded log directory: the LOG argument, else --log.
+    pub fn dir(&self) -> &PathBuf {
+        self.source.as_ref().unwrap_or(&self.log)
+    }
+
     fn kafka_options(&self) -> anyhow::Result<Option<KafkaOptions>> {
         self.kafka.options()
     }
@@ -72,8 +81,8 @@ impl LogArgs {
             fsync: self.fsync,
             ..EmbeddedOptions::default()
         };
-        let log = EmbeddedLog::open(&self.log, options)
-            .with_context(|| format!("opening the log in {}", self.log.display()))?;
+        let log = EmbeddedLog::open(self.dir(), options)
+            .with_context(|| format!("opening the log in {}", self.dir().display()))?;
         if let Some(r) = log.recovery() {
             eprintln!(
                 "warning: cut a torn tail from {}: {} bytes at offset {} ({})",
@@ -91,11 +100,11 @@ impl LogArgs {
         if let Some(options) = self.kafka_options()? {
             return Ok(Box::new(KafkaLog::open(options)?));
         }
-        let log = EmbeddedLog::open_read_only(&self.log).with_context(|| {
+        let log = EmbeddedLog::open_read_only(self.dir()).with_context(|| {
             format!(
-                "no log at {} (create one with `lhc log import FILE.jsonl --log {}`)",
-                self.log.display(),
-                self.log.display()
+                "no log at {} (create one with `lhc log import FILE.jsonl {}`)",
+                self.dir().display(),
+                self.dir().display()
             )
         })?;
         Ok(Box::new(log))
@@ -105,8 +114,8 @@ impl LogArgs {
     /// exist, or has no segment, holds none), for checks before appending.
     pub fn existing(&self) -> anyhow::Result<Option<Box<dyn Log>>> {
         if self.kafka.kafka.is_none() {
-            let fresh = !self.log.is_dir()
-                || lhc_log::embedded::list_segments(&self.log)
+            let fresh = !self.dir().is_dir()
+                || lhc_log::embedded::list_segments(self.dir())
                     .map(|s| s.is_empty())
                     .unwrap_or(false);
             if fresh {
@@ -140,7 +149,7 @@ impl LogArgs {
 
     /// The embedded directory, unless Kafka is selected.
     pub fn embedded_dir(&self) -> Option<&PathBuf> {
-        self.kafka.kafka.is_none().then_some(&self.log)
+        self.kafka.kafka.is_none().then_some(self.dir())
     }
 }
 

@@ -410,3 +410,25 @@ fn kafka_retries_are_one_line_each_uncoloured_and_quiet_under_q() {
     assert_eq!(err.lines().count(), 1, "only the error under -q: {err}");
     assert!(err.starts_with("error: "), "{err}");
 }
+
+/// A log is named the same way everywhere: a positional LOG (or --log, or --kafka) for the
+/// `log` tools, the node and the simulator, as a positional SOURCE for the reports.
+#[test]
+fn the_log_is_named_by_a_positional_argument_everywhere() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("site");
+    let log = log.to_str().unwrap();
+    ok(lhc(&["log", "import", &example(), log, "-q"]));
+    let (stats, _) = ok(lhc(&["log", "stats", log, "--json"]));
+    assert!(stats.contains("\"records\": 471"), "{stats}");
+    let (same, _) = ok(lhc(&["log", "stats", "--log", log, "--json"]));
+    assert_eq!(stats, same);
+    let (cat, _) = ok(lhc(&["log", "cat", log]));
+    assert_eq!(cat.lines().count(), 471);
+    ok(lhc(&["log", "check", log, "-q"]));
+    let (report, _) = ok(lhc(&["report", "outage", log, "--format", "json"]));
+    assert!(report.contains("\"episodes\""));
+    // Both spellings at once is ambiguous: refused.
+    let both = lhc(&["log", "stats", log, "--log", log]);
+    assert_eq!(both.status.code(), Some(2));
+}
