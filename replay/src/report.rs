@@ -348,215 +348,31 @@ fn in_lhc(state: ConnectorState) -> bool {
 }
 
 impl Reporter {
+    /// One output of the replay, dispatched by kind.
     fn observe(&mut self, engine: &Engine, output: &Output) {
-        let Reporter {
-            detection,
-            gap,
-            open,
-            done,
-            launch,
-            gap_rows,
-            versions,
-            ..
-        } = self;
-        let zone_of = |connector: &str| {
-            engine
-                .connectors()
-                .get(connector)
-                .map(|c| c.zone().to_string())
-                .unwrap_or_default()
-        };
         match output {
             Output::Event(e) => {
-                let zone = zone_of(&e.connector);
+                let zone = engine
+                    .connectors()
+                    .get(&e.connector)
+                    .map(|c| c.zone().to_string())
+                    .unwrap_or_default();
+                let Reporter {
+                    detection,
+                    open,
+                    done,
+                    versions,
+                    ..
+                } = self;
                 match e.kind() {
                     Some(EventKind::HealthCheckFailed) => {
                         detection.entry(zone).or_insert(e.ts);
                     }
                     Some(EventKind::StateChanged(t)) => {
-                        if in_lhc(t.to) && !open.contains_key(&zone) {
-                            let detected_from = detection.get(&zone).copied().unwrap_or(e.ts);
-                            let current = engine
-                                .connectors()
-                                .iter()
-                                .filter(|(_, c)| c.zone() == zone)
-                                .map(|(n, c)| {
-                                    let state = if n == &e.connector { t.from } else { c.state() };
-                                    (n.clone(), (state, false, detected_from))
-                                })
-                                .collect();
-                            let lanes = engine
-                                .connectors()
-                                .iter()
-                                .filter(|(_, c)| c.zone() == zone)
-                                .map(|(n, _)| (n.clone(), Vec::new()))
-                                .collect();
-                            open.insert(
-                                zone.clone(),
-                                Open {
-                                    episode: Episode {
-                                        zone: zone.clone(),
-                                        detected_from,
-                                        start: e.ts,
-                                        end: None,
-                                        duration_s: 0,
-                                        lanes,
-                                        elections: Vec::new(),
-                                        split_brain: Vec::new(),
-                                        registrations: vec![sample(engine, &zone, e.ts)],
-                                        launches: BTreeMap::new(),
-                                        lost_in_detection_gap: 0,
-                                        launches_per_minute: Vec::new(),
-                                        failed_launches: gap_rows.remove(&zone).unwrap_or_default(),
-                                        users_affected: Vec::new(),
-                                        user_outcomes: BTreeMap::new(),
-                                        failures_per_minute: Vec::new(),
-                                        detection_gap: Band {
-                                            from: detected_from,
-                                            to: e.ts,
-                                        },
-                                        no_broker: Vec::new(),
-                                        annotations: vec![
-                                            Annotation {
-                                                ts: detected_from,
-                                                kind: "detected",
-                                                text: "first failed health check".into(),
-                                            },
-                                            Annotation {
-                                                ts: e.ts,
-                                                kind: "lhc_start",
-                                                text: format!("LHC mode: {}", e.connector),
-                                            },
-                                        ],
-                                        summaries: Vec::new(),
-                                    },
-                                    current,
-                                    brokering_since: None,
-                                    no_broker_since: None,
-                                    elected: engine
-                                        .connectors()
-                                        .iter()
-                                        .filter(|(_, c)| c.zone() == zone)
-                                        .map(|(n, c)| (n.clone(), c.elected().map(str::to_string)))
-                                        .collect(),
-                                    finals: BTreeMap::new(),
-                                    rows_of: BTreeMap::new(),
-                                },
-                            );
-                            // Rejections already seen in the gap count per minute too, and as
-                            // launches their users saw fail.
-                            let o = open.get_mut(&zone).expect("just opened");
-                            for (i, row) in o.episode.failed_launches.iter().enumerate() {
-                                let root = row.retry_of.clone().unwrap_or(row.request.clone());
-                                o.finals
-                                    .insert(root.clone(), (row.reason.clone(), row.user.clone()));
-                                o.rows_of.entry(root).or_default().push(i);
-                            }
-                            let ep = &mut o.episode;
-                            let gap_rows: Vec<(Ts, String)> = ep
-                                .failed_launches
-                                .iter()
-                                .map(|f| (f.ts, f.reason.clone()))
-                                .collect();
-                            for (ts, reason) in gap_rows {
-                                count_failure(ep, ts, &reason);
-                            }
-                            // Launches lost before the episode opened belong to it.
-                            let lost = gap.remove(&zone).unwrap_or(0);
-                            if lost > 0 {
-                                let ep = &mut open.get_mut(&zone).expect("just opened").episode;
-                                ep.lost_in_detection_gap += lost;
-                                *ep.launches.entry("cloud_unreachable".into()).or_default() += lost;
-                            }
-                        }
-                        if let Some(o) = open.get_mut(&zone) {
-                            let brokering = in_lhc(t.to)
-                                && engine
-                                    .connectors()
-                                    .get(&e.connector)
-                                    .is_some_and(|c| c.elected() == Some(e.connector.as_str()));
-                            set_state(o, &e.connector, t.to, brokering, e.ts);
-                            let note = match (t.from, t.to) {
-                                (_, ConnectorState::Stopped) => {
-                                    Some(("stopped", format!("{} stopped", e.connector)))
-                                }
-                                (ConnectorState::Stopped, _) => {
-                                    Some(("started", format!("{} started", e.connector)))
-                                }
-                                (_, ConnectorState::PendingRecovery)
-                                    if !o
-                                        .episode
-                                        .annotations
-                                        .iter()
-                                        .any(|a| a.kind == "cloud_back") =>
-                                {
-                                    Some((
-                                        "cloud_back",
-                                        format!("cloud back: {} in pending recovery", e.connector),
-                                    ))
-                                }
-                                _ => None,
-                            };
-                            if let Some((kind, text)) = note {
-                                o.episode.annotations.push(Annotation {
-                                    ts: e.ts,
-                                    kind,
-                                    text,
-                                });
-                            }
-                            let all_out = o.current.values().all(|(s, _, _)| !in_lhc(*s));
-                            if all_out {
-                                let mut o = open.remove(&zone).expect("open");
-                                close_lanes(&mut o, e.ts);
-                                o.episode.annotations.push(Annotation {
-                                    ts: e.ts,
-                                    kind: "lhc_end",
-                                    text: "LHC mode ended: normal operations".into(),
-                                });
-                                o.episode.end = Some(e.ts);
-                                o.episode.duration_s = e.ts.seconds_since(o.episode.start);
-                                o.episode.registrations.push(sample(engine, &zone, e.ts));
-                                done.push(o.episode);
-                                detection.remove(&zone);
-                            }
-                        } else if t.to == ConnectorState::WorkingNormally {
-                            // A false alarm (pending_ha and back): the detection restarts.
-                            let zone_normal = engine
-                                .connectors()
-                                .values()
-                                .filter(|c| c.zone() == zone)
-                                .all(|c| c.state() == ConnectorState::WorkingNormally);
-                            if zone_normal {
-                                detection.remove(&zone);
-                            }
-                        }
+                        self.on_state_changed(engine, e, &t, zone);
                     }
                     Some(EventKind::ElectionView(v)) => {
-                        if let Some(o) = open.get_mut(&zone) {
-                            o.episode.elections.push(ElectionChange {
-                                ts: e.ts,
-                                connector: e.connector.clone(),
-                                elected: v.elected.clone(),
-                            });
-                            let before = o
-                                .elected
-                                .insert(e.connector.clone(), v.elected.clone())
-                                .flatten();
-                            o.episode.annotations.push(Annotation {
-                                ts: e.ts,
-                                kind: "election",
-                                text: format!(
-                                    "{}: elected {} → {}",
-                                    e.connector,
-                                    before.as_deref().unwrap_or("none"),
-                                    v.elected.as_deref().unwrap_or("none")
-                                ),
-                            });
-                            let (state, _, _) = o.current[&e.connector];
-                            let brokering =
-                                in_lhc(state) && v.elected.as_deref() == Some(&e.connector);
-                            set_state(o, &e.connector, state, brokering, e.ts);
-                        }
+                        self.on_election(e, &v, zone);
                     }
                     Some(
                         EventKind::ElectedReport(_)
@@ -587,84 +403,327 @@ impl Reporter {
                 }
             }
             Output::LaunchDecision(d) => {
-                let zone = zone_of(&d.connector);
-                let key = match d.outcome {
-                    Outcome::Brokered => "brokered".to_string(),
-                    Outcome::Rejected => d.reason.map(|r| snake(&r)).unwrap_or_default(),
-                };
-                let row = d.reason.map(|reason| {
-                    let (request, user, resource, retry_of) = launch
-                        .as_ref()
-                        .filter(|(request, ..)| *request == d.request)
-                        .cloned()
-                        .unwrap_or_else(|| (d.request.clone(), String::new(), String::new(), None));
-                    let (cause, fix) = reason.advice();
-                    FailedLaunch {
-                        ts: d.ts,
-                        request,
-                        delivery_groups: resource_groups(engine, &resource),
-                        user,
-                        resource,
-                        connector: d.connector.clone(),
-                        retry_of,
-                        retried: false,
-                        reason: key.clone(),
-                        cause,
-                        fix,
-                    }
-                });
-                let (user, root) = match launch.as_ref().filter(|l| l.0 == d.request) {
-                    Some((request, user, _, retry_of)) => {
-                        (user.clone(), retry_of.clone().unwrap_or(request.clone()))
-                    }
-                    None => (String::new(), d.request.clone()),
-                };
-                match open.get_mut(&zone) {
-                    Some(o) => {
-                        // A new attempt of a launch hides its earlier rejections from the
-                        // user: StoreFront retried them.
-                        for i in o.rows_of.get(&root).into_iter().flatten() {
-                            o.episode.failed_launches[*i].retried = true;
-                        }
-                        o.finals.insert(root.clone(), (key.clone(), user));
-                        let ep = &mut o.episode;
-                        if let Some(row) = row {
-                            count_failure(ep, row.ts, &row.reason);
-                            o.rows_of
-                                .entry(root)
-                                .or_default()
-                                .push(ep.failed_launches.len());
-                            ep.failed_launches.push(row);
-                        }
-                        *ep.launches.entry(key.clone()).or_default() += 1;
-                        let minute = Ts(d.ts.millis() / 60_000 * 60_000);
-                        match ep.launches_per_minute.last_mut() {
-                            Some((m, b, r)) if *m == minute => {
-                                if d.outcome == Outcome::Brokered {
-                                    *b += 1
-                                } else {
-                                    *r += 1
-                                }
-                            }
-                            _ => ep.launches_per_minute.push((
-                                minute,
-                                u64::from(d.outcome == Outcome::Brokered),
-                                u64::from(d.outcome != Outcome::Brokered),
-                            )),
-                        }
-                        if key == "cloud_unreachable" {
-                            ep.lost_in_detection_gap += 1;
-                        }
-                    }
-                    None if key == "cloud_unreachable" && detection.contains_key(&zone) => {
-                        // In the detection gap: counted when the episode opens.
-                        *gap.entry(zone.clone()).or_default() += 1;
-                        gap_rows.entry(zone).or_default().extend(row);
-                    }
-                    None => {}
-                }
+                self.on_launch(engine, d);
             }
             _ => {}
+        }
+    }
+
+    /// A 3003: opens the zone's episode on its first entry into LHC mode, follows each
+    /// connector's lane, and closes the episode when the last connector leaves LHC mode.
+    fn on_state_changed(
+        &mut self,
+        engine: &Engine,
+        e: &lhc_engine::output::Event,
+        t: &lhc_engine::output::TransitionData,
+        zone: String,
+    ) {
+        if in_lhc(t.to) && !self.open.contains_key(&zone) {
+            self.open_episode(engine, e, t, &zone);
+        }
+        let Reporter {
+            detection,
+            open,
+            done,
+            ..
+        } = self;
+        if let Some(o) = open.get_mut(&zone) {
+            let brokering = in_lhc(t.to)
+                && engine
+                    .connectors()
+                    .get(&e.connector)
+                    .is_some_and(|c| c.elected() == Some(e.connector.as_str()));
+            set_state(o, &e.connector, t.to, brokering, e.ts);
+            let note = match (t.from, t.to) {
+                (_, ConnectorState::Stopped) => {
+                    Some(("stopped", format!("{} stopped", e.connector)))
+                }
+                (ConnectorState::Stopped, _) => {
+                    Some(("started", format!("{} started", e.connector)))
+                }
+                (_, ConnectorState::PendingRecovery)
+                    if !o.episode.annotations.iter().any(|a| a.kind == "cloud_back") =>
+                {
+                    Some((
+                        "cloud_back",
+                        format!("cloud back: {} in pending recovery", e.connector),
+                    ))
+                }
+                _ => None,
+            };
+            if let Some((kind, text)) = note {
+                o.episode.annotations.push(Annotation {
+                    ts: e.ts,
+                    kind,
+                    text,
+                });
+            }
+            let all_out = o.current.values().all(|(s, _, _)| !in_lhc(*s));
+            if all_out {
+                let mut o = open.remove(&zone).expect("open");
+                close_lanes(&mut o, e.ts);
+                o.episode.annotations.push(Annotation {
+                    ts: e.ts,
+                    kind: "lhc_end",
+                    text: "LHC mode ended: normal operations".into(),
+                });
+                o.episode.end = Some(e.ts);
+                o.episode.duration_s = e.ts.seconds_since(o.episode.start);
+                o.episode.registrations.push(sample(engine, &zone, e.ts));
+                done.push(o.episode);
+                detection.remove(&zone);
+            }
+        } else if t.to == ConnectorState::WorkingNormally {
+            // A false alarm (pending_ha and back): the detection restarts.
+            let zone_normal = engine
+                .connectors()
+                .values()
+                .filter(|c| c.zone() == zone)
+                .all(|c| c.state() == ConnectorState::WorkingNormally);
+            if zone_normal {
+                detection.remove(&zone);
+            }
+        }
+    }
+
+    /// A 3504: the election change, as a lane change and an annotation (who → whom).
+    fn on_election(
+        &mut self,
+        e: &lhc_engine::output::Event,
+        v: &lhc_engine::output::ElectionViewData,
+        zone: String,
+    ) {
+        let open = &mut self.open;
+        if let Some(o) = open.get_mut(&zone) {
+            o.episode.elections.push(ElectionChange {
+                ts: e.ts,
+                connector: e.connector.clone(),
+                elected: v.elected.clone(),
+            });
+            let before = o
+                .elected
+                .insert(e.connector.clone(), v.elected.clone())
+                .flatten();
+            o.episode.annotations.push(Annotation {
+                ts: e.ts,
+                kind: "election",
+                text: format!(
+                    "{}: elected {} → {}",
+                    e.connector,
+                    before.as_deref().unwrap_or("none"),
+                    v.elected.as_deref().unwrap_or("none")
+                ),
+            });
+            let (state, _, _) = o.current[&e.connector];
+            let brokering = in_lhc(state) && v.elected.as_deref() == Some(&e.connector);
+            set_state(o, &e.connector, state, brokering, e.ts);
+        }
+    }
+
+    /// A launch decision: counted by outcome and minute, a rejection as a row with its
+    /// cause and fix, and each launch's last attempt as what its user saw.
+    fn on_launch(&mut self, engine: &Engine, d: &lhc_engine::output::LaunchDecision) {
+        let Reporter {
+            detection,
+            gap,
+            open,
+            launch,
+            gap_rows,
+            ..
+        } = self;
+        let zone = engine
+            .connectors()
+            .get(&d.connector)
+            .map(|c| c.zone().to_string())
+            .unwrap_or_default();
+        let key = match d.outcome {
+            Outcome::Brokered => "brokered".to_string(),
+            Outcome::Rejected => d.reason.map(|r| snake(&r)).unwrap_or_default(),
+        };
+        let row = d.reason.map(|reason| {
+            let (request, user, resource, retry_of) = launch
+                .as_ref()
+                .filter(|(request, ..)| *request == d.request)
+                .cloned()
+                .unwrap_or_else(|| (d.request.clone(), String::new(), String::new(), None));
+            let (cause, fix) = reason.advice();
+            FailedLaunch {
+                ts: d.ts,
+                request,
+                delivery_groups: resource_groups(engine, &resource),
+                user,
+                resource,
+                connector: d.connector.clone(),
+                retry_of,
+                retried: false,
+                reason: key.clone(),
+                cause,
+                fix,
+            }
+        });
+        let (user, root) = match launch.as_ref().filter(|l| l.0 == d.request) {
+            Some((request, user, _, retry_of)) => {
+                (user.clone(), retry_of.clone().unwrap_or(request.clone()))
+            }
+            None => (String::new(), d.request.clone()),
+        };
+        match open.get_mut(&zone) {
+            Some(o) => {
+                // A new attempt of a launch hides its earlier rejections from the
+                // user: StoreFront retried them.
+                for i in o.rows_of.get(&root).into_iter().flatten() {
+                    o.episode.failed_launches[*i].retried = true;
+                }
+                o.finals.insert(root.clone(), (key.clone(), user));
+                let ep = &mut o.episode;
+                if let Some(row) = row {
+                    count_failure(ep, row.ts, &row.reason);
+                    o.rows_of
+                        .entry(root)
+                        .or_default()
+                        .push(ep.failed_launches.len());
+                    ep.failed_launches.push(row);
+                }
+                *ep.launches.entry(key.clone()).or_default() += 1;
+                let minute = Ts(d.ts.millis() / 60_000 * 60_000);
+                match ep.launches_per_minute.last_mut() {
+                    Some((m, b, r)) if *m == minute => {
+                        if d.outcome == Outcome::Brokered {
+                            *b += 1
+                        } else {
+                            *r += 1
+                        }
+                    }
+                    _ => ep.launches_per_minute.push((
+                        minute,
+                        u64::from(d.outcome == Outcome::Brokered),
+                        u64::from(d.outcome != Outcome::Brokered),
+                    )),
+                }
+                if key == "cloud_unreachable" {
+                    ep.lost_in_detection_gap += 1;
+                }
+            }
+            None if key == "cloud_unreachable" && detection.contains_key(&zone) => {
+                // In the detection gap: counted when the episode opens.
+                *gap.entry(zone.clone()).or_default() += 1;
+                gap_rows.entry(zone).or_default().extend(row);
+            }
+            None => {}
+        }
+    }
+}
+
+/// Opens the zone's episode at its first entry into LHC mode: its lanes from the
+/// detection, the launches already lost in the gap, the first annotations.
+impl Reporter {
+    fn open_episode(
+        &mut self,
+        engine: &Engine,
+        e: &lhc_engine::output::Event,
+        t: &lhc_engine::output::TransitionData,
+        zone: &str,
+    ) {
+        let Reporter {
+            detection,
+            gap,
+            open,
+            gap_rows,
+            ..
+        } = self;
+        let zone = zone.to_string();
+        let detected_from = detection.get(&zone).copied().unwrap_or(e.ts);
+        let current = engine
+            .connectors()
+            .iter()
+            .filter(|(_, c)| c.zone() == zone)
+            .map(|(n, c)| {
+                let state = if n == &e.connector { t.from } else { c.state() };
+                (n.clone(), (state, false, detected_from))
+            })
+            .collect();
+        let lanes = engine
+            .connectors()
+            .iter()
+            .filter(|(_, c)| c.zone() == zone)
+            .map(|(n, _)| (n.clone(), Vec::new()))
+            .collect();
+        open.insert(
+            zone.clone(),
+            Open {
+                episode: Episode {
+                    zone: zone.clone(),
+                    detected_from,
+                    start: e.ts,
+                    end: None,
+                    duration_s: 0,
+                    lanes,
+                    elections: Vec::new(),
+                    split_brain: Vec::new(),
+                    registrations: vec![sample(engine, &zone, e.ts)],
+                    launches: BTreeMap::new(),
+                    lost_in_detection_gap: 0,
+                    launches_per_minute: Vec::new(),
+                    failed_launches: gap_rows.remove(&zone).unwrap_or_default(),
+                    users_affected: Vec::new(),
+                    user_outcomes: BTreeMap::new(),
+                    failures_per_minute: Vec::new(),
+                    detection_gap: Band {
+                        from: detected_from,
+                        to: e.ts,
+                    },
+                    no_broker: Vec::new(),
+                    annotations: vec![
+                        Annotation {
+                            ts: detected_from,
+                            kind: "detected",
+                            text: "first failed health check".into(),
+                        },
+                        Annotation {
+                            ts: e.ts,
+                            kind: "lhc_start",
+                            text: format!("LHC mode: {}", e.connector),
+                        },
+                    ],
+                    summaries: Vec::new(),
+                },
+                current,
+                brokering_since: None,
+                no_broker_since: None,
+                elected: engine
+                    .connectors()
+                    .iter()
+                    .filter(|(_, c)| c.zone() == zone)
+                    .map(|(n, c)| (n.clone(), c.elected().map(str::to_string)))
+                    .collect(),
+                finals: BTreeMap::new(),
+                rows_of: BTreeMap::new(),
+            },
+        );
+        // Rejections already seen in the gap count per minute too, and as
+        // launches their users saw fail.
+        let o = open.get_mut(&zone).expect("just opened");
+        for (i, row) in o.episode.failed_launches.iter().enumerate() {
+            let root = row.retry_of.clone().unwrap_or(row.request.clone());
+            o.finals
+                .insert(root.clone(), (row.reason.clone(), row.user.clone()));
+            o.rows_of.entry(root).or_default().push(i);
+        }
+        let ep = &mut o.episode;
+        let gap_rows: Vec<(Ts, String)> = ep
+            .failed_launches
+            .iter()
+            .map(|f| (f.ts, f.reason.clone()))
+            .collect();
+        for (ts, reason) in gap_rows {
+            count_failure(ep, ts, &reason);
+        }
+        // Launches lost before the episode opened belong to it.
+        let lost = gap.remove(&zone).unwrap_or(0);
+        if lost > 0 {
+            let ep = &mut open.get_mut(&zone).expect("just opened").episode;
+            ep.lost_in_detection_gap += lost;
+            *ep.launches.entry("cloud_unreachable".into()).or_default() += lost;
         }
     }
 }

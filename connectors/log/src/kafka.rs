@@ -11,9 +11,9 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
-use rdkafka::error::RDKafkaErrorCode;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
+use rdkafka::error::RDKafkaErrorCode;
 use rdkafka::message::{DeliveryResult, Message};
 use rdkafka::producer::{BaseRecord, ProducerContext, ThreadedProducer};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
