@@ -13,18 +13,18 @@ impl Reason {
         match self {
             Reason::CloudUnreachable => (
                 "the cloud was unreachable and LHC mode had not started yet (detection gap)",
-                "expected for about 90 s after an outage starts; users retry once LHC brokers",
+                "expected for the detection delay after an outage starts (second_check_s: 60 s; \
+                 90 s on-premises); users retry once LHC brokers",
             ),
             Reason::NoLhcDatabase => (
-                "the connector had no usable LHC database (no import yet, or it restarted \
-                 outside an outage)",
-                "keep config sync healthy (no 505) and avoid restarting connectors during \
-                 normal operations before an outage",
+                "the connector had no usable LHC database: no import yet, or it was stopped \
+                 before the outage and started during it (R-STATE-10)",
+                "keep config sync healthy (no 505); during an outage, do not start a \
+                 connector that was off before it",
             ),
             Reason::LhcDisabled => (
                 "Local Host Cache is disabled for the site",
-                "Set-ConfigSiteMetadata -Name 'LocalHostCacheEnabled' -Value 'True' (or via \
-                 Cloud Studio)",
+                "Set-BrokerSite -LocalHostCacheEnabled $true",
             ),
             Reason::HaServiceNotRunning => (
                 "the connector's High Availability Service was stopped",
@@ -73,8 +73,8 @@ impl Reason {
             ),
             Reason::PooledUnavailableInOutage => (
                 "pooled desktops are not reused in an outage unless both reuse settings allow it",
-                "Set-BrokerDeliveryGroup -ReuseMachinesWithoutShutdownInOutage $true (and the \
-                 site's ReuseMachinesWithoutShutdownInOutageAllowed)",
+                "Set-BrokerSite -ReuseMachinesWithoutShutdownInOutageAllowed $true; \
+                 Set-BrokerDesktopGroup -Name <group> -ReuseMachinesWithoutShutdownInOutage $true",
             ),
             Reason::SessionLimit => (
                 "the user already held as many sessions as the delivery group allows",

@@ -141,3 +141,13 @@ impl Quarantine {
         self.error.starts_with(TS_BEHIND) && self.error.ends_with(TS_BEHIND_RULE)
     }
 }
+
+impl Engine {
+    /// Whether `zone` (lowercase id) offers the cloud path now (R-REG-1): a connector
+    /// working normally with a check since its start, or one in pending_ha while no
+    /// connector of the zone is in LHC mode. While it does not, machines registered with
+    /// the cloud cannot be brokered.
+    pub fn zone_offers_cloud(&self, zone: &str) -> bool {
+        crate::engine::zone_offers_cloud(&self.connectors, zone)
+    }
+}

@@ -69,8 +69,10 @@ pub struct FailedImport {
     pub culprits: Vec<Culprit>,
     /// The changes between the fallback and the failing version, in order.
     pub diff: Vec<Change>,
-    /// The last repeat of this 505 (the same connector and version).
+    /// The last repeat of this 505 (the same connector, version and objects at fault).
     pub last_ts: Ts,
+    /// 505s folded into this one, itself included.
+    pub count: u64,
     /// When the first version newer than the fallback appeared.
     pub first_newer: Option<Ts>,
     /// Versions the fallback is behind.
@@ -143,6 +145,49 @@ struct Found {
     current_catalog: Option<(u64, snapshot::Snapshot)>,
     /// Request id → (user, resource), until its decision.
     requests: BTreeMap<String, (String, String)>,
+    /// Root causes by (kind, id, rule, offset), counted at every 505.
+    causes: BTreeMap<(String, String, String, u64), RootCause>,
+}
+
+impl Found {
+    /// Counts one 505's objects at fault in their root causes.
+    fn count_causes(&mut self, connector: &str, ts: Ts, version: u64, failures: &[ImportFailure]) {
+        for failure in failures {
+            let kind = snake(&failure.kind);
+            let rule = snake(&failure.rule);
+            let key = (
+                kind.clone(),
+                failure.id.clone(),
+                rule.clone(),
+                failure.introduced_by.offset,
+            );
+            let introduced_at = self.offsets_ts.get(&failure.introduced_by.offset).copied();
+            let cause = self.causes.entry(key).or_insert_with(|| RootCause {
+                fix: fix(&kind, &failure.id, failure.rule, &failure.detail),
+                kind,
+                id: failure.id.clone(),
+                rule,
+                detail: failure.detail.clone(),
+                introduced_by: failure.introduced_by.clone(),
+                introduced_at,
+                connectors: Vec::new(),
+                versions: Vec::new(),
+                failed_imports: 0,
+                between: (ts, ts),
+            });
+            if let Err(at) = cause
+                .connectors
+                .binary_search_by(|c| c.as_str().cmp(connector))
+            {
+                cause.connectors.insert(at, connector.to_string());
+            }
+            if let Err(at) = cause.versions.binary_search(&version) {
+                cause.versions.insert(at, version);
+            }
+            cause.failed_imports += 1;
+            cause.between.1 = ts;
+        }
+    }
 }
 
 impl Observer for Found {
@@ -192,19 +237,23 @@ impl Observer for Found {
                         continue;
                     };
                     let key = format!("{} v{}", e.connector, data.version);
-                    let count = self.repeats.entry(key).or_default();
-                    *count += 1;
-                    if *count > 1 {
-                        // A repeat: the fallback has only grown staler.
-                        if let Some(f) = self
-                            .failures
-                            .iter_mut()
-                            .rev()
-                            .find(|f| f.connector == e.connector && f.version == data.version)
-                        {
-                            f.last_ts = e.ts;
-                            f.stale_for_s = f.first_newer.map(|t| e.ts.seconds_since(t));
-                        }
+                    *self.repeats.entry(key).or_default() += 1;
+                    self.count_causes(&e.connector, e.ts, data.version, &data.failures);
+                    // A repeat with the same objects at fault: the fallback has only grown
+                    // staler. Other objects (a storage fault on a later try) are a 505 of
+                    // their own.
+                    let same = |f: &&mut FailedImport| {
+                        f.connector == e.connector
+                            && f.version == data.version
+                            && f.culprits
+                                .iter()
+                                .map(|c| &c.failure)
+                                .eq(data.failures.iter())
+                    };
+                    if let Some(f) = self.failures.iter_mut().rev().find(same) {
+                        f.last_ts = e.ts;
+                        f.count += 1;
+                        f.stale_for_s = f.first_newer.map(|t| e.ts.seconds_since(t));
                         continue;
                     }
                     let fallback = data.fallback_version.unwrap_or(0);
@@ -217,6 +266,7 @@ impl Observer for Found {
                     self.failures.push(FailedImport {
                         ts: e.ts,
                         last_ts: e.ts,
+                        count: 1,
                         first_newer,
                         connector: e.connector.clone(),
                         version: data.version,
@@ -287,9 +337,10 @@ pub fn sync_forensics(source: &mut Source) -> Result<SyncForensics, SourceError>
         mut repeats,
         stale,
         decided_on_stale,
+        causes,
         ..
     } = found;
-    let root_causes = root_causes(&failures, &repeats);
+    let root_causes = root_causes(causes);
     repeats.retain(|_, n| *n > 1);
     Ok(SyncForensics {
         source: source.describe().to_string(),
@@ -301,50 +352,9 @@ pub fn sync_forensics(source: &mut Source) -> Result<SyncForensics, SourceError>
     })
 }
 
-/// Groups the failed imports by the object and rule at fault.
-fn root_causes(failures: &[FailedImport], repeats: &BTreeMap<String, u64>) -> Vec<RootCause> {
-    let mut causes: BTreeMap<(String, String, String, u64), RootCause> = BTreeMap::new();
-    for f in failures {
-        let count = repeats
-            .get(&format!("{} v{}", f.connector, f.version))
-            .copied()
-            .unwrap_or(1);
-        for c in &f.culprits {
-            let kind = snake(&c.failure.kind);
-            let rule = snake(&c.failure.rule);
-            let key = (
-                kind.clone(),
-                c.failure.id.clone(),
-                rule.clone(),
-                c.failure.introduced_by.offset,
-            );
-            let cause = causes.entry(key).or_insert_with(|| RootCause {
-                fix: fix(&kind, &c.failure.id, c.failure.rule, &c.failure.detail),
-                kind,
-                id: c.failure.id.clone(),
-                rule,
-                detail: c.failure.detail.clone(),
-                introduced_by: c.failure.introduced_by.clone(),
-                introduced_at: c.introduced_at,
-                connectors: Vec::new(),
-                versions: Vec::new(),
-                failed_imports: 0,
-                between: (f.ts, f.last_ts),
-            });
-            if !cause.connectors.contains(&f.connector) {
-                cause.connectors.push(f.connector.clone());
-                cause.connectors.sort();
-            }
-            if !cause.versions.contains(&f.version) {
-                cause.versions.push(f.version);
-                cause.versions.sort_unstable();
-            }
-            cause.failed_imports += count;
-            cause.between = (cause.between.0.min(f.ts), cause.between.1.max(f.last_ts));
-        }
-    }
+/// The root causes, most harmful first; ties in the order they were introduced.
+fn root_causes(causes: BTreeMap<(String, String, String, u64), RootCause>) -> Vec<RootCause> {
     let mut list: Vec<RootCause> = causes.into_values().collect();
-    // Most harmful first; ties in the order they were introduced.
     list.sort_by(|a, b| {
         (b.failed_imports, a.introduced_by.offset, &a.kind, &a.id).cmp(&(
             a.failed_imports,

@@ -97,6 +97,17 @@ struct Seen {
     long_failures: Vec<(String, lhc_engine::Ts, lhc_engine::Ts, u64, bool)>,
     /// Connectors started while their zone was in LHC mode: (connector, zone, when).
     started_in_outage: Vec<(String, String, lhc_engine::Ts)>,
+    /// Time of the last record.
+    end: Option<lhc_engine::Ts>,
+}
+
+/// A connector's config sync interval, its override included, in seconds.
+fn sync_interval(engine: &Engine, connector: &str) -> i64 {
+    engine
+        .connectors()
+        .get(connector)
+        .and_then(|c| c.sync_override_s())
+        .unwrap_or(engine.params().sync_interval_s) as i64
 }
 
 impl Observer for Seen {
@@ -176,8 +187,7 @@ impl Observer for Seen {
                     }
                     Some(EventKind::Imported(_)) => {
                         if let Some((first, last, count)) = self.failing.remove(&e.connector) {
-                            let interval = engine.params().sync_interval_s as i64;
-                            if e.ts.seconds_since(first) > interval {
+                            if e.ts.seconds_since(first) > sync_interval(engine, &e.connector) {
                                 self.long_failures.push((
                                     e.connector.clone(),
                                     first,
@@ -208,6 +218,7 @@ impl Observer for Seen {
         let Some((ts, admin)) = self.current else {
             return Ok(());
         };
+        self.end = Some(self.end.map_or(ts, |end| end.max(ts)));
         if admin {
             self.follow_forced(engine, ts);
         }
@@ -265,12 +276,14 @@ pub fn lint(source: &mut Source) -> Result<LintReport, SourceError> {
         failing,
         mut long_failures,
         started_in_outage,
+        end: seen_end,
         ..
     } = seen;
-    // Imports still failing at the end of the log, for longer than a sync interval.
-    let interval = engine.params().sync_interval_s as i64;
+    // Imports still failing at the end of the log, for longer than a sync interval (to
+    // the end of the log: a 505 followed by an hour of 507s is the worst case).
+    let end = seen_end.unwrap_or_default();
     for (connector, (first, last, count)) in failing {
-        if last.seconds_since(first) >= interval {
+        if end.seconds_since(first) > sync_interval(&engine, &connector) {
             long_failures.push((connector, first, last, count, false));
         }
     }
@@ -472,7 +485,7 @@ pub fn lint(source: &mut Source) -> Result<LintReport, SourceError> {
             severity: Severity::Error,
             subject: connector,
             detail: format!(
-                "{count} failed import(s) (505) from {first} to {last}, longer than a sync interval ({interval} s){}: an outage then would broker from an old configuration",
+                "{count} failed import(s) (505) from {first} to {last}, failing for longer than a sync interval{}: an outage then would broker from an old configuration",
                 if ended { ", then a good import" } else { ", still failing at the end of the log" }
             ),
             fix: "`lhc forensics sync` names the object at fault and the cmdlet that fixes it".into(),

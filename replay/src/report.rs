@@ -260,6 +260,8 @@ struct Reporter {
     gap_rows: BTreeMap<String, Vec<FailedLaunch>>,
     /// Connector → its config versions.
     versions: BTreeMap<String, Vec<VersionLine>>,
+    /// Retries → the first attempt of their launch.
+    roots: BTreeMap<String, String>,
 }
 
 impl Observer for Reporter {
@@ -334,7 +336,14 @@ fn sample(engine: &Engine, zone: &str, ts: Ts) -> RegistrationSample {
             _ => false,
         })
         .count() as u64;
-    let held = cloud + by_registrar.values().sum::<u64>();
+    // Registered with the cloud while the zone has lost its path to it is as good as
+    // unregistered: nobody can broker the machine (R-REG-1).
+    let cloud_held = if engine.zone_offers_cloud(zone) {
+        cloud
+    } else {
+        0
+    };
+    let held = cloud_held + by_registrar.values().sum::<u64>();
     RegistrationSample {
         ts,
         by_registrar,
@@ -372,7 +381,7 @@ impl Reporter {
                         self.on_state_changed(engine, e, &t, zone);
                     }
                     Some(EventKind::ElectionView(v)) => {
-                        self.on_election(e, &v, zone);
+                        self.on_election(engine, e, &v, zone);
                     }
                     Some(
                         EventKind::ElectedReport(_)
@@ -425,6 +434,8 @@ impl Reporter {
             detection,
             open,
             done,
+            gap,
+            gap_rows,
             ..
         } = self;
         if let Some(o) = open.get_mut(&zone) {
@@ -433,7 +444,14 @@ impl Reporter {
                     .connectors()
                     .get(&e.connector)
                     .is_some_and(|c| c.elected() == Some(e.connector.as_str()));
-            set_state(o, &e.connector, t.to, brokering, e.ts);
+            set_state(
+                o,
+                &e.connector,
+                t.to,
+                brokering,
+                e.ts,
+                engine.zone_offers_cloud(&zone),
+            );
             let note = match (t.from, t.to) {
                 (_, ConnectorState::Stopped) => {
                     Some(("stopped", format!("{} stopped", e.connector)))
@@ -474,14 +492,17 @@ impl Reporter {
                 detection.remove(&zone);
             }
         } else if t.to == ConnectorState::WorkingNormally {
-            // A false alarm (pending_ha and back): the detection restarts.
+            // A false alarm (pending_ha and back): the detection restarts, and what was
+            // counted in its gap belonged to no episode. Stopped connectors do not keep it.
             let zone_normal = engine
                 .connectors()
                 .values()
-                .filter(|c| c.zone() == zone)
+                .filter(|c| c.zone() == zone && c.state() != ConnectorState::Stopped)
                 .all(|c| c.state() == ConnectorState::WorkingNormally);
             if zone_normal {
                 detection.remove(&zone);
+                gap.remove(&zone);
+                gap_rows.remove(&zone);
             }
         }
     }
@@ -489,6 +510,7 @@ impl Reporter {
     /// A 3504: the election change, as a lane change and an annotation (who → whom).
     fn on_election(
         &mut self,
+        engine: &Engine,
         e: &lhc_engine::output::Event,
         v: &lhc_engine::output::ElectionViewData,
         zone: String,
@@ -514,9 +536,21 @@ impl Reporter {
                     v.elected.as_deref().unwrap_or("none")
                 ),
             });
-            let (state, _, _) = o.current[&e.connector];
+            let state = o
+                .current
+                .get(&e.connector)
+                .map(|(s, _, _)| *s)
+                .or_else(|| engine.connectors().get(&e.connector).map(|c| c.state()))
+                .unwrap_or(ConnectorState::WorkingNormally);
             let brokering = in_lhc(state) && v.elected.as_deref() == Some(&e.connector);
-            set_state(o, &e.connector, state, brokering, e.ts);
+            set_state(
+                o,
+                &e.connector,
+                state,
+                brokering,
+                e.ts,
+                engine.zone_offers_cloud(&zone),
+            );
         }
     }
 
@@ -529,6 +563,7 @@ impl Reporter {
             open,
             launch,
             gap_rows,
+            roots,
             ..
         } = self;
         let zone = engine
@@ -562,9 +597,13 @@ impl Reporter {
             }
         });
         let (user, root) = match launch.as_ref().filter(|l| l.0 == d.request) {
-            Some((request, user, _, retry_of)) => {
-                (user.clone(), retry_of.clone().unwrap_or(request.clone()))
+            Some((request, user, _, Some(retry_of))) => {
+                // A retry names the first attempt, or an earlier retry: its root either way.
+                let root = roots.get(retry_of).cloned().unwrap_or(retry_of.clone());
+                roots.insert(request.clone(), root.clone());
+                (user.clone(), root)
             }
+            Some((request, user, _, None)) => (user.clone(), request.clone()),
             None => (String::new(), d.request.clone()),
         };
         match open.get_mut(&zone) {
@@ -729,7 +768,22 @@ impl Reporter {
 }
 
 /// Records a connector's new state in its lane and updates the split-brain tracking.
-fn set_state(o: &mut Open, connector: &str, state: ConnectorState, brokering: bool, ts: Ts) {
+fn set_state(
+    o: &mut Open,
+    connector: &str,
+    state: ConnectorState,
+    brokering: bool,
+    ts: Ts,
+    cloud_path: bool,
+) {
+    // A connector added to the zone during the episode gets its lane from now on.
+    if !o.current.contains_key(connector) {
+        o.current.insert(
+            connector.to_string(),
+            (ConnectorState::WorkingNormally, false, ts),
+        );
+        o.episode.lanes.entry(connector.to_string()).or_default();
+    }
     let Some(entry) = o.current.get_mut(connector) else {
         return;
     };
@@ -754,10 +808,7 @@ fn set_state(o: &mut Open, connector: &str, state: ConnectorState, brokering: bo
     // Nobody brokering while the zone is in LHC mode, and no connector of it back on the
     // cloud path: a launch in the zone cannot succeed.
     let zone_lhc = o.current.values().any(|(s, _, _)| in_lhc(*s));
-    let anyone = o
-        .current
-        .values()
-        .any(|(s, b, _)| *b || *s == ConnectorState::WorkingNormally);
+    let anyone = cloud_path || o.current.values().any(|(_, b, _)| *b);
     match (o.no_broker_since, zone_lhc && !anyone) {
         (None, true) => o.no_broker_since = Some(ts),
         (Some(from), false) => {

@@ -127,6 +127,9 @@ pub struct SimOptions {
     pub heartbeat_period_ms: u64,
     /// Scenario events.
     pub scenarios: Vec<Scenario>,
+    /// Configuration versions start after this one (a simulation appended to a log that
+    /// already holds configuration changes continues their numbering).
+    pub version_base: u64,
 }
 
 impl Default for SimOptions {
@@ -143,6 +146,7 @@ impl Default for SimOptions {
             start: Ts(1_767_603_600_000), // 2026-01-05T09:00:00Z
             heartbeat_period_ms: 600_000,
             scenarios: Vec::new(),
+            version_base: 0,
         }
     }
 }
@@ -891,10 +895,11 @@ impl Simulator {
                 users.join(",")
             ));
         }
-        self.version = 1;
+        self.version = o.version_base + 1;
         let text = format!(
-            r#"{{"ts":"{}","type":"config.change","version":1,"ops":[{}]}}"#,
+            r#"{{"ts":"{}","type":"config.change","version":{},"ops":[{}]}}"#,
             o.start,
+            self.version,
             ops.join(",")
         );
         decode_record(text.as_bytes()).expect("the simulated configuration is valid")

@@ -68,6 +68,25 @@ fn an_import_into_a_log_that_holds_records_needs_append() {
         "older than the log's last record (offset 470)",
     );
     assert!(err.contains("at offset 471"), "names the offset: {err}");
+    // A configuration change that does not continue the log's versions would only be
+    // quarantined too.
+    let stale = tmp.path().join("stale.jsonl");
+    std::fs::write(
+        &stale,
+        "{\"ts\":\"2026-01-05T10:00:00Z\",\"type\":\"config.change\",\"version\":1,\"ops\":[]}\n",
+    )
+    .unwrap();
+    refused(
+        lhc(&[
+            "log",
+            "import",
+            stale.to_str().unwrap(),
+            "--log",
+            log,
+            "--append",
+        ]),
+        "configuration version 1 is not above version",
+    );
     // A later record is appended.
     let later = tmp.path().join("later.jsonl");
     std::fs::write(
@@ -246,6 +265,12 @@ fn simulate_refuses_scenarios_outside_its_hours_and_a_log_that_holds_records() {
     // Appending a simulation that starts before the log's end would only quarantine it.
     refused(sim(&["--append"]), "before the log's last record");
     ok(sim(&["--append", "--start", "2026-01-05T11:00:00Z"]));
+    // Appended, it continues the log's configuration versions: nothing is quarantined.
+    let (outputs, _) = ok(lhc(&["replay", log, "-q"]));
+    assert!(
+        !outputs.contains("\"quarantine\""),
+        "no quarantine after --append"
+    );
 }
 
 #[test]

@@ -74,6 +74,9 @@ pub fn validate_record(bytes: &[u8]) -> Result<Record, DecodeError> {
 pub struct TimeOrder {
     /// The latest time so far and where it comes from (for the message).
     last: Option<(Ts, String)>,
+    /// The latest configuration version so far: a `config.change` must be above it
+    /// (strictly increasing, else quarantined).
+    version: Option<(u64, String)>,
 }
 
 impl TimeOrder {
@@ -84,17 +87,38 @@ impl TimeOrder {
         if end <= start {
             return Ok(TimeOrder::default());
         }
-        let mut reader = log.reader(end - 1)?;
-        let last = reader
-            .next(std::time::Duration::from_secs(5))?
-            .and_then(|entry| decode_record(&entry.bytes).ok())
-            .map(|record| {
-                (
-                    record.ts(),
-                    format!("the log's last record (offset {})", end - 1),
-                )
-            });
-        Ok(TimeOrder { last })
+        // The whole log is read for its last configuration version: a scan of bytes that
+        // decodes only config changes, once per import.
+        let mut reader = log.reader(start)?;
+        let mut version: Option<(u64, String)> = None;
+        let mut last = None;
+        while reader.position() < end {
+            let Some(entry) = reader.next(std::time::Duration::from_secs(5))? else {
+                break;
+            };
+            if entry.offset + 1 == end {
+                last = decode_record(&entry.bytes).ok().map(|record| {
+                    (
+                        record.ts(),
+                        format!("the log's last record (offset {})", entry.offset),
+                    )
+                });
+            }
+            let is_change = entry.bytes.windows(15).any(|w| w == b"\"config.change\"");
+            if is_change {
+                if let Ok(Record::ConfigChange(c)) = decode_record(&entry.bytes) {
+                    if version.as_ref().is_none_or(|(v, _)| c.version > *v) {
+                        version = Some((c.version, format!("offset {}", entry.offset)));
+                    }
+                }
+            }
+        }
+        Ok(TimeOrder { last, version })
+    }
+
+    /// The latest configuration version so far, if any.
+    pub fn last_version(&self) -> Option<u64> {
+        self.version.as_ref().map(|(v, _)| *v)
     }
 
     /// The latest time so far, if any.
@@ -118,6 +142,24 @@ impl TimeOrder {
                     ),
                 });
             }
+        }
+        if let Record::ConfigChange(c) = record {
+            if let Some((last, from)) = &self.version {
+                if c.version <= *last {
+                    return Err(DecodeError {
+                        offset: None,
+                        path: "version".into(),
+                        kind: DecodeErrorKind::BadValue,
+                        detail: format!(
+                            "configuration version {} is not above version {last} (at \
+                             {from}): at offset {offset} it would only be quarantined \
+                             (R-LOG-4); number it after the log's",
+                            c.version
+                        ),
+                    });
+                }
+            }
+            self.version = Some((c.version, place.to_string()));
         }
         self.last = Some((ts, format!("the record before it ({place})")));
         Ok(())

@@ -72,11 +72,7 @@ fn failure_lines(report: &SyncForensics) -> Vec<(String, Vec<String>)> {
         .failures
         .iter()
         .map(|f| {
-            let repeats = report
-                .repeats
-                .get(&format!("{} v{}", f.connector, f.version))
-                .copied()
-                .unwrap_or(1);
+            let repeats = f.count;
             let head = format!(
                 "505 at {} on {}: version {} failed ({} time(s), the last at {}); kept version {} — {} version(s) behind, stale for {} by then",
                 f.ts,
@@ -131,17 +127,7 @@ fn failure_lines(report: &SyncForensics) -> Vec<(String, Vec<String>)> {
 
 /// Every 505, repeats included.
 fn total_failed(report: &SyncForensics) -> u64 {
-    report
-        .failures
-        .iter()
-        .map(|f| {
-            report
-                .repeats
-                .get(&format!("{} v{}", f.connector, f.version))
-                .copied()
-                .unwrap_or(1)
-        })
-        .sum()
+    report.failures.iter().map(|f| f.count).sum()
 }
 
 /// One root cause as lines: what, where it came from, what it broke, the fix.

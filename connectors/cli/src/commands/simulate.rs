@@ -185,13 +185,28 @@ impl SimulateArgs {
             start,
             heartbeat_period_ms: self.heartbeat_period.as_millis() as u64,
             scenarios,
+            version_base: 0,
         })
     }
 }
 
 /// Runs `lhc simulate`.
 pub fn run(args: SimulateArgs, quiet: bool) -> anyhow::Result<ExitCode> {
-    let options = args.options()?;
+    let mut options = args.options()?;
+    if args.out.is_none() {
+        // Into a log: refused if it holds records (unless --append), and then the simulation
+        // must start after its end and number its configuration after the log's.
+        let (_, order) = args.target.prepare_append(args.append)?;
+        if let Some(last) = order.last().filter(|last| options.start < *last) {
+            bail!(
+                "the simulation would start at {}, before the log's last record at {last}: \
+                 its records would only be quarantined (R-LOG-4); pass --start {last} or \
+                 later",
+                options.start
+            );
+        }
+        options.version_base = order.last_version().unwrap_or(0);
+    }
     let simulator = Simulator::new(options.clone())?;
     let bar = crate::progress::bar(Some(1000), "simulate", quiet);
     let started = Instant::now();
@@ -213,15 +228,6 @@ pub fn run(args: SimulateArgs, quiet: bool) -> anyhow::Result<ExitCode> {
             (n, path.display().to_string())
         }
         None => {
-            let (_, order) = args.target.prepare_append(args.append)?;
-            if let Some(last) = order.last().filter(|last| options.start < *last) {
-                bail!(
-                    "the simulation would start at {}, before the log's last record at {last}: \
-                     its records would only be quarantined (R-LOG-4); pass --start {last} or \
-                     later",
-                    options.start
-                );
-            }
             let log = args.target.open_for_append()?;
             let mut pending: Vec<Vec<u8>> = Vec::with_capacity(10_000);
             let flush = |pending: &mut Vec<Vec<u8>>| -> Result<(), String> {
