@@ -72,6 +72,12 @@ pub fn drive<O: Observer>(
         }
         engine.apply(offset, decoded, &mut outputs);
         applied += 1;
+        if outputs
+            .iter()
+            .any(|o| matches!(o, lhc_engine::Output::Quarantine(_)))
+        {
+            source.note_quarantined();
+        }
         let after = After {
             engine,
             offset,

@@ -599,7 +599,14 @@ impl Reporter {
         let (user, root) = match launch.as_ref().filter(|l| l.0 == d.request) {
             Some((request, user, _, Some(retry_of))) => {
                 // A retry names the first attempt, or an earlier retry: its root either way.
+                // One naming another user's launch is not a retry of it (that would hide a
+                // failure someone saw): it counts as a launch of its own.
                 let root = roots.get(retry_of).cloned().unwrap_or(retry_of.clone());
+                let foreign = open
+                    .get(&zone)
+                    .and_then(|o| o.finals.get(&root))
+                    .is_some_and(|(_, first_user)| first_user != user);
+                let root = if foreign { request.clone() } else { root };
                 roots.insert(request.clone(), root.clone());
                 (user.clone(), root)
             }

@@ -239,10 +239,35 @@ impl Simulator {
         if !(options.hours > 0.0 && options.hours <= 24.0 * 31.0) {
             return bad("--hours must be in (0, 744]".into());
         }
+        if !(options.session_minutes > 0.0 && options.session_minutes <= 100_000.0) {
+            return bad("--session-minutes must be a number of minutes in (0, 100000]".into());
+        }
+        // Record times must stay within RFC 3339's four-digit years.
+        const LAST_MS: i64 = 253_402_300_799_999; // 9999-12-31T23:59:59.999Z
+        let end_ms = options.start.millis() + (options.hours * 3_600_000.0) as i64;
+        if options.start.millis() < 0 || end_ms > LAST_MS {
+            return bad(format!(
+                "--start {} with --hours {} leaves the years 1970..=9999 that records can carry",
+                options.start, options.hours
+            ));
+        }
         // A scenario the log never reaches would leave the admin believing it was simulated.
         let span_s = (options.hours * 3600.0) as u64;
         for scenario in &options.scenarios {
             let (what, from, to) = scenario.window();
+            let instant = matches!(
+                scenario,
+                Scenario::BadConfig { .. } | Scenario::StorageFault { .. }
+            );
+            if !instant && to == from {
+                return bad(format!(
+                    "{what} at {} lasts 0 s: give it a duration",
+                    clock(from)
+                ));
+            }
+            if let Scenario::Flapping { period_s: 0, .. } = scenario {
+                return bad("--flap needs a period of at least 1 s (START+DURATION/PERIOD)".into());
+            }
             if to > span_s || from >= span_s {
                 return bad(format!(
                     "{what} at {}..{} lies outside the simulated {} (--hours {}): shorten or \

@@ -46,6 +46,10 @@ pub enum SourceError {
 pub struct Source {
     state: State,
     description: String,
+    /// Records handed out so far.
+    records: u64,
+    /// Of those, the ones the engine quarantined (counted by the replay driver).
+    quarantined: u64,
 }
 
 enum State {
@@ -149,12 +153,29 @@ impl Source {
                 read: 0,
             }),
             description,
+            records: 0,
+            quarantined: 0,
         }
     }
 
     /// Where the records come from, for messages.
     pub fn describe(&self) -> &str {
         &self.description
+    }
+
+    /// Records read so far.
+    pub fn records(&self) -> u64 {
+        self.records
+    }
+
+    /// Records the replay quarantined so far.
+    pub fn quarantined(&self) -> u64 {
+        self.quarantined
+    }
+
+    /// Counts a quarantined record (the replay driver calls it).
+    pub(crate) fn note_quarantined(&mut self) {
+        self.quarantined += 1;
     }
 
     /// Calls `progress` with the number of records read, now and then (for progress bars).
@@ -180,6 +201,7 @@ impl Source {
                 }
                 State::Ahead(ahead) => {
                     if let Some(decoded) = ahead.batch.next() {
+                        self.records += 1;
                         return Ok(Some(decoded));
                     }
                     match ahead.batches.recv() {

@@ -187,6 +187,25 @@ impl SourceArgs {
         let result =
             compute(&mut source).with_context(|| format!("replaying {}", source.describe()))?;
         bar.finish_and_clear();
+        // An answer computed from nothing is not an answer: say so instead.
+        let (records, quarantined) = (source.records(), source.quarantined());
+        if records == 0 {
+            bail!("{} holds no records", source.describe());
+        }
+        if quarantined == records {
+            bail!(
+                "none of the {records} record(s) of {} could be applied: every one was \
+                 quarantined (is it a site log? `lhc lint` or `lhc replay` names why)",
+                source.describe()
+            );
+        }
+        if quarantined > 0 && !quiet {
+            eprintln!(
+                "note: {quarantined} of {records} record(s) of {} were quarantined and changed \
+                 nothing (`lhc lint` lists them)",
+                source.describe()
+            );
+        }
         Ok(result)
     }
 
@@ -243,5 +262,59 @@ impl FormatArgs {
         } else {
             self.format
         }
+    }
+}
+
+/// Refuses to write `output` where it would destroy an input: the same file as an input
+/// file, or a file inside an input log directory. A report written over the log it reads
+/// would leave neither.
+pub fn refuse_overwrite(
+    output: &std::path::Path,
+    inputs: &[&std::path::Path],
+) -> anyhow::Result<()> {
+    // The output may not exist yet: compare through its (existing) parent directory.
+    let resolve = |p: &std::path::Path| -> Option<PathBuf> {
+        if let Ok(c) = p.canonicalize() {
+            return Some(c);
+        }
+        let parent = match p.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => parent.canonicalize().ok()?,
+            _ => std::env::current_dir().ok()?,
+        };
+        Some(parent.join(p.file_name()?))
+    };
+    let Some(out) = resolve(output) else {
+        return Ok(());
+    };
+    for input in inputs {
+        let Ok(input) = input.canonicalize() else {
+            continue;
+        };
+        if out == input || (input.is_dir() && out.starts_with(&input)) {
+            bail!(
+                "{} is {}: writing there would destroy what is being read; choose another path",
+                output.display(),
+                if out == input {
+                    "the input itself".to_string()
+                } else {
+                    format!("inside the log {}", input.display())
+                }
+            );
+        }
+    }
+    Ok(())
+}
+
+impl SourceArgs {
+    /// The path read, unless Kafka is selected.
+    pub fn input_path(&self) -> Option<PathBuf> {
+        if self.kafka.kafka.is_some() {
+            return None;
+        }
+        Some(
+            self.path
+                .clone()
+                .unwrap_or_else(|| PathBuf::from("lhc-data/log")),
+        )
     }
 }

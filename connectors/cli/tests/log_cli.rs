@@ -277,8 +277,9 @@ fn check_names_segment_and_offset_of_corruption() {
     bytes[at] ^= 0x55;
     std::fs::write(&seg, &bytes).unwrap();
     let out = run(&["log", "check", "--log", &log]);
-    assert!(!out.status.success());
-    let err = text(&out.stderr);
+    // Damage is a finding (exit 1), reported with the answer on stdout.
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stdout);
     assert!(
         err.contains("log corrupted in segment")
             && err.contains("00000000000000000000.log at offset"),

@@ -457,3 +457,230 @@ fn the_log_is_named_by_a_positional_argument_everywhere() {
     let both = lhc(&["log", "stats", log, "--log", log]);
     assert_eq!(both.status.code(), Some(2));
 }
+
+/// What the hostile review found: an output over its input, options that would write
+/// records out of the contract, answers computed from nothing, a machine named in another
+/// case, filters that cannot match, control characters in tables, a damaged log's status.
+#[test]
+fn outputs_never_destroy_inputs_and_impossible_options_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("in.jsonl");
+    std::fs::copy(example(), &file).unwrap();
+    let f = file.to_str().unwrap();
+    refused(
+        lhc(&["report", "outage", f, "--out", f]),
+        "the input itself",
+    );
+    refused(
+        lhc(&["forensics", "sync", f, "--out", f]),
+        "the input itself",
+    );
+    refused(lhc(&["replay", f, "-o", f]), "the input itself");
+    refused(
+        lhc(&[
+            "log",
+            "import",
+            f,
+            "--skip-invalid",
+            "--rejects",
+            f,
+            "--log",
+            "x",
+        ]),
+        "the input itself",
+    );
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        std::fs::read_to_string(example()).unwrap(),
+        "the input is intact"
+    );
+    let log = tmp.path().join("log");
+    let l = log.to_str().unwrap();
+    ok(lhc(&["log", "import", f, l, "-q"]));
+    let segment = log.join("00000000000000000000.log");
+    refused(
+        lhc(&["log", "export", l, "-o", segment.to_str().unwrap()]),
+        "inside the log",
+    );
+    refused(
+        lhc(&["log", "export", l, "--from", "100", "--to", "50"]),
+        "before --from",
+    );
+    let sim = |extra: &[&str]| {
+        let mut args = vec![
+            "simulate",
+            "--hours",
+            "1",
+            "--vdas-per-zone",
+            "10",
+            "--users",
+            "10",
+            "--out",
+        ];
+        let out = tmp.path().join("s.jsonl");
+        let out = out.to_str().unwrap().to_string();
+        let mut owned: Vec<String> = args.drain(..).map(String::from).collect();
+        owned.push(out);
+        owned.extend(extra.iter().map(|s| s.to_string()));
+        let refs: Vec<&str> = owned.iter().map(String::as_str).collect();
+        lhc(&refs)
+    };
+    refused(sim(&["--session-minutes", "inf"]), "--session-minutes");
+    refused(sim(&["--start", "9999-12-31T23:59:00Z"]), "1970..=9999");
+    refused(sim(&["--outage", "10m+0m"]), "lasts 0 s");
+    refused(sim(&["--flap", "10m+20m/0s"]), "period");
+}
+
+#[test]
+fn answers_from_nothing_and_quarantines_are_said() {
+    let tmp = tempfile::tempdir().unwrap();
+    let garbage = tmp.path().join("notes.txt");
+    std::fs::write(&garbage, "shopping list\nmilk\n").unwrap();
+    let g = garbage.to_str().unwrap();
+    refused(lhc(&["report", "outage", g]), "every one was quarantined");
+    refused(lhc(&["forensics", "sync", g]), "every one was quarantined");
+    let empty = tmp.path().join("empty.jsonl");
+    std::fs::write(&empty, "").unwrap();
+    refused(
+        lhc(&["report", "outage", empty.to_str().unwrap()]),
+        "holds no records",
+    );
+    // A byte-order mark quarantines the first record (the configuration, so most of the
+    // rest name unknown connectors): said on stderr, the answer still given.
+    let bom = tmp.path().join("bom.jsonl");
+    let mut bytes = vec![0xef, 0xbb, 0xbf];
+    bytes.extend(std::fs::read(example()).unwrap());
+    std::fs::write(&bom, bytes).unwrap();
+    let out = lhc(&["report", "outage", bom.to_str().unwrap()]);
+    assert!(out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains("of 471 record(s)") && err.contains("quarantined"),
+        "{err}"
+    );
+}
+
+#[test]
+fn queries_resolve_case_and_refuse_filters_that_cannot_match() {
+    let ex = example();
+    let at = "2026-01-05T09:30:00Z";
+    let (lower, _) = ok(lhc(&[
+        "query",
+        &ex,
+        "--at",
+        at,
+        "machine",
+        "vda-srv01.corp.example",
+    ]));
+    let (upper, _) = ok(lhc(&[
+        "query",
+        &ex,
+        "--at",
+        at,
+        "machine",
+        "VDA-SRV01.corp.example",
+    ]));
+    assert!(
+        lower.contains("registered with ddc1.corp.example"),
+        "{lower}"
+    );
+    assert_eq!(
+        lower.lines().skip(1).collect::<Vec<_>>(),
+        upper.lines().skip(1).collect::<Vec<_>>()
+    );
+    assert!(
+        upper.contains("registered with ddc1.corp.example"),
+        "{upper}"
+    );
+    refused(
+        lhc(&[
+            "query",
+            &ex,
+            "--at",
+            at,
+            "launches",
+            "--since",
+            "2026-01-05T09:20:00Z",
+            "--until",
+            "2026-01-05T09:10:00Z",
+        ]),
+        "nothing to list",
+    );
+    refused(
+        lhc(&["query", &ex, "--at", at, "launches", "--reason", "bogus"]),
+        "not a reason code",
+    );
+}
+
+#[test]
+fn table_cells_escape_control_characters() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("ctl.jsonl");
+    let text = std::fs::read_to_string(example())
+        .unwrap()
+        .replace("\"user\":\"bob\"", "\"user\":\"bob\\u001b[31m\\nX\"");
+    std::fs::write(&file, text).unwrap();
+    let (table, _) = ok(lhc(&[
+        "query",
+        file.to_str().unwrap(),
+        "--at",
+        "2026-01-05T09:59:00Z",
+        "launches",
+    ]));
+    assert!(!table.contains('\u{1b}'), "{table:?}");
+    assert!(table.contains("bob\\u{1b}[31m\\nX"), "{table}");
+    assert_eq!(table.lines().count(), 1 + 6, "no row split: {table}");
+}
+
+#[test]
+fn a_damaged_log_is_a_finding_and_an_empty_chain_verifies_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("log");
+    let l = log.to_str().unwrap();
+    ok(lhc(&["log", "import", &example(), l, "-q"]));
+    let segment = log.join("00000000000000000000.log");
+    let mut bytes = std::fs::read(&segment).unwrap();
+    bytes[30_000] ^= 0x40;
+    std::fs::write(&segment, bytes).unwrap();
+    let out = lhc(&["log", "check", l]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "damage is a finding: {}",
+        stderr(&out)
+    );
+    let empty = tmp.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let out = lhc(&["log", "check", empty.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty(), "no 'framing ok' before the error");
+    let chain = tmp.path().join("chain.jsonl");
+    std::fs::write(&chain, "").unwrap();
+    refused(
+        lhc(&["replay", &example(), "--verify", chain.to_str().unwrap()]),
+        "holds no digest",
+    );
+}
+
+#[test]
+fn a_retry_naming_another_users_launch_hides_no_failure() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("forged.jsonl");
+    // alice's launch at 09:26:35 claims to retry bob's refused req-004.
+    let text = std::fs::read_to_string(example()).unwrap().replace(
+        "\"request\":\"req-005\",",
+        "\"request\":\"req-005\",\"retry_of\":\"req-004\",",
+    );
+    assert!(text.contains("retry_of"));
+    std::fs::write(&file, text).unwrap();
+    let (json, _) = ok(lhc(&[
+        "report",
+        "outage",
+        file.to_str().unwrap(),
+        "--format",
+        "json",
+    ]));
+    let report: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let affected = &report["episodes"][0]["users_affected"];
+    assert_eq!(affected, &serde_json::json!(["bob"]), "{affected}");
+}

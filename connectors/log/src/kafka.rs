@@ -89,6 +89,9 @@ impl ClientContext for Context {
     /// the rest with -v.
     fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
         use RDKafkaLogLevel as L;
+        // A failed connection (FAIL) is what each retry reports in one line of its own
+        // ("attempt n/N: brokers unreachable"); librdkafka's copy of it is kept for -v.
+        let level = if fac == "FAIL" { L::Info } else { level };
         match level {
             L::Emerg | L::Alert | L::Critical | L::Error | L::Warning => {
                 tracing::warn!(target: "librdkafka", "kafka {}: {fac}: {message}", self.brokers)

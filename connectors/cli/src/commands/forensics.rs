@@ -39,6 +39,9 @@ pub fn run(command: ForensicsCommand, quiet: bool) -> anyhow::Result<ExitCode> {
             out,
             format,
         } => {
+            if let (Some(path), Some(input)) = (&out, source.input_path()) {
+                crate::args::refuse_overwrite(path, &[&input])?;
+            }
             let report = source.replay_with(quiet, lhc_replay::sync_forensics)?;
             match format.get() {
                 Format::Table => print!("{}", summary(&report)),

@@ -153,6 +153,13 @@ fn import(
     target: &LogArgs,
     quiet: bool,
 ) -> anyhow::Result<ExitCode> {
+    if let Some(path) = &rejects {
+        let mut inputs = vec![file];
+        if let Some(dir) = target.embedded_dir() {
+            inputs.push(dir);
+        }
+        crate::args::refuse_overwrite(path, &inputs)?;
+    }
     let (mut next_offset, mut order) = target.prepare_append(append)?;
     // Pass 1: validate everything, remembering the bad line numbers; a line out of time
     // order is bad too (R-LOG-4 would only quarantine it).
@@ -408,6 +415,12 @@ fn export(
     target: &LogArgs,
     quiet: bool,
 ) -> anyhow::Result<ExitCode> {
+    if let (Some(path), Some(dir)) = (&out, target.embedded_dir()) {
+        crate::args::refuse_overwrite(path, &[dir])?;
+    }
+    if let Some(to) = to.filter(|to| *to < from) {
+        bail!("--to {to} is before --from {from}: nothing to export");
+    }
     let log = target.open_for_read()?;
     // A damaged log still exports what precedes the damage (`--to N` is the way out the
     // error suggests): read up to it, and let the reader report the damage if reached.
@@ -570,8 +583,17 @@ fn stats(json: bool, target: &LogArgs, quiet: bool) -> anyhow::Result<ExitCode> 
 
 fn check(target: &LogArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     let mut healthy = true;
+    // Not a log at all is an error (exit 2); a damaged log is a finding (exit 1).
+    let log = target.open_for_read()?;
     if let Some(dir) = target.embedded_dir() {
-        let report = lhc_log::embedded::check(dir)?;
+        let report = match lhc_log::embedded::check(dir) {
+            Ok(report) => report,
+            Err(e @ lhc_log::LogError::Corrupt { .. }) => {
+                println!("{e}");
+                return Ok(ExitCode::FAILURE);
+            }
+            Err(e) => return Err(e.into()),
+        };
         if !quiet {
             println!(
                 "framing ok: {} segment(s), {} record(s), offsets {}..{}, {} bytes",
@@ -590,11 +612,20 @@ fn check(target: &LogArgs, quiet: bool) -> anyhow::Result<ExitCode> {
             );
         }
     }
-    let log = target.open_for_read()?;
     let mut reader = log.reader(log.start_offset()?)?;
     let (mut invalid, mut backwards, mut records) = (0u64, 0u64, 0u64);
     let mut last_ts: Option<Ts> = None;
-    while let Some(entry) = reader.next(Duration::ZERO)? {
+    loop {
+        let entry = match reader.next(Duration::ZERO) {
+            Ok(Some(entry)) => entry,
+            Ok(None) => break,
+            Err(e @ lhc_log::LogError::Corrupt { .. }) => {
+                println!("{e}");
+                healthy = false;
+                break;
+            }
+            Err(e) => return Err(e.into()),
+        };
         records += 1;
         match decode_record_at(&entry.bytes, entry.offset) {
             Ok(record) => {
@@ -627,7 +658,8 @@ fn check(target: &LogArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         );
     }
     if backwards > 0 {
-        println!("{backwards} record(s) go back in time");
+        healthy = false;
+        println!("{backwards} record(s) go back in time (replay quarantines them)");
     }
     if healthy && !quiet {
         println!("records ok: {records} record(s) valid against the schemas");

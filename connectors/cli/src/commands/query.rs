@@ -165,7 +165,13 @@ pub fn run(args: QueryArgs, quiet: bool) -> anyhow::Result<ExitCode> {
             json!({ "at": at, "sessions": list })
         }
         What::Machine { name } => {
-            let now = engine.machines().get(name.as_str()).map(|m| {
+            // Machine names resolve case-insensitively, as the engine resolves them.
+            let exact = engine
+                .site()
+                .machine_id(name)
+                .map(str::to_string)
+                .unwrap_or(name.clone());
+            let now = engine.machines().get(exact.as_str()).map(|m| {
                 json!({
                     "registered_with": m.registrar().name(),
                     "sessions": m.sessions(),
@@ -237,9 +243,32 @@ pub fn run(args: QueryArgs, quiet: bool) -> anyhow::Result<ExitCode> {
                 None => Ts(at.millis() - 3_600_000),
             };
             let to = match until {
-                Some(u) => parse_instant(u, zone.as_ref())?.min(at),
+                Some(u) => {
+                    let until = parse_instant(u, zone.as_ref())?;
+                    if until > at && !quiet {
+                        eprintln!(
+                            "note: --until {until} is after --at {at}: the window ends at --at"
+                        );
+                    }
+                    until.min(at)
+                }
                 None => at,
             };
+            if to < from {
+                bail!("--since {from} is after the end of the window {to}: nothing to list");
+            }
+            if let Some(r) = reason {
+                let known = serde_json::from_value::<lhc_engine::output::Reason>(Value::String(
+                    r.to_lowercase(),
+                ));
+                if known.is_err() {
+                    bail!(
+                        "--reason {r:?} is not a reason code; the codes are the `reason` values \
+                         of launch.decision in schemas/output.schema.json (like not_elected, \
+                         cloud_unreachable, pooled_unavailable_in_outage)"
+                    );
+                }
+            }
             let same = |filter: &Option<String>, value: &str| {
                 filter
                     .as_ref()
@@ -297,11 +326,18 @@ pub fn run(args: QueryArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// A cell of a table: control characters escaped, so a record's text cannot move the
+/// cursor, recolour the terminal or split a row.
 fn text(v: &Value) -> String {
-    match v {
+    let raw = match v {
         Value::Null => "-".into(),
         Value::String(s) => s.clone(),
         other => other.to_string(),
+    };
+    if raw.chars().any(char::is_control) {
+        raw.chars().flat_map(char::escape_default).collect()
+    } else {
+        raw
     }
 }
 

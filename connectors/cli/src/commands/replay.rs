@@ -7,7 +7,7 @@ use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::Context;
+use anyhow::{bail, Context};
 use lhc_engine::engine::snake;
 use lhc_engine::output::{EventSource, Output, Reason};
 use lhc_engine::Engine;
@@ -62,6 +62,11 @@ pub fn run(args: ReplayArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     };
     if let Some(path) = &args.verify {
         options.digest_at = Some(read_chain(path)?);
+    }
+    if let Some(input) = args.source.input_path() {
+        for path in [&args.out, &args.chain].into_iter().flatten() {
+            crate::args::refuse_overwrite(path, &[&input])?;
+        }
     }
     let mut engine = Engine::new();
     let sink: Box<dyn Write> = match (&args.out, args.no_outputs) {
@@ -166,6 +171,13 @@ fn read_chain(path: &PathBuf) -> anyhow::Result<BTreeMap<u64, String>> {
             )
         })?;
         chain.insert(link.offset, link.digest);
+    }
+    if chain.is_empty() {
+        bail!(
+            "{} holds no digest: nothing to verify (write a chain with --digest-every N \
+             --chain FILE)",
+            path.display()
+        );
     }
     Ok(chain)
 }

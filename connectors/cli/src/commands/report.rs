@@ -47,6 +47,9 @@ pub fn run(command: ReportCommand, quiet: bool) -> anyhow::Result<ExitCode> {
             format,
         } => {
             let zone = tz.as_deref().map(Zone::named).transpose()?;
+            if let (Some(path), Some(input)) = (&out, source.input_path()) {
+                crate::args::refuse_overwrite(path, &[&input])?;
+            }
             let report = source.replay_with(quiet, lhc_replay::outage_report)?;
             match format.get() {
                 Format::Table => print!("{}", summary(&report, zone.as_ref())),

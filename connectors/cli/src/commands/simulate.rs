@@ -125,7 +125,7 @@ impl SimulateArgs {
             scenarios.push(Scenario::Flapping {
                 start_s,
                 duration_s,
-                period_s: seconds(period)?.max(1),
+                period_s: seconds(period)?,
             });
         }
         for p in &self.partitions {
