@@ -59,11 +59,13 @@ fn import_then_export_gives_back_the_same_bytes() {
     let file = write(tmp.path(), "in.jsonl", EXAMPLE);
     let out = run(&["log", "import", file.to_str().unwrap(), "--log", &log]);
     assert!(out.status.success(), "{}", text(&out.stderr));
+    // The summary is a diagnostic: stderr, like `log append`'s.
     assert!(
-        text(&out.stdout).contains("appended 471 record(s)"),
+        text(&out.stderr).contains("appended 471 record(s)"),
         "{}",
-        text(&out.stdout)
+        text(&out.stderr)
     );
+    assert!(out.stdout.is_empty());
     let out = run(&["log", "export", "--log", &log]);
     assert_eq!(text(&out.stdout), EXAMPLE);
     let out = run(&["log", "export", "--log", &log, "--from", "10", "--to", "12"]);

@@ -14,7 +14,7 @@ use lhc_log::jsonl::JsonlLines;
 use lhc_log::validate::{validate_one, validate_record, Rejected};
 use serde::Serialize;
 
-use crate::args::LogArgs;
+use crate::args::{Format, FormatArgs, LogArgs};
 use crate::progress;
 
 /// Records appended per call during an import: large enough to amortize fsync.
@@ -83,9 +83,8 @@ pub enum LogCommand {
     },
     /// Count records by type, with offsets, times and sizes.
     Stats {
-        /// Print JSON instead of a table.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        format: FormatArgs,
         #[command(flatten)]
         target: LogArgs,
     },
@@ -121,7 +120,7 @@ pub fn run(command: LogCommand, quiet: bool) -> anyhow::Result<ExitCode> {
             target,
         } => cat(from, follow, offsets, group.as_deref(), &target),
         LogCommand::Append { target } => append_stdin(&target, quiet),
-        LogCommand::Stats { json, target } => stats(json, &target, quiet),
+        LogCommand::Stats { format, target } => stats(format.get(), &target, quiet),
         LogCommand::Check { target } => check(&target, quiet),
     }
 }
@@ -161,6 +160,9 @@ fn import(
         crate::args::refuse_overwrite(path, &inputs)?;
     }
     let (mut next_offset, mut order) = target.prepare_append(append)?;
+    // Where this import's first record must land: anything else means another writer
+    // appended since the checks above, and the checks no longer hold.
+    let expected_first = next_offset;
     // Pass 1: validate everything, remembering the bad line numbers; a line out of time
     // order is bad too (R-LOG-4 would only quarantine it).
     let mut total = 0u64;
@@ -222,11 +224,13 @@ fn import(
             out.write_all(b"\n")?;
         }
         out.flush()?;
-        eprintln!(
-            "skipped {} invalid line(s); rejects with reasons in {}",
-            bad.len(),
-            path.display()
-        );
+        if !quiet {
+            eprintln!(
+                "skipped {} invalid line(s); rejects with reasons in {}",
+                bad.len(),
+                path.display()
+            );
+        }
     }
 
     // Pass 2: append the valid lines in batches. Each line is validated again as it is
@@ -262,6 +266,17 @@ fn import(
                 file.display()
             )
         })?;
+        if let (None, Some(&got)) = (first, offsets.first()) {
+            if got != expected_first {
+                bail!(
+                    "another writer appended to {describe} during this import: its records \
+                     start at offset {got}, not {expected_first}, so the order and --append \
+                     checks no longer hold; {} records were appended; check the log with `lhc \
+                     log check`",
+                    offsets.len()
+                );
+            }
+        }
         first = first.or(offsets.first().copied());
         last = offsets.last().copied().or(last);
         appended += offsets.len() as u64;
@@ -306,12 +321,12 @@ fn import(
     if !quiet {
         match (first, last) {
             (Some(a), Some(b)) => {
-                println!(
+                eprintln!(
                     "appended {appended} record(s) to {} at offsets {a}..={b}",
                     log.describe()
                 )
             }
-            _ => println!("appended nothing: {} holds no records", file.display()),
+            _ => eprintln!("appended nothing: {} holds no records", file.display()),
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -519,7 +534,7 @@ struct Stats {
     disk_bytes: Option<u64>,
 }
 
-fn stats(json: bool, target: &LogArgs, quiet: bool) -> anyhow::Result<ExitCode> {
+fn stats(format: Format, target: &LogArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     let log = target.open_for_read()?;
     let mut stats = Stats {
         log: log.describe(),
@@ -555,9 +570,16 @@ fn stats(json: bool, target: &LogArgs, quiet: bool) -> anyhow::Result<ExitCode> 
         }
     }
     bar.finish_and_clear();
-    if json {
-        println!("{}", serde_json::to_string_pretty(&stats)?);
-        return Ok(ExitCode::SUCCESS);
+    match format {
+        Format::Json => {
+            println!("{}", serde_json::to_string_pretty(&stats)?);
+            return Ok(ExitCode::SUCCESS);
+        }
+        Format::Jsonl => {
+            println!("{}", serde_json::to_string(&stats)?);
+            return Ok(ExitCode::SUCCESS);
+        }
+        Format::Table => {}
     }
     println!("log            {}", stats.log);
     println!(
