@@ -329,6 +329,11 @@ impl Connector {
         self.brokering
     }
 
+    /// The reason it last reported it cannot enter LHC mode (3002), if it cannot now.
+    pub fn reported_ineligible(&self) -> Option<IneligibleReason> {
+        self.reported_ineligible
+    }
+
     /// Its High Availability SDK (read-only query API) is enabled.
     pub fn ha_sdk(&self) -> bool {
         self.ha_sdk

@@ -111,6 +111,9 @@ pub enum ConnectorCommand {
         /// Largest request body accepted, KiB.
         #[arg(long, value_name = "KIB", default_value_t = 256)]
         body_limit_kb: usize,
+        /// /readyz answers ready while at most this many log records wait to be folded.
+        #[arg(long, value_name = "RECORDS", default_value_t = 1000)]
+        ready_lag: u64,
         #[command(flatten)]
         store: StoreArgs,
     },
@@ -134,6 +137,8 @@ pub enum ConnectorCommand {
         /// The node's data directory.
         #[arg(long, value_name = "DIR", default_value = "lhc-data/node")]
         data: PathBuf,
+        #[command(flatten)]
+        format: crate::args::FormatArgs,
     },
 }
 
@@ -215,6 +220,7 @@ pub fn run(command: ConnectorCommand, quiet: bool) -> anyhow::Result<ExitCode> {
             admin_token_file,
             site_name,
             body_limit_kb,
+            ready_lag,
             store,
         } => {
             let data = data.unwrap_or_else(|| PathBuf::from(format!("lhc-data/node-{connector}")));
@@ -251,6 +257,11 @@ pub fn run(command: ConnectorCommand, quiet: bool) -> anyhow::Result<ExitCode> {
             config.peers = peers.into_iter().collect();
             config.admin_token = admin_token;
             config.body_limit = body_limit_kb.max(1) << 10;
+            config.ready_lag = ready_lag;
+            config.build = (
+                env!("CARGO_PKG_VERSION").to_string(),
+                env!("LHC_COMMIT").to_string(),
+            );
             config.store = store.options();
             std::fs::create_dir_all(&data)
                 .with_context(|| format!("creating {}", data.display()))?;
@@ -347,11 +358,20 @@ pub fn run(command: ConnectorCommand, quiet: bool) -> anyhow::Result<ExitCode> {
             out.flush()?;
             Ok(ExitCode::SUCCESS)
         }
-        ConnectorCommand::Status { data } => {
+        ConnectorCommand::Status { data, format } => {
             let store = open_existing(&data)?;
             let (engine, next) = store.load()?;
-            println!("next offset {next}");
-            println!("digest {}", engine.digest());
+            let status = serde_json::json!({ "next_offset": next, "digest": engine.digest() });
+            match format.get() {
+                crate::args::Format::Table => {
+                    println!("next offset {next}");
+                    println!("digest {}", engine.digest());
+                }
+                crate::args::Format::Json => {
+                    println!("{}", serde_json::to_string_pretty(&status)?)
+                }
+                crate::args::Format::Jsonl => println!("{}", serde_json::to_string(&status)?),
+            }
             Ok(ExitCode::SUCCESS)
         }
     }

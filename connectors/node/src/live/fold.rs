@@ -252,11 +252,20 @@ fn apply_entry(
                 let key = (snake(&d.outcome), snake(&d.via), reason);
                 *stats.decisions.entry(key).or_default() += 1;
             }
-            Output::Event(e) if e.connector.eq_ignore_ascii_case(me) => {
-                if let Some(lhc_engine::event::EventKind::Imported(imported)) = e.kind() {
+            Output::Event(e) if e.connector.eq_ignore_ascii_case(me) => match e.kind() {
+                Some(lhc_engine::event::EventKind::Imported(imported)) => {
                     stats.last_import = Some((imported.version, e.ts));
                 }
-            }
+                Some(lhc_engine::event::EventKind::ImportFailed(failed)) => {
+                    for failure in &failed.failures {
+                        *stats
+                            .import_failures
+                            .entry(lhc_engine::engine::snake(&failure.rule))
+                            .or_default() += 1;
+                    }
+                }
+                _ => {}
+            },
             _ => {}
         }
     }

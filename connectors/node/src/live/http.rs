@@ -47,6 +47,8 @@ pub(crate) fn router(shared: AppState) -> Router {
         .route("/adc/probe", get(adc_probe))
         .route("/election", get(election))
         .route("/healthz", get(healthz))
+        .route("/livez", get(livez))
+        .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .route("/admin/forced-outage", post(admin_forced_outage))
         .route(
@@ -262,6 +264,7 @@ async fn launch(
     non_empty("user", &body.user)?;
     non_empty("resource", &body.resource)?;
     non_empty("client.name", &body.client.name)?;
+    let arrived = std::time::Instant::now();
     let connector = me(&shared)?;
     let request = match body.request {
         Some(r) => {
@@ -303,6 +306,10 @@ async fn launch(
         }
         match tokio::time::timeout(shared.config.launch_timeout, rx).await {
             Ok(Ok(LaunchAnswer::Decided(decision))) => {
+                shared
+                    .counters
+                    .launch_seconds
+                    .observe(arrived.elapsed().as_secs_f64());
                 // Tagged like the output log and `lhc replay`, so the two compare as they are.
                 return Ok(Json(Output::LaunchDecision(decision)).into_response());
             }
@@ -447,7 +454,40 @@ async fn election(State(shared): State<AppState>) -> Result<Response, ApiError> 
     Ok(Json(body).into_response())
 }
 
+/// Liveness (Kubernetes convention): the process serves and its fold thread runs. Only a
+/// dead fold makes it fail: restarting the node is then the cure.
+async fn livez(State(shared): State<AppState>) -> Response {
+    match shared.health.fatal() {
+        Some(detail) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({ "status": "dead", "reason": "node_failed", "detail": detail })),
+        )
+            .into_response(),
+        None => {
+            Json(json!({ "status": "alive", "connector": shared.config.connector })).into_response()
+        }
+    }
+}
+
+/// Readiness: configured (the site names this connector), caught up within the lag bound,
+/// and able to decide (the fold runs, the log takes appends). The body says why not.
+async fn readyz(State(shared): State<AppState>) -> Response {
+    healthz(State(shared)).await
+}
+
+/// `/healthz`: readiness, with the figures an operator looks at (an alias kept for the
+/// probes configured before `/readyz`).
 async fn healthz(State(shared): State<AppState>) -> Response {
+    let (body, ready) = readiness(&shared).await;
+    match ready {
+        Ok(()) => Json(body).into_response(),
+        Err(()) => (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response(),
+    }
+}
+
+/// The readiness body and verdict: ready only when configured, caught up within
+/// `--ready-lag`, and able to decide; the body names the reason otherwise.
+async fn readiness(shared: &AppState) -> (Value, Result<(), ()>) {
     let applied = *shared.applied.borrow();
     let position = *shared.site_pos.borrow();
     let trouble = shared.health.trouble();
@@ -468,7 +508,7 @@ async fn healthz(State(shared): State<AppState>) -> Response {
             body["last_quarantine"] = json!({ "offset": offset, "error": error });
         }
     }
-    let end = log_end(&shared, position).await;
+    let end = log_end(shared, position).await;
     body["log_end"] = json!(end);
     body["lag"] = json!(end - position);
     if let Some(link) = &shared.kafka {
@@ -476,13 +516,37 @@ async fn healthz(State(shared): State<AppState>) -> Response {
         body["kafka_up"] = json!(link.up.load(Ordering::SeqCst));
         body["outbox"] = json!(link.outbox_len.load(Ordering::SeqCst));
     }
-    match trouble {
+    let configured = {
+        let engine = shared.engine.read().expect("engine lock");
+        shared.my_id(&engine).is_some()
+    };
+    let lag = end - position;
+    let bound = shared.config.ready_lag;
+    let not_ready = match trouble {
+        Some((code, detail)) => Some((code, detail)),
+        None if !configured => Some((
+            "not_configured",
+            format!(
+                "no configuration names connector {} yet: it cannot decide",
+                shared.config.connector
+            ),
+        )),
+        None if lag > bound => Some((
+            "catching_up",
+            format!("{lag} log record(s) not folded yet (ready at {bound} or fewer)"),
+        )),
+        None => None,
+    };
+    match not_ready {
         Some((code, detail)) => {
+            if body["status"] == "ok" {
+                body["status"] = json!("not_ready");
+            }
             body["reason"] = json!(code);
             body["detail"] = json!(detail);
-            (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response()
+            (body, Err(()))
         }
-        None => Json(body).into_response(),
+        None => (body, Ok(())),
     }
 }
 
@@ -505,14 +569,16 @@ async fn log_end(shared: &AppState, position: u64) -> u64 {
 
 type Labels = Vec<(String, String)>;
 
-async fn metrics(State(shared): State<AppState>) -> Response {
+async fn metrics(State(shared): State<AppState>, headers: axum::http::HeaderMap) -> Response {
     let mut registry = Registry::with_prefix("lhc");
     let state = Family::<Labels, Gauge>::default();
     let elected = Family::<Labels, Gauge>::default();
     let registrations = Gauge::<i64>::default();
     let brokering = Gauge::<i64>::default();
     let config_version = Gauge::<i64>::default();
-    let import_age = Gauge::<i64>::default();
+    let last_import = Gauge::<i64>::default();
+    let ineligible = Family::<Labels, Gauge>::default();
+    let fold_lag_seconds = Gauge::<i64>::default();
     {
         let engine = shared.engine.read().expect("engine lock");
         if let Some(me) = shared.my_id(&engine) {
@@ -538,9 +604,27 @@ async fn metrics(State(shared): State<AppState>) -> Response {
             brokering.set(i64::from(c.brokering()));
             config_version.set(c.snapshot().map_or(-1, |v| v as i64));
             let stats = shared.stats.lock().expect("stats");
-            if let (Some((_, at)), Some(now)) = (stats.last_import, engine.now()) {
-                import_age.set(now.seconds_since(at));
+            if let Some((_, at)) = stats.last_import {
+                last_import.set(at.millis() / 1000);
             }
+            // Every reason has a series (0 or 1), so alerts and dashboards see 0, not absence.
+            use lhc_engine::output::IneligibleReason as R;
+            for reason in [
+                R::ForcedOnSubset,
+                R::LhcDisabled,
+                R::NoLhcDatabase,
+                R::HaServiceNotRunning,
+                R::NoStorefrontTraffic,
+            ] {
+                ineligible
+                    .get_or_create(&vec![("reason".into(), snake(&reason))])
+                    .set(i64::from(c.reported_ineligible() == Some(reason)));
+            }
+        }
+        // How far the fold's time trails the wall clock (the node appends a clock.tick
+        // every few quiet seconds, so a stalled fold shows here).
+        if let Some(now) = engine.now() {
+            fold_lag_seconds.set(((super::wall_ms() - now.millis()) / 1000).max(0));
         }
     }
     registry.register(
@@ -569,14 +653,86 @@ async fn metrics(State(shared): State<AppState>) -> Response {
         config_version,
     );
     registry.register(
-        "config_import_age_seconds",
-        "Log time since this connector's last successful import",
-        import_age,
+        "config_last_import_timestamp_seconds",
+        "Log time of this connector's last successful import (504), Unix seconds",
+        last_import,
     );
+    registry.register(
+        "cannot_enter_lhc",
+        "1 for the reason this connector last reported it cannot enter LHC mode (3002)",
+        ineligible,
+    );
+    registry.register(
+        "fold_lag_seconds",
+        "Wall-clock seconds the last folded record's time trails now",
+        fold_lag_seconds,
+    );
+    // A gauge named *_info with value 1 (the Prometheus convention that promtool's text
+    // parser reads; OpenMetrics' `info` type it does not).
+    let build = Family::<Labels, Gauge>::default();
+    build
+        .get_or_create(&vec![
+            ("version".into(), shared.config.build.0.clone()),
+            ("commit".into(), shared.config.build.1.clone()),
+        ])
+        .set(1);
+    registry.register("build_info", "Version and commit of this node (always 1)", build);
+    let health_failures = Counter::<u64>::default();
+    health_failures.inc_by(
+        shared
+            .counters
+            .health_check_failures
+            .load(Ordering::Relaxed),
+    );
+    registry.register(
+        "health_check_failures",
+        "Failed health checks of the control plane made by this process",
+        health_failures,
+    );
+    let probe_failures = Counter::<u64>::default();
+    probe_failures.inc_by(shared.counters.peer_probe_failures.load(Ordering::Relaxed));
+    registry.register(
+        "peer_probe_failures",
+        "Failed probes of a peer made by this process",
+        probe_failures,
+    );
+    registry.register(
+        "launch_duration_seconds",
+        "Seconds from a launch request's arrival to its decision, in this process",
+        shared.counters.launch_seconds.clone(),
+    );
+    let ready = Gauge::<i64>::default();
+    ready.set(i64::from(readiness(&shared).await.1.is_ok()));
+    registry.register(
+        "ready",
+        "1 while /readyz answers ready (configured, caught up, able to decide)",
+        ready,
+    );
+    if let Some(link) = &shared.kafka {
+        let up = Gauge::<i64>::default();
+        up.set(i64::from(link.up.load(Ordering::SeqCst)));
+        registry.register("kafka_up", "1 while appends reach Kafka", up);
+    }
     let decisions = Family::<Labels, Counter>::default();
     let quarantined = Counter::<u64>::default();
+    let import_failures = Family::<Labels, Gauge>::default();
     {
         let stats = shared.stats.lock().expect("stats");
+        // Every rule has a series (0 until a 505 names it), so `delta` sees the first one.
+        use lhc_engine::output::Rule;
+        for rule in [
+            Rule::DanglingReference,
+            Rule::AssignmentNotStatic,
+            Rule::DuplicateId,
+            Rule::MaxSessionsZero,
+            Rule::HeartbeatPeriodOutOfRange,
+            Rule::StorageFault,
+        ] {
+            let rule = snake(&rule);
+            import_failures
+                .get_or_create(&vec![("rule".into(), rule.clone())])
+                .set(stats.import_failures.get(&rule).copied().unwrap_or(0) as i64);
+        }
         for ((outcome, via, reason), n) in &stats.decisions {
             decisions
                 .get_or_create(&vec![
@@ -598,6 +754,11 @@ async fn metrics(State(shared): State<AppState>) -> Response {
         "Inputs quarantined since the node started",
         quarantined,
     );
+    registry.register(
+        "config_import_failures",
+        "This connector's failed imports (505) in the log folded so far, by rule (history)",
+        import_failures,
+    );
     let applied = *shared.applied.borrow();
     let position = *shared.site_pos.borrow();
     let lag = Gauge::<i64>::default();
@@ -612,14 +773,63 @@ async fn metrics(State(shared): State<AppState>) -> Response {
     );
     let mut text = String::new();
     encode(&mut text, &registry).expect("writing to a String cannot fail");
+    // Prometheus asks for OpenMetrics; other scrapers and promtool read the classic text
+    // format, which names a counter's help and type after its `_total` samples.
+    let openmetrics = headers
+        .get(axum::http::header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("application/openmetrics-text"));
+    if openmetrics {
+        return (
+            [(
+                axum::http::header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            text,
+        )
+            .into_response();
+    }
     (
         [(
             axum::http::header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            "text/plain; version=0.0.4; charset=utf-8",
         )],
-        text,
+        classic_text(&text),
     )
         .into_response()
+}
+
+/// OpenMetrics text as the classic Prometheus text format (0.0.4): no `# EOF` or `# UNIT`,
+/// and a counter's `# HELP` and `# TYPE` named after its `_total` samples.
+fn classic_text(openmetrics: &str) -> String {
+    let mut out = String::with_capacity(openmetrics.len());
+    let mut help: Option<&str> = None;
+    for line in openmetrics.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            help = Some(rest);
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').unwrap_or((rest, ""));
+            let name = if kind == "counter" && !name.ends_with("_total") {
+                format!("{name}_total")
+            } else {
+                name.to_string()
+            };
+            if let Some(h) = help.take() {
+                let text = h.split_once(' ').map_or("", |(_, t)| t);
+                out.push_str(&format!("# HELP {name} {text}\n"));
+            }
+            out.push_str(&format!("# TYPE {name} {kind}\n"));
+            continue;
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
 }
 
 /// Proof that the request carries the admin token. As an extractor it runs before the

@@ -69,6 +69,10 @@ pub struct NodeConfig {
     pub commit_interval: Duration,
     /// Largest request body accepted, bytes.
     pub body_limit: usize,
+    /// Readiness: the node is ready while at most this many log records wait to be folded.
+    pub ready_lag: u64,
+    /// Version and commit of the build, for `lhc_build_info`.
+    pub build: (String, String),
 }
 
 impl NodeConfig {
@@ -90,6 +94,8 @@ impl NodeConfig {
             store: StoreOptions::default(),
             commit_interval: Duration::from_secs(1),
             body_limit: 256 << 10,
+            ready_lag: 1000,
+            build: (env!("CARGO_PKG_VERSION").to_string(), "unknown".to_string()),
         }
     }
 }
@@ -143,6 +149,8 @@ pub(crate) struct FoldStats {
     pub last_import: Option<(u64, Ts)>,
     /// The latest quarantine: (engine offset, error).
     pub last_quarantine: Option<(u64, String)>,
+    /// This connector's failed imports (505) in the log folded so far, by rule.
+    pub import_failures: BTreeMap<String, u64>,
 }
 
 /// The site log a node works on.
@@ -225,6 +233,32 @@ pub(crate) struct Shared {
     pub stopping: AtomicBool,
     /// Whether the node can decide (see [`Health`]).
     pub health: Arc<Health>,
+    /// What this process observed and answered, for `/metrics` (not the replayed history).
+    pub counters: ProcessCounters,
+}
+
+/// Counters of what this process did (health checks, probes, launch latency): a replay of
+/// history does not move them.
+pub(crate) struct ProcessCounters {
+    /// Failed health checks of the control plane.
+    pub health_check_failures: AtomicU64,
+    /// Failed probes of a peer's /election.
+    pub peer_probe_failures: AtomicU64,
+    /// Seconds from a launch request's arrival to its decision.
+    pub launch_seconds: prometheus_client::metrics::histogram::Histogram,
+}
+
+impl Default for ProcessCounters {
+    fn default() -> Self {
+        ProcessCounters {
+            health_check_failures: AtomicU64::new(0),
+            peer_probe_failures: AtomicU64::new(0),
+            // 1 ms to about 16 s, doubling: the launch timeout is 10 s by default.
+            launch_seconds: prometheus_client::metrics::histogram::Histogram::new(
+                prometheus_client::metrics::histogram::exponential_buckets(0.001, 2.0, 15),
+            ),
+        }
+    }
 }
 
 impl Shared {
@@ -413,6 +447,7 @@ pub async fn run(
         stats: Mutex::new(FoldStats::default()),
         stopping: AtomicBool::new(false),
         health: health.clone(),
+        counters: ProcessCounters::default(),
     });
 
     let publisher = publish::Publisher::open(outputs, &shared.config.connector)?;

@@ -81,6 +81,12 @@ async fn health_checks(shared: Arc<Shared>) {
             ),
             Err(e) => (false, error_text(&e)),
         };
+        if !ok {
+            shared
+                .counters
+                .health_check_failures
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         record(&shared, "health check", move |ts| {
             Record::HealthCheck(HealthCheck {
                 ts,
@@ -168,6 +174,12 @@ async fn peer_probes(shared: Arc<Shared>) {
             });
         }
         while let Some(Ok((me, peer, ok))) = probes.join_next().await {
+            if !ok {
+                shared
+                    .counters
+                    .peer_probe_failures
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
             let since = if ok {
                 failing_since.remove(&peer);
                 None

@@ -1,0 +1,215 @@
+//! A node an SRE can operate: liveness and readiness probes that say why, metrics that
+//! `promtool check metrics` accepts, and the alert rules and dashboard in `deploy/` checked
+//! against what a node really exports.
+
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lhc_engine::build::{self, records, SiteBuilder};
+use lhc_engine::config::DeliveryGroupKind;
+use lhc_engine::Ts;
+use serde_json::Value;
+
+mod common;
+mod live;
+use live::{free_port, http, now_ms, stub_cloud, wait_until};
+
+const A: &str = "a.z1.ops";
+
+struct Node(Child);
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn promtool() -> &'static str {
+    assert!(
+        Command::new("promtool").arg("--version").output().is_ok(),
+        "promtool is needed for this test: run .ci/deps (installs Debian's prometheus)"
+    );
+    "promtool"
+}
+
+fn get(port: u16, path: &str) -> (u16, Value) {
+    http(port, "GET", path, None, None).unwrap_or((0, Value::Null))
+}
+
+#[test]
+fn probes_metrics_alerts_and_dashboard() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    let cloud = stub_cloud(Arc::new(AtomicBool::new(true)));
+    let port = free_port();
+    let node = Command::new(env!("CARGO_BIN_EXE_lhc"))
+        .args([
+            "connector",
+            "run",
+            "--connector",
+            A,
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--cloud-url",
+            &format!("http://127.0.0.1:{cloud}/health"),
+            "--health-interval",
+            "300ms",
+            "--tick-interval",
+            "300ms",
+            "--commit-interval",
+            "50ms",
+            "--fsync",
+            "never",
+            "--data",
+            dir.path().join("node").to_str().unwrap(),
+            "--log",
+            log.to_str().unwrap(),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .env("RUST_LOG", "warn")
+        .spawn()
+        .unwrap();
+    let _node = Node(node);
+    wait_until("the node serves", Duration::from_secs(30), || {
+        get(port, "/livez").0 == 200
+    });
+    // No configuration names this connector yet: alive, not ready, and it says why.
+    let (status, body) = get(port, "/readyz");
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["reason"], "not_configured", "{body}");
+    assert_eq!(get(port, "/healthz").0, 503, "/healthz is readiness");
+    let (status, body) = get(port, "/livez");
+    assert_eq!((status, body["status"].as_str()), (200, Some("alive")));
+
+    // The configuration arrives through the log: ready.
+    // A little ahead of the node's own ticks, so the append is not older than the log.
+    let t = now_ms() + 2_000;
+    let site = SiteBuilder::new()
+        .zone("z1")
+        .connector(A, "z1")
+        .group("g", DeliveryGroupKind::MultiSession)
+        .machine("vda1.z1.ops", "z1", "g", Some(10))
+        .application("app", &["g"])
+        .user("alice", &[])
+        .entitlement("e", "app", &["alice"]);
+    let lines = [
+        build::text(&site.change(Ts(t), 1)),
+        build::text(&records::storefront(Ts(t + 1), A, "sf")),
+    ];
+    let file = dir.path().join("config.jsonl");
+    std::fs::write(&file, lines.join("\n") + "\n").unwrap();
+    // The node appends ticks to the log; this record may land after one.
+    let out = Command::new(env!("CARGO_BIN_EXE_lhc"))
+        .args(["log", "append", "--log", log.to_str().unwrap()])
+        .stdin(std::fs::File::open(&file).unwrap())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_until("ready", Duration::from_secs(30), || {
+        get(port, "/readyz").0 == 200
+    });
+    let (_, body) = get(port, "/readyz");
+    assert_eq!(body["status"], "ok", "{body}");
+
+    // A launch, so the latency histogram has an observation.
+    let launch = http(
+        port,
+        "POST",
+        "/storefront/launch",
+        Some(r#"{"user":"alice","resource":"app","client":{"name":"pc","ip":"10.0.0.1"}}"#),
+        None,
+    )
+    .unwrap();
+    assert_eq!(launch.0, 200, "{launch:?}");
+
+    // The scrape: promtool accepts it, and the metrics an SRE pages on are there.
+    let (status, scrape) = get(port, "/metrics");
+    assert_eq!(status, 200);
+    let scrape = scrape.as_str().unwrap().to_string();
+    for metric in [
+        "lhc_build_info{",
+        "lhc_ready 1",
+        "lhc_config_last_import_timestamp_seconds ",
+        "lhc_launch_duration_seconds_count 1",
+        "lhc_health_check_failures_total 0",
+        "lhc_peer_probe_failures_total",
+        "lhc_fold_lag_seconds ",
+        "lhc_connector_state{state=\"working_normally\"} 1",
+    ] {
+        assert!(scrape.contains(metric), "{metric} in:\n{scrape}");
+    }
+    let mut check = Command::new(promtool())
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    check
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(scrape.as_bytes())
+        .unwrap();
+    let checked = check.wait_with_output().unwrap();
+    assert!(
+        checked.status.success(),
+        "promtool check metrics: {}{}",
+        String::from_utf8_lossy(&checked.stdout),
+        String::from_utf8_lossy(&checked.stderr)
+    );
+
+    // The rules and the dashboard in deploy/ are valid and use only metrics a node exports.
+    let rules = common::root().join("deploy/prometheus/lhc-alerts.yml");
+    let checked = Command::new(promtool())
+        .args(["check", "rules", rules.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        checked.status.success(),
+        "promtool check rules: {}",
+        String::from_utf8_lossy(&checked.stdout)
+    );
+    let exported: std::collections::BTreeSet<String> = scrape
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_string)
+        .collect();
+    let uses_known = |expr: &str, what: &str| {
+        for word in expr.split(|c: char| !(c.is_alphanumeric() || c == '_')) {
+            if word.starts_with("lhc_") {
+                let family = ["_total", "_bucket", "_count", "_sum"]
+                    .iter()
+                    .fold(word, |w, suffix| w.strip_suffix(suffix).unwrap_or(w));
+                // The Kafka gauge exists on Kafka-backed nodes only.
+                assert!(
+                    exported.contains(word) || exported.contains(family) || family == "lhc_kafka_up",
+                    "{what} uses {word}, which a node does not export ({exported:?})"
+                );
+            }
+        }
+    };
+    let rules_text = std::fs::read_to_string(&rules).unwrap();
+    uses_known(&rules_text, "the alert rules");
+    let dashboard: Value = serde_json::from_str(
+        &std::fs::read_to_string(common::root().join("deploy/grafana/lhc-zone.json")).unwrap(),
+    )
+    .unwrap();
+    let panels = dashboard["panels"].as_array().unwrap();
+    assert!(panels.len() >= 8);
+    for panel in panels {
+        for target in panel["targets"].as_array().unwrap() {
+            uses_known(target["expr"].as_str().unwrap(), "the dashboard");
+        }
+    }
+}
