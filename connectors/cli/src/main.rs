@@ -40,8 +40,20 @@ struct Cli {
     /// More diagnostics on stderr (-v info, -vv debug). RUST_LOG overrides.
     #[arg(long, short, global = true, action = clap::ArgAction::Count)]
     verbose: u8,
+    /// Diagnostics as text lines, or as JSON objects for log shippers.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+/// How diagnostics are written on stderr.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum LogFormat {
+    /// One text line each.
+    Text,
+    /// One JSON object each.
+    Json,
 }
 
 #[derive(Subcommand)]
@@ -106,7 +118,13 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_tracing(cli.verbose, cli.quiet);
+    // A running node logs what an operator reads (state changes, elections, imports) at
+    // info; the one-shot commands keep to warnings.
+    let node = matches!(
+        cli.command,
+        Command::Connector(connector::ConnectorCommand::Run { .. })
+    );
+    init_tracing(cli.verbose, cli.quiet, node, cli.log_format);
     let quiet = cli.quiet;
     // Printing commands end quietly when their reader goes away (`lhc log cat | head`).
     restore_default_sigpipe();
@@ -179,10 +197,11 @@ fn ignore_file_size_signal() {
 
 /// Diagnostics on stderr: warnings by default (librdkafka's retries, one line each),
 /// errors only with -q, more with -v; colour only on a terminal and never with NO_COLOR.
-fn init_tracing(verbose: u8, quiet: bool) {
+fn init_tracing(verbose: u8, quiet: bool, node: bool, format: LogFormat) {
     use std::io::IsTerminal;
     let default = match (quiet, verbose) {
         (true, _) => "error",
+        (false, 0) if node => "info",
         (false, 0) => "warn",
         (false, 1) => "info",
         _ => "debug",
@@ -190,12 +209,14 @@ fn init_tracing(verbose: u8, quiet: bool) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
-    tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
-        .with_ansi(colour)
-        .with_target(false)
-        .init();
+        .with_target(false);
+    match format {
+        LogFormat::Text => builder.with_ansi(colour).init(),
+        LogFormat::Json => builder.json().init(),
+    }
 }
 
 fn schema(out: PathBuf, check: bool, quiet: bool) -> anyhow::Result<ExitCode> {

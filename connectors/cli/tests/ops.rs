@@ -67,13 +67,15 @@ fn probes_metrics_alerts_and_dashboard() {
             dir.path().join("node").to_str().unwrap(),
             "--log",
             log.to_str().unwrap(),
+            "--log-format",
+            "json",
         ])
         .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .env("RUST_LOG", "warn")
+        .stderr(Stdio::piped())
+        .env_remove("RUST_LOG")
         .spawn()
         .unwrap();
-    let _node = Node(node);
+    let mut node = Node(node);
     wait_until("the node serves", Duration::from_secs(30), || {
         get(port, "/livez").0 == 200
     });
@@ -193,7 +195,9 @@ fn probes_metrics_alerts_and_dashboard() {
                     .fold(word, |w, suffix| w.strip_suffix(suffix).unwrap_or(w));
                 // The Kafka gauge exists on Kafka-backed nodes only.
                 assert!(
-                    exported.contains(word) || exported.contains(family) || family == "lhc_kafka_up",
+                    exported.contains(word)
+                        || exported.contains(family)
+                        || family == "lhc_kafka_up",
                     "{what} uses {word}, which a node does not export ({exported:?})"
                 );
             }
@@ -212,4 +216,27 @@ fn probes_metrics_alerts_and_dashboard() {
             uses_known(target["expr"].as_str().unwrap(), "the dashboard");
         }
     }
+
+    // What the node lived through is in its log, one JSON object per line, at info by
+    // default: the import of version 1 (504).
+    let _ = node.0.kill();
+    let mut stderr = String::new();
+    use std::io::Read;
+    node.0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    let lines: Vec<Value> = stderr
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["fields"]["event_id"] == 504 && l["level"] == "INFO"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains('\u{1b}'), "no colour in JSON logs");
 }

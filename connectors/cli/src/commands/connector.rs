@@ -306,8 +306,9 @@ pub fn run(command: ConnectorCommand, quiet: bool) -> anyhow::Result<ExitCode> {
                 .enable_all()
                 .build()
                 .context("starting the async runtime")?;
+            // Through the log, so --log-format json keeps every stderr line JSON.
             if !quiet {
-                eprintln!(
+                tracing::info!(
                     "connector {connector}: log {}, snapshot {}, outputs {}, API on http://{listen}",
                     describe,
                     data.join("snapshot").display(),

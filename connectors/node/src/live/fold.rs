@@ -253,6 +253,20 @@ fn apply_entry(
                 *stats.decisions.entry(key).or_default() += 1;
             }
             Output::Event(e) if e.connector.eq_ignore_ascii_case(me) => match e.kind() {
+                Some(kind) if live_event(e.ts) && operator_reads(&kind) => {
+                    log_event(e.event_id, &kind);
+                    if let lhc_engine::event::EventKind::Imported(imported) = &kind {
+                        stats.last_import = Some((imported.version, e.ts));
+                    }
+                    if let lhc_engine::event::EventKind::ImportFailed(failed) = &kind {
+                        for failure in &failed.failures {
+                            *stats
+                                .import_failures
+                                .entry(lhc_engine::engine::snake(&failure.rule))
+                                .or_default() += 1;
+                        }
+                    }
+                }
                 Some(lhc_engine::event::EventKind::Imported(imported)) => {
                     stats.last_import = Some((imported.version, e.ts));
                 }
@@ -307,5 +321,33 @@ fn apply_entry(
     });
     if let Some(waiter) = shared.waiters.lock().expect("waiters").remove(&request) {
         let _ = waiter.send(answer);
+    }
+}
+
+/// An event of the last minute by the wall clock: what this node lives through, not the
+/// history it folds at start (which would flood the log with old news).
+fn live_event(ts: lhc_engine::Ts) -> bool {
+    super::wall_ms() - ts.millis() < 60_000
+}
+
+/// The events an operator reads in the node's log: state changes, elections, imports,
+/// entering and leaving LHC mode, and why it cannot enter (the periodic 3507/3509 reports
+/// and import starts stay in the output log).
+fn operator_reads(kind: &lhc_engine::event::EventKind) -> bool {
+    use lhc_engine::event::EventKind as K;
+    !matches!(
+        kind,
+        K::ImportStarted(_) | K::ElectedReport(_) | K::NonElected(_) | K::HealthCheckFailed
+    )
+}
+
+/// One line per event, at the event's level.
+fn log_event(id: u32, kind: &lhc_engine::event::EventKind) {
+    use lhc_engine::output::Level;
+    let message = kind.message();
+    match kind.level() {
+        Level::Error => tracing::error!(event_id = id, "{message}"),
+        Level::Warning => tracing::warn!(event_id = id, "{message}"),
+        Level::Information => tracing::info!(event_id = id, "{message}"),
     }
 }

@@ -676,7 +676,11 @@ async fn metrics(State(shared): State<AppState>, headers: axum::http::HeaderMap)
             ("commit".into(), shared.config.build.1.clone()),
         ])
         .set(1);
-    registry.register("build_info", "Version and commit of this node (always 1)", build);
+    registry.register(
+        "build_info",
+        "Version and commit of this node (always 1)",
+        build,
+    );
     let health_failures = Counter::<u64>::default();
     health_failures.inc_by(
         shared
