@@ -149,10 +149,24 @@ fn a_node_whose_data_disk_fills_says_so_on_every_probe_and_exits_non_zero() {
     // Within a few commits the committer hits the full disk: the node says it cannot decide.
     let mut seen_health = None;
     let mut seen_probe = None;
+    let mut seen_ready = None;
+    let mut seen_live = None;
     let deadline = Instant::now() + Duration::from_secs(20);
-    while Instant::now() < deadline && (seen_health.is_none() || seen_probe.is_none()) {
+    while Instant::now() < deadline
+        && (seen_health.is_none()
+            || seen_probe.is_none()
+            || seen_ready.is_none()
+            || seen_live.is_none())
+    {
         if let Some((503, body)) = http(port, "GET", "/healthz", None, None) {
             seen_health.get_or_insert(body);
+        }
+        // The dead fold fails liveness (restart me) and readiness alike.
+        if let Some((503, body)) = http(port, "GET", "/readyz", None, None) {
+            seen_ready.get_or_insert(body);
+        }
+        if let Some((503, body)) = http(port, "GET", "/livez", None, None) {
+            seen_live.get_or_insert(body);
         }
         if let Some((503, body)) = http(port, "GET", "/adc/probe", None, None) {
             if body["reason"] == "node_failed" {
@@ -167,6 +181,14 @@ fn a_node_whose_data_disk_fills_says_so_on_every_probe_and_exits_non_zero() {
     assert!(
         health["detail"].as_str().is_some_and(|d| !d.is_empty()),
         "{health}"
+    );
+    let ready = seen_ready.expect("/readyz answered 503 after the disk filled");
+    assert_eq!(ready["reason"], "node_failed", "{ready}");
+    let live = seen_live.expect("/livez answered 503: the fold is dead");
+    assert_eq!(
+        (live["status"].as_str(), live["reason"].as_str()),
+        (Some("dead"), Some("node_failed")),
+        "{live}"
     );
     let probe = seen_probe.expect("/adc/probe answered DOWN node_failed");
     assert_eq!(probe["status"], "DOWN", "{probe}");
