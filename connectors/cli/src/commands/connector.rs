@@ -111,7 +111,8 @@ pub enum ConnectorCommand {
         /// Largest request body accepted, KiB.
         #[arg(long, value_name = "KIB", default_value_t = 256)]
         body_limit_kb: usize,
-        /// /readyz answers ready while at most this many log records wait to be folded.
+        /// /readyz answers ready while at most this many log records wait to be folded (the
+        /// node's own checks and ticks are a few records: 0 makes readiness flap).
         #[arg(long, value_name = "RECORDS", default_value_t = 1000)]
         ready_lag: u64,
         #[command(flatten)]

@@ -344,7 +344,20 @@ fn operator_reads(kind: &lhc_engine::event::EventKind) -> bool {
 /// One line per event, at the event's level.
 fn log_event(id: u32, kind: &lhc_engine::event::EventKind) {
     use lhc_engine::output::Level;
-    let message = kind.message();
+    // Names come from the site configuration: control characters are escaped, so a name
+    // cannot forge a log line.
+    let message: String = kind
+        .message()
+        .chars()
+        .flat_map(|c| {
+            let escaped: Vec<char> = if c.is_control() {
+                c.escape_default().collect()
+            } else {
+                vec![c]
+            };
+            escaped
+        })
+        .collect();
     match kind.level() {
         Level::Error => tracing::error!(event_id = id, "{message}"),
         Level::Warning => tracing::warn!(event_id = id, "{message}"),

@@ -576,6 +576,7 @@ async fn metrics(State(shared): State<AppState>, headers: axum::http::HeaderMap)
     let registrations = Gauge::<i64>::default();
     let brokering = Gauge::<i64>::default();
     let config_version = Gauge::<i64>::default();
+    config_version.set(-1);
     let last_import = Gauge::<i64>::default();
     let ineligible = Family::<Labels, Gauge>::default();
     let fold_lag_seconds = Gauge::<i64>::default();
@@ -597,7 +598,7 @@ async fn metrics(State(shared): State<AppState>, headers: axum::http::HeaderMap)
             }
             if let Some(e) = c.elected() {
                 elected
-                    .get_or_create(&vec![("elected".into(), e.to_string())])
+                    .get_or_create(&vec![("elected".into(), label(e))])
                     .set(1);
             }
             registrations.set(c.registrations().len() as i64);
@@ -672,8 +673,8 @@ async fn metrics(State(shared): State<AppState>, headers: axum::http::HeaderMap)
     let build = Family::<Labels, Gauge>::default();
     build
         .get_or_create(&vec![
-            ("version".into(), shared.config.build.0.clone()),
-            ("commit".into(), shared.config.build.1.clone()),
+            ("version".into(), label(&shared.config.build.0)),
+            ("commit".into(), label(&shared.config.build.1)),
         ])
         .set(1);
     registry.register(
@@ -750,7 +751,8 @@ async fn metrics(State(shared): State<AppState>, headers: axum::http::HeaderMap)
     }
     registry.register(
         "launch_decisions",
-        "Launch decisions of this connector since the node started",
+        "Launch decisions of this connector folded since the node started (the catch-up of \
+         the log at start included)",
         decisions,
     );
     registry.register(
@@ -801,6 +803,15 @@ async fn metrics(State(shared): State<AppState>, headers: axum::http::HeaderMap)
         classic_text(&text),
     )
         .into_response()
+}
+
+/// A label value escaped as both text formats require (the encoder writes values as they
+/// are, and a connector's name comes from the site configuration).
+fn label(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }
 
 /// OpenMetrics text as the classic Prometheus text format (0.0.4): no `# EOF` or `# UNIT`,
@@ -1059,4 +1070,19 @@ async fn sdk_registrations(State(shared): State<AppState>) -> Result<Response, A
         let c = &engine.connectors()[me];
         json!({ "connector": me, "registrations": c.registrations() })
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn label_values_are_escaped_and_counters_named_for_the_text_format() {
+        assert_eq!(label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+        let open = "# HELP lhc_x Things.\n# TYPE lhc_x counter\nlhc_x_total 3\n# HELP lhc_y Y.\n# TYPE lhc_y gauge\n# UNIT lhc_y seconds\nlhc_y 1\n# EOF\n";
+        assert_eq!(
+            classic_text(open),
+            "# HELP lhc_x_total Things.\n# TYPE lhc_x_total counter\nlhc_x_total 3\n# HELP lhc_y Y.\n# TYPE lhc_y gauge\nlhc_y 1\n"
+        );
+    }
 }
