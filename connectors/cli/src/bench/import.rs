@@ -25,53 +25,62 @@ pub struct ImportBench {
 /// The site configuration as one `config.change`, then a health check that names the
 /// connector (its first sync check imports at once).
 fn records(b: &ImportBench) -> Vec<Vec<u8>> {
+    use lhc_engine::build::{line, records, SiteBuilder};
+    use lhc_engine::config::{DeliveryGroupKind, SiteData};
     let zones = 4;
-    let mut ops = vec![r#"{"op":"upsert","kind":"site","id":"site"}"#.to_string()];
+    let mut site = SiteBuilder::new().site(SiteData::default());
     for z in 0..zones {
-        ops.push(format!(
-            r#"{{"op":"upsert","kind":"zone","id":"z{z}","data":{{"name":"Zone {z}"}}}}"#
-        ));
-        ops.push(format!(r#"{{"op":"upsert","kind":"connector","id":"cc1.z{z}.example","data":{{"zone":"z{z}"}}}}"#));
+        site = site
+            .zone(&format!("z{z}"))
+            .connector(&format!("cc1.z{z}.example"), &format!("z{z}"));
     }
     for g in 0..b.groups {
         let kind = match g % 3 {
-            0 => "multi_session",
-            1 => "single_session_pooled",
-            _ => "single_session_static",
+            0 => DeliveryGroupKind::MultiSession,
+            1 => DeliveryGroupKind::SingleSessionPooled,
+            _ => DeliveryGroupKind::SingleSessionStatic,
         };
-        ops.push(format!(
-            r#"{{"op":"upsert","kind":"delivery_group","id":"dg{g}","data":{{"kind":"{kind}"}}}}"#
-        ));
-        ops.push(format!(r#"{{"op":"upsert","kind":"resource","id":"res{g}","data":{{"kind":"desktop","delivery_groups":["dg{g}"]}}}}"#));
-        ops.push(format!(r#"{{"op":"upsert","kind":"group","id":"grp{g}"}}"#));
-        ops.push(format!(r#"{{"op":"upsert","kind":"entitlement","id":"ent{g}","data":{{"resource":"res{g}","principals":["grp{g}"]}}}}"#));
+        let (group, resource, principals) =
+            (format!("dg{g}"), format!("res{g}"), format!("grp{g}"));
+        site = site
+            .group(&group, kind)
+            .desktop(&resource, &[&group])
+            .user_group(&principals)
+            .entitlement(&format!("ent{g}"), &resource, &[&principals]);
     }
     for v in 0..b.vdas {
         let g = v % b.groups.max(1);
-        ops.push(format!(r#"{{"op":"upsert","kind":"machine","id":"vda{v:05}.example","data":{{"zone":"z{}","delivery_group":"dg{g}"}}}}"#, v % zones));
+        site = site.machine(
+            &format!("vda{v:05}.example"),
+            &format!("z{}", v % zones),
+            &format!("dg{g}"),
+            None,
+        );
     }
     // Static groups: each user gets the next machine of their group while machines last.
     let groups = b.groups.max(1);
     let mut next_in_group = vec![0usize; groups];
     for u in 0..b.users {
         let g = u % groups;
-        ops.push(format!(
-            r#"{{"op":"upsert","kind":"user","id":"user{u:06}","data":{{"groups":["grp{g}"]}}}}"#
-        ));
+        let user = format!("user{u:06}");
+        site = site.user(&user, &[&format!("grp{g}")]);
         if g % 3 == 2 {
             let v = g + next_in_group[g] * groups;
             if v < b.vdas {
                 next_in_group[g] += 1;
-                ops.push(format!(r#"{{"op":"upsert","kind":"assignment","id":"as{u}","data":{{"machine":"vda{v:05}.example","user":"user{u:06}"}}}}"#));
+                site = site.assignment(&format!("as{u}"), &format!("vda{v:05}.example"), &user);
             }
         }
     }
-    let config = format!(
-        r#"{{"ts":"2026-01-05T09:00:00.000Z","type":"config.change","version":1,"ops":[{}]}}"#,
-        ops.join(",")
-    );
-    let check = r#"{"ts":"2026-01-05T09:00:01.000Z","type":"health.check","connector":"cc1.z0.example","ok":true}"#;
-    vec![config.into_bytes(), check.as_bytes().to_vec()]
+    let start = lhc_engine::Ts::parse("2026-01-05T09:00:00.000Z").expect("a valid instant");
+    vec![
+        line(&site.change(start, 1)),
+        line(&records::health_check(
+            lhc_engine::Ts(start.millis() + 1000),
+            "cc1.z0.example",
+            true,
+        )),
+    ]
 }
 
 /// Runs the benchmark.

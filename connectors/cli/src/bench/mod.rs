@@ -381,37 +381,46 @@ fn tempfile_dir(dir: Option<std::path::PathBuf>) -> anyhow::Result<Scratch> {
 /// Deterministic records in the proportions of a busy site: mostly VDA heartbeats with
 /// their sessions, then health checks, probes, StoreFront heartbeats and launches.
 pub fn sample_records(n: usize) -> Vec<Vec<u8>> {
+    use lhc_engine::build::{line, records};
+    use lhc_engine::record::SessionState;
     (0..n)
         .map(|i| {
             let ms = i as u64 * 37;
             let ts = lhc_engine::Ts(1_767_603_600_000 + ms as i64);
             let connector = format!("cc{}.zone{}.corp.example", i % 4, i % 3);
-            let json = match i % 10 {
+            let record = match i % 10 {
                 0..=5 => {
-                    let sessions: Vec<String> = (0..(i % 4))
-                        .map(|s| format!(r#"{{"id":"s-{i}-{s}","user":"user{:05}","state":"active"}}"#, (i * 7 + s) % 100_000))
+                    let sessions: Vec<(String, String)> = (0..(i % 4))
+                        .map(|s| {
+                            (
+                                format!("s-{i}-{s}"),
+                                format!("user{:05}", (i * 7 + s) % 100_000),
+                            )
+                        })
                         .collect();
-                    format!(
-                        r#"{{"ts":"{ts}","type":"vda.heartbeat","machine":"vda{:05}.corp.example","sessions":[{}]}}"#,
-                        i % 40_000,
-                        sessions.join(",")
-                    )
+                    let reports: Vec<(&str, &str, SessionState)> = sessions
+                        .iter()
+                        .map(|(id, user)| (id.as_str(), user.as_str(), SessionState::Active))
+                        .collect();
+                    records::heartbeat(ts, &format!("vda{:05}.corp.example", i % 40_000), &reports)
                 }
-                6 => format!(r#"{{"ts":"{ts}","type":"health.check","connector":"{connector}","ok":true}}"#),
-                7 => format!(
-                    r#"{{"ts":"{ts}","type":"peer.probe","connector":"{connector}","peer":"cc{}.zone0.corp.example","ok":true}}"#,
-                    (i + 1) % 4
+                6 => records::health_check(ts, &connector, true),
+                7 => records::peer_probe(
+                    ts,
+                    &connector,
+                    &format!("cc{}.zone0.corp.example", (i + 1) % 4),
+                    true,
                 ),
-                8 => format!(r#"{{"ts":"{ts}","type":"storefront.heartbeat","connector":"{connector}","storefront":"sf1.corp.example"}}"#),
-                _ => format!(
-                    r#"{{"ts":"{ts}","type":"launch.request","request":"r{i}","connector":"{connector}","user":"user{:05}","resource":"app{}","client":{{"name":"pc{i}","ip":"10.1.{}.{}"}}}}"#,
-                    i % 100_000,
-                    i % 50,
-                    (i / 256) % 256,
-                    i % 256
+                8 => records::storefront(ts, &connector, "sf1.corp.example"),
+                _ => records::launch(
+                    ts,
+                    &format!("r{i}"),
+                    &connector,
+                    &format!("user{:05}", i % 100_000),
+                    &format!("app{}", i % 50),
                 ),
             };
-            json.into_bytes()
+            line(&record)
         })
         .collect()
 }
