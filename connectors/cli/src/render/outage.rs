@@ -90,7 +90,7 @@ fn axis(frame: &Frame, top: f64, y: f64, zone: Option<&Zone>) -> Markup {
     let ticks = frame.ticks(zone);
     html! {
         g class="axis" {
-            line x1=(f(frame.left)) x2=(f(frame.left + frame.width)) y1=(f(y)) y2=(f(y)) stroke="#444" {}
+            line x1=(f(frame.left)) x2=(f(frame.left + frame.width)) y1=(f(y.round() + 0.5)) y2=(f(y.round() + 0.5)) stroke="#444" stroke-width="1" shape-rendering="crispEdges" {}
             @for t in &ticks {
                 @let x = frame.x(t.ts);
                 line x1=(f(x)) x2=(f(x)) y1=(f(top)) y2=(f(y + 4.0)) stroke="#0000001a" {}
