@@ -74,7 +74,7 @@ impl Engine {
         };
         Some(AdcProbe {
             down,
-            state: c.state,
+            state: c.state(),
             elected: c.elected.clone(),
         })
     }
@@ -99,7 +99,7 @@ impl Engine {
     pub fn election_view(&self, connector: &str) -> Option<ElectionView> {
         let c = self.connectors.get(connector)?;
         Some(ElectionView {
-            state: c.state,
+            state: c.state(),
             in_lhc: c.in_lhc(),
             elected: c.elected.clone(),
             candidates: c.candidates.clone(),
@@ -108,23 +108,32 @@ impl Engine {
         })
     }
 
-    /// Whether `peer` has crashed, seen at `now` (the driver's clock): it is started, and
-    /// nothing it records has reached the log for `after` (its last health check,
-    /// or its start). Nobody else records the stop of a crashed connector, and until
-    /// someone does the log says it still brokers. A peer only cut off from the asker keeps
-    /// writing health checks, so a partition stays a split brain (R-ELECT-4).
-    pub fn peer_presumed_dead(&self, peer: &str, now: Ts, after: std::time::Duration) -> bool {
+    /// Whether `peer` has crashed, seen at `now` (the driver's clock) by a connector whose
+    /// probes of it have failed since `unreachable_since` (None: its last probe answered):
+    /// unanswered for `after`, started, and nothing it records has reached the log for
+    /// `after` either (its last health check, or its start). Nobody else records the stop
+    /// of a crashed connector, and until someone does the log says it still brokers. A
+    /// peer only cut off from the asker keeps writing health checks, so a partition stays
+    /// a split brain (R-ELECT-4).
+    pub fn peer_presumed_dead(
+        &self,
+        peer: &str,
+        now: Ts,
+        unreachable_since: Option<Ts>,
+        after: std::time::Duration,
+    ) -> bool {
+        let after_ms = i64::try_from(after.as_millis()).unwrap_or(i64::MAX);
+        let lasted = |since: Ts| now.millis().saturating_sub(since.millis()) >= after_ms;
         let Some(c) = self.connectors.get(peer) else {
             return false;
         };
-        if !c.started() {
+        if !c.started() || !unreachable_since.is_some_and(lasted) {
             return false;
         }
         let last_heard = c
             .last_check
-            .map_or(c.state_since, |(ts, _)| ts.max(c.state_since));
-        let after_ms = i64::try_from(after.as_millis()).unwrap_or(i64::MAX);
-        now.millis().saturating_sub(last_heard.millis()) >= after_ms
+            .map_or(c.state_since(), |(ts, _)| ts.max(c.state_since()));
+        lasted(last_heard)
     }
 }
 

@@ -98,9 +98,18 @@ fn a_started_peer_silent_for_the_bound_is_presumed_dead_and_a_stopped_one_never(
     assert!(c.started());
     let heard = c.last_check().map(|(t, _)| t).unwrap().max(c.state_since());
     let after = std::time::Duration::from_secs(180);
-    assert!(!engine.peer_presumed_dead(name, Ts(heard.millis() + 179_999), after));
-    assert!(engine.peer_presumed_dead(name, Ts(heard.millis() + 180_000), after));
-    assert!(!engine.peer_presumed_dead("nobody.corp.example", Ts(i64::MAX), after));
+    let at = |ms: i64| Ts(heard.millis() + ms);
+    // Unanswered since it was last heard of: dead once both have lasted the bound.
+    let unreachable = Some(heard);
+    assert!(!engine.peer_presumed_dead(name, at(179_999), unreachable, after));
+    assert!(engine.peer_presumed_dead(name, at(180_000), unreachable, after));
+    // Silent in the log, but its probes answer (or only began failing): alive.
+    assert!(!engine.peer_presumed_dead(name, at(900_000), None, after));
+    assert!(!engine.peer_presumed_dead(name, at(900_000), Some(at(720_001)), after));
+    assert!(engine.peer_presumed_dead(name, at(900_000), Some(at(720_000)), after));
+    // Unanswered for long, but its health checks still reach the log: a partition.
+    assert!(!engine.peer_presumed_dead(name, at(179_999), Some(Ts(0)), after));
+    assert!(!engine.peer_presumed_dead("nobody.corp.example", Ts(i64::MAX), Some(Ts(0)), after));
     // Stopped: its stop is recorded, nothing to presume.
     let ts = engine.now().unwrap();
     let stop = format!(
@@ -112,7 +121,7 @@ fn a_started_peer_silent_for_the_bound_is_presumed_dead_and_a_stopped_one_never(
         &mut Vec::new(),
     );
     assert!(!engine.connectors()[name].started());
-    assert!(!engine.peer_presumed_dead(name, Ts(i64::MAX), after));
+    assert!(!engine.peer_presumed_dead(name, Ts(i64::MAX), Some(Ts(0)), after));
 }
 
 #[test]

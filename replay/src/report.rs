@@ -9,7 +9,9 @@ use std::collections::BTreeMap;
 
 use lhc_engine::engine::snake;
 use lhc_engine::event::EventKind;
-use lhc_engine::output::{ConnectorState, Outcome};
+use lhc_engine::output::{
+    ConnectorState, ElectionViewData, Event, LaunchDecision, Outcome, TransitionData,
+};
 use lhc_engine::{Engine, Output, Ts};
 use serde::Serialize;
 
@@ -174,6 +176,61 @@ pub struct Episode {
     pub annotations: Vec<Annotation>,
     /// The HA service's summaries (3507, 3508, 3509, 3510) as output.
     pub summaries: Vec<Output>,
+}
+
+/// Rejections of one reason in an episode.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReasonTally {
+    /// Attempts rejected for it.
+    pub attempts: u64,
+    /// Those the user saw: not followed by a retry.
+    pub seen: u64,
+    /// What it means.
+    pub cause: &'static str,
+    /// What to do about it.
+    pub fix: &'static str,
+}
+
+impl Episode {
+    /// Rejections per reason code, in code order.
+    pub fn by_reason(&self) -> BTreeMap<&str, ReasonTally> {
+        let mut by_reason: BTreeMap<&str, ReasonTally> = BTreeMap::new();
+        for row in &self.failed_launches {
+            let tally = by_reason.entry(row.reason.as_str()).or_insert(ReasonTally {
+                attempts: 0,
+                seen: 0,
+                cause: row.cause,
+                fix: row.fix,
+            });
+            tally.attempts += 1;
+            tally.seen += u64::from(!row.retried);
+        }
+        by_reason
+    }
+
+    /// Launches users saw fail (each counted once, by its last attempt).
+    pub fn seen_failed(&self) -> u64 {
+        self.user_outcomes
+            .iter()
+            .filter(|(k, _)| *k != "brokered")
+            .map(|(_, v)| v)
+            .sum()
+    }
+
+    /// Launches users made (each counted once, by its last attempt).
+    pub fn seen_launches(&self) -> u64 {
+        self.user_outcomes.values().sum()
+    }
+
+    /// Rejected attempts StoreFront retried on the next controller.
+    pub fn retried(&self) -> usize {
+        self.failed_launches.iter().filter(|r| r.retried).count()
+    }
+
+    /// Attempts brokered.
+    pub fn brokered(&self) -> u64 {
+        self.launches.get("brokered").copied().unwrap_or(0)
+    }
 }
 
 /// The whole report.
@@ -420,13 +477,7 @@ impl Reporter {
 
     /// A 3003: opens the zone's episode on its first entry into LHC mode, follows each
     /// connector's lane, and closes the episode when the last connector leaves LHC mode.
-    fn on_state_changed(
-        &mut self,
-        engine: &Engine,
-        e: &lhc_engine::output::Event,
-        t: &lhc_engine::output::TransitionData,
-        zone: String,
-    ) {
+    fn on_state_changed(&mut self, engine: &Engine, e: &Event, t: &TransitionData, zone: String) {
         if in_lhc(t.to) && !self.open.contains_key(&zone) {
             self.open_episode(engine, e, t, &zone);
         }
@@ -508,13 +559,7 @@ impl Reporter {
     }
 
     /// A 3504: the election change, as a lane change and an annotation (who → whom).
-    fn on_election(
-        &mut self,
-        engine: &Engine,
-        e: &lhc_engine::output::Event,
-        v: &lhc_engine::output::ElectionViewData,
-        zone: String,
-    ) {
+    fn on_election(&mut self, engine: &Engine, e: &Event, v: &ElectionViewData, zone: String) {
         let open = &mut self.open;
         if let Some(o) = open.get_mut(&zone) {
             o.episode.elections.push(ElectionChange {
@@ -556,7 +601,7 @@ impl Reporter {
 
     /// A launch decision: counted by outcome and minute, a rejection as a row with its
     /// cause and fix, and each launch's last attempt as what its user saw.
-    fn on_launch(&mut self, engine: &Engine, d: &lhc_engine::output::LaunchDecision) {
+    fn on_launch(&mut self, engine: &Engine, d: &LaunchDecision) {
         let Reporter {
             detection,
             gap,
@@ -663,13 +708,7 @@ impl Reporter {
 /// Opens the zone's episode at its first entry into LHC mode: its lanes from the
 /// detection, the launches already lost in the gap, the first annotations.
 impl Reporter {
-    fn open_episode(
-        &mut self,
-        engine: &Engine,
-        e: &lhc_engine::output::Event,
-        t: &lhc_engine::output::TransitionData,
-        zone: &str,
-    ) {
+    fn open_episode(&mut self, engine: &Engine, e: &Event, t: &TransitionData, zone: &str) {
         let Reporter {
             detection,
             gap,

@@ -67,33 +67,17 @@ pub enum Scenario {
 impl Scenario {
     /// Its option name and its span in seconds from the start of the log.
     fn window(&self) -> (&'static str, u64, u64) {
-        match self {
-            Scenario::CloudOutage {
-                start_s,
-                duration_s,
-            } => ("--outage", *start_s, start_s + duration_s),
-            Scenario::Flapping {
-                start_s,
-                duration_s,
-                ..
-            } => ("--flap", *start_s, start_s + duration_s),
-            Scenario::Partition {
-                start_s,
-                duration_s,
-            } => ("--partition", *start_s, start_s + duration_s),
-            Scenario::ConnectorStop {
-                start_s,
-                duration_s,
-                ..
-            } => ("--stop", *start_s, start_s + duration_s),
-            Scenario::ForcedOutage {
-                start_s,
-                duration_s,
-                ..
-            } => ("--forced-outage", *start_s, start_s + duration_s),
-            Scenario::BadConfig { at_s, .. } => ("--bad-config", *at_s, *at_s),
-            Scenario::StorageFault { at_s, .. } => ("--storage-fault", *at_s, *at_s),
-        }
+        let option = match self {
+            Scenario::CloudOutage { .. } => "--outage",
+            Scenario::Flapping { .. } => "--flap",
+            Scenario::Partition { .. } => "--partition",
+            Scenario::ConnectorStop { .. } => "--stop",
+            Scenario::ForcedOutage { .. } => "--forced-outage",
+            Scenario::BadConfig { .. } => "--bad-config",
+            Scenario::StorageFault { .. } => "--storage-fault",
+        };
+        let (from, length) = scenario_window(self);
+        (option, from, from + length.unwrap_or(0))
     }
 }
 

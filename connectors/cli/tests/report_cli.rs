@@ -22,12 +22,7 @@ fn outage_report_of_the_example_matches_its_golden_file() {
     let mut report: Value = serde_json::from_str(&json).unwrap();
     report["source"] = Value::String("site-outage.jsonl".into());
     let text = serde_json::to_string_pretty(&report).unwrap() + "\n";
-    let golden = root().join("connectors/cli/tests/golden/outage-report.json");
-    if std::env::var_os("LHC_BLESS").is_some() {
-        std::fs::write(&golden, &text).unwrap();
-    }
-    let expected = std::fs::read_to_string(&golden).expect("golden file (LHC_BLESS=1 writes it)");
-    assert_eq!(text, expected, "report differs from {}", golden.display());
+    common::golden("outage-report.json", &text);
 
     // The facts the golden file holds, as the spec states them.
     let e = &report["episodes"][0];
@@ -234,12 +229,7 @@ fn sync_forensics_of_the_505_scenario_match_the_golden_file() {
     let mut report: Value = serde_json::from_str(&json).unwrap();
     report["source"] = Value::String("r-css-4.jsonl".into());
     let text = serde_json::to_string_pretty(&report).unwrap() + "\n";
-    let golden = root().join("connectors/cli/tests/golden/sync-forensics-r-css-4.json");
-    if std::env::var_os("LHC_BLESS").is_some() {
-        std::fs::write(&golden, &text).unwrap();
-    }
-    let expected = std::fs::read_to_string(&golden).expect("golden file (LHC_BLESS=1 writes it)");
-    assert_eq!(text, expected, "forensics differ from {}", golden.display());
+    common::golden("sync-forensics-r-css-4.json", &text);
     let first = &report["failures"][0];
     assert_eq!(first["version"], 2);
     assert_eq!(first["fallback_version"], 1);

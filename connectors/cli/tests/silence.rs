@@ -3,31 +3,11 @@
 //! says what to do. Each case here answered wrongly, or quietly, before.
 
 use std::io::Write;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 
 mod common;
 
-use common::{lhc, ok, root};
-
-fn example() -> String {
-    root()
-        .join("docs/examples/site-outage.jsonl")
-        .display()
-        .to_string()
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-/// Asserts an error exit (2) whose message contains `needle`.
-fn refused(out: Output, needle: &str) -> String {
-    let err = stderr(&out);
-    assert_eq!(out.status.code(), Some(2), "exit 2 expected; stderr: {err}");
-    assert!(err.contains(needle), "{needle:?} not in: {err}");
-    assert!(out.stdout.is_empty(), "no answer on stdout when refused");
-    err
-}
+use common::{example, lhc, ok, refused, stderr};
 
 #[test]
 fn a_directory_that_is_not_a_log_is_an_error_not_zero_episodes() {

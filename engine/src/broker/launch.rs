@@ -104,7 +104,7 @@ impl Engine {
                 c.data.cloud_unreachable += 1;
             }
             if result.via == Via::Lhc {
-                if let Some(e) = &mut c.episode {
+                if let Some(e) = c.episode_mut() {
                     match result.outcome {
                         Outcome::Brokered => e.successful_launches += 1,
                         Outcome::Rejected => e.failed_launches += 1,

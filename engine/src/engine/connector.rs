@@ -183,11 +183,12 @@ pub struct PendingImport {
 pub struct Connector {
     /// Zone id (lowercased), per the site configuration.
     pub(crate) zone: String,
-    /// State of the Remote Broker Provider state machine (changed only by `transition`,
-    /// which also opens and closes the episode).
-    pub(crate) state: ConnectorState,
+    /// State of the Remote Broker Provider state machine. Private with `state_since` and
+    /// `episode`: [`Connector::enter`] is the only way to change it, and it opens and
+    /// closes the episode in the same step.
+    state: ConnectorState,
     /// When the current state was entered.
-    pub(crate) state_since: Ts,
+    state_since: Ts,
     /// High Availability Service running.
     pub(crate) ha_running: bool,
     /// Remote Broker Provider running.
@@ -251,15 +252,63 @@ pub struct Connector {
     pub(crate) registrations: BTreeSet<String>,
     /// Sessions on the machines registered with this connector (kept in step, for 3507).
     pub(crate) session_count: u64,
-    /// The current outage episode: there is one exactly while in LHC mode.
-    pub(crate) episode: Option<Episode>,
+    /// The current outage episode: there is one exactly while in LHC mode, by
+    /// construction (only [`Connector::enter`] sets it).
+    episode: Option<Episode>,
     /// Machines this connector put in maintenance.
     pub(crate) maintenance: BTreeSet<String>,
     /// The LHC database content besides the configuration (R-DATA).
     pub(crate) data: crate::broker::LhcData,
 }
 
+/// What [`Connector::enter`] changed.
+pub(crate) struct Entered {
+    /// The state it left.
+    pub(crate) from: ConnectorState,
+    /// Seconds it had been in that state.
+    pub(crate) held_s: u64,
+    /// It entered LHC mode: a new episode is open.
+    pub(crate) opened: bool,
+    /// It left LHC mode: the episode that ended.
+    pub(crate) closed: Option<Episode>,
+}
+
 impl Connector {
+    /// Moves the state machine to `to` at `ts`: an episode opens on entry into LHC mode
+    /// (its first 3507/3509 due at `first_report`) and closes on leaving it, so a connector
+    /// in LHC mode always has one and a connector outside it never does.
+    pub(crate) fn enter(&mut self, to: ConnectorState, ts: Ts, first_report: Ts) -> Entered {
+        let from = std::mem::replace(&mut self.state, to);
+        let held_s = ts.seconds_since(self.state_since).max(0) as u64;
+        self.state_since = ts;
+        let opened = !from.in_lhc() && to.in_lhc();
+        let closed = if opened {
+            self.episode = Some(Episode {
+                started: ts,
+                next_report: first_report,
+                registered: BTreeSet::new(),
+                successful_launches: 0,
+                failed_launches: 0,
+            });
+            None
+        } else if from.in_lhc() && !to.in_lhc() {
+            self.episode.take()
+        } else {
+            None
+        };
+        Entered {
+            from,
+            held_s,
+            opened,
+            closed,
+        }
+    }
+
+    /// The current outage episode, to count into (`Some` exactly while in LHC mode).
+    pub(crate) fn episode_mut(&mut self) -> Option<&mut Episode> {
+        self.episode.as_mut()
+    }
+
     pub(super) fn new(ts: Ts) -> Connector {
         Connector {
             zone: String::new(),
@@ -399,8 +448,8 @@ impl Connector {
         self.state_since
     }
 
-    /// The current outage episode: `Some` exactly while in LHC mode (`transition` opens and
-    /// closes it with the state; `check_invariants` checks it).
+    /// The current outage episode: `Some` exactly while in LHC mode ([`Connector::enter`]
+    /// opens and closes it with the state; `check_invariants` checks a restored state).
     pub fn episode(&self) -> Option<&Episode> {
         self.episode.as_ref()
     }

@@ -39,7 +39,7 @@ impl Engine {
                     "{name} brokers outside LHC mode or without being elected"
                 ));
             }
-            if c.in_lhc() != c.episode.is_some() {
+            if c.in_lhc() != c.episode().is_some() {
                 return Err(format!("{name}: an episode exists exactly in LHC mode"));
             }
             let mut sessions = 0;

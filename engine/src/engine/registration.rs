@@ -330,7 +330,7 @@ fn move_registration(
                 .expect("a broker in LHC mode exists");
             c.registrations.insert(machine.to_string());
             c.session_count += new_sessions;
-            if let Some(e) = &mut c.episode {
+            if let Some(e) = c.episode_mut() {
                 e.registered.insert(machine.to_string());
             }
         }
@@ -370,7 +370,7 @@ pub(super) fn follow_sessions(
 pub(crate) fn zone_offers_cloud(connectors: &BTreeMap<String, Connector>, zone: &str) -> bool {
     let (mut working, mut pending, mut lhc) = (false, false, false);
     for c in connectors.values().filter(|c| c.zone == zone) {
-        match c.state {
+        match c.state() {
             ConnectorState::WorkingNormally => working |= !c.first_check_after_start,
             ConnectorState::PendingHa => pending = true,
             ConnectorState::Stopped => {}

@@ -5,8 +5,6 @@
 //! Invariant: a connector has an `Episode` exactly while it is in LHC mode (entered and
 //! left only through `transition`).
 
-use std::collections::BTreeSet;
-
 use crate::event::EventKind;
 use crate::output::*;
 use crate::record::*;
@@ -30,7 +28,7 @@ impl Engine {
             }
             AdminCommandName::DisableForcedOutage => {
                 let was_forced = std::mem::replace(&mut c.forced, false);
-                match c.state {
+                match c.state() {
                     ConnectorState::InitialHa | ConnectorState::ExtendedHa => self.transition(
                         name,
                         ts,
@@ -112,7 +110,7 @@ impl Engine {
         let c = &self.connectors[name];
         if c.forced && c.in_lhc() {
             // Held in LHC mode; only the end of initial_ha moves it: the outage goes on.
-            if c.state == ConnectorState::InitialHa && self.initial_ha_over(name, ts) {
+            if c.state() == ConnectorState::InitialHa && self.initial_ha_over(name, ts) {
                 self.transition(
                     name,
                     ts,
@@ -147,7 +145,7 @@ impl Engine {
     /// Whether initial_ha has lasted `initial_ha_s` at `ts`.
     fn initial_ha_over(&self, name: &str, ts: Ts) -> bool {
         ts >= self.connectors[name]
-            .state_since
+            .state_since()
             .plus_s(self.params.initial_ha_s)
     }
 
@@ -167,7 +165,7 @@ impl Engine {
         };
         let initial_over = self.initial_ha_over(name, ts);
         let c = self.connector_mut(name);
-        match (c.state, ok) {
+        match (c.state(), ok) {
             (ConnectorState::WorkingNormally, false) => {
                 c.first_failure = Some(ts);
                 out.push(self.event(ts, name, EventKind::HealthCheckFailed));
@@ -336,39 +334,28 @@ impl Engine {
     ) {
         let report_interval_s = self.params.report_interval_s;
         let c = self.connector_mut(name);
-        let from = c.state;
-        let was_lhc = c.in_lhc();
+        let entered = c.enter(to, ts, ts.plus_s(report_interval_s));
         let data = TransitionData {
-            from,
+            from: entered.from,
             to,
-            previous_state_duration_s: ts.seconds_since(c.state_since).max(0) as u64,
+            previous_state_duration_s: entered.held_s,
             cause,
         };
-        c.state = to;
-        c.state_since = ts;
         c.epoch += 1;
         c.recovery_since = (to == ConnectorState::PendingRecovery).then_some(ts);
         out.push(self.event(ts, name, EventKind::StateChanged(data)));
         let c = self.connector_mut(name);
-        let now_lhc = c.in_lhc();
-        if !was_lhc && now_lhc {
+        if entered.opened {
             c.reported_ineligible = None;
             c.registrations.clear();
             c.session_count = 0;
-            c.episode = Some(Episode {
-                started: ts,
-                next_report: ts.plus_s(report_interval_s),
-                registered: BTreeSet::new(),
-                successful_launches: 0,
-                failed_launches: 0,
-            });
             if let Some(import) = &mut c.import {
                 // R-CSS-3: abandoned at its end, even if LHC mode is over by then.
                 import.lhc_started = true;
             }
             self.update_view(name, ts, out);
-        } else if was_lhc && !now_lhc {
-            self.end_episode(name, ts, to == ConnectorState::Stopped, out);
+        } else if let Some(episode) = entered.closed {
+            self.end_episode(name, episode, ts, to == ConnectorState::Stopped, out);
         }
         if to == ConnectorState::WorkingNormally {
             self.connector_mut(name).reported_ineligible = None;
@@ -377,11 +364,15 @@ impl Engine {
 
     /// LHC mode ended (to working_normally, or stopped): summary events, registrations
     /// dropped, maintenance lifted.
-    pub(super) fn end_episode(&mut self, name: &str, ts: Ts, stopped: bool, out: &mut Vec<Output>) {
+    fn end_episode(
+        &mut self,
+        name: &str,
+        episode: Episode,
+        ts: Ts,
+        stopped: bool,
+        out: &mut Vec<Output>,
+    ) {
         let c = self.connector_mut(name);
-        let Some(episode) = c.episode.take() else {
-            return;
-        };
         let was_brokering = std::mem::take(&mut c.brokering);
         let elected = c.elected.clone();
         let duration = ts.seconds_since(episode.started).max(0) as u64;

@@ -60,16 +60,16 @@ impl Engine {
             if let Some(import) = &c.import {
                 consider(import.done_at, Timer::ImportDone, "");
             }
-            if c.state == ConnectorState::PendingRecovery && !c.forced {
+            if c.state() == ConnectorState::PendingRecovery && !c.forced {
                 consider(
                     c.recovery_since
-                        .unwrap_or(c.state_since)
+                        .unwrap_or(c.state_since())
                         .plus_s(self.params.pending_recovery_s),
                     Timer::RecoveryElapsed,
                     "",
                 );
             }
-            if let Some(e) = &c.episode {
+            if let Some(e) = c.episode() {
                 consider(e.next_report, Timer::Report, "");
             }
             if let Some(t) = c.next_sync {
@@ -119,7 +119,7 @@ impl Engine {
     pub(super) fn report(&mut self, name: &str, ts: Ts, out: &mut Vec<Output>) {
         let interval = self.params.report_interval_s;
         let c = self.connector_mut(name);
-        let Some(episode) = &mut c.episode else {
+        let Some(episode) = c.episode_mut() else {
             return;
         };
         episode.next_report = ts.plus_s(interval);

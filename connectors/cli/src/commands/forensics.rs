@@ -9,7 +9,7 @@ use clap::Subcommand;
 use lhc_engine::engine::snake;
 use lhc_replay::SyncForensics;
 
-use maud::{html, PreEscaped, DOCTYPE};
+use maud::html;
 
 use crate::args::{Format, FormatArgs, SourceArgs};
 
@@ -240,67 +240,57 @@ pub fn summary(report: &SyncForensics) -> String {
 /// The self-contained HTML page (sections with nothing to show are left out).
 pub fn html(report: &SyncForensics) -> String {
     let failures = failure_lines(report);
-    let markup = html! {
-        (DOCTYPE)
-        html lang="en" {
-            head {
-                meta charset="utf-8";
-                meta name="viewport" content="width=device-width, initial-scale=1";
-                title { "Config sync forensics" }
-                style { (PreEscaped("body{font-family:sans-serif;margin:20px;color:#222;max-width:1200px}li{margin:2px 0}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px;text-align:left;vertical-align:top}th{background:#f3f3f3}.fix{background:#eef7ee;padding:6px 10px;border-left:4px solid #2a7d4f}")) }
-            }
-            body {
-                h1 { "Config sync forensics" }
-                @if report.failures.is_empty() {
-                    p { (report.source) ": no failed import (505)." }
-                } @else {
-                    p { (report.source) " — " (total_failed(report)) " failed import(s) (505) from "
-                        (report.root_causes.len()) " root cause(s)." }
-                    h2 { "Root causes" }
-                    @for (i, c) in report.root_causes.iter().enumerate() {
-                        section class="root-cause" {
-                            h3 { (i + 1) ". " (c.kind) " " code { (c.id) } " breaks " code { (c.rule) } }
-                            p { (c.detail) }
-                            p {
-                                "Introduced by "
-                                @match c.introduced_by.version {
-                                    Some(v) => { "config.change v" (v) }
-                                    None => { "a storage fault" }
-                                }
-                                " at offset " (c.introduced_by.offset)
-                                @if let Some(t) = c.introduced_at { ", " (t) }
-                                ". It failed " (c.failed_imports) " import(s) on "
-                                (c.connectors.len()) " connector(s): " (c.connectors.join(", ")) "."
-                            }
-                            p class="fix" { "Fix: " (c.fix) }
+    const STYLE: &str =
+        "li{margin:2px 0}.fix{background:#eef7ee;padding:6px 10px;border-left:4px solid #2a7d4f}";
+    let body = html! {
+        @if report.failures.is_empty() {
+            p { (report.source) ": no failed import (505)." }
+        } @else {
+            p { (report.source) " — " (total_failed(report)) " failed import(s) (505) from "
+                (report.root_causes.len()) " root cause(s)." }
+            h2 { "Root causes" }
+            @for (i, c) in report.root_causes.iter().enumerate() {
+                section class="root-cause" {
+                    h3 { (i + 1) ". " (c.kind) " " code { (c.id) } " breaks " code { (c.rule) } }
+                    p { (c.detail) }
+                    p {
+                        "Introduced by "
+                        @match c.introduced_by.version {
+                            Some(v) => { "config.change v" (v) }
+                            None => { "a storage fault" }
                         }
+                        " at offset " (c.introduced_by.offset)
+                        @if let Some(t) = c.introduced_at { ", " (t) }
+                        ". It failed " (c.failed_imports) " import(s) on "
+                        (c.connectors.len()) " connector(s): " (c.connectors.join(", ")) "."
                     }
-                    h2 { "Each failed import" }
-                    @for (head, lines) in &failures {
-                        section class="failure" {
-                            h3 { (head) }
-                            ul { @for l in lines { li { (l) } } }
-                        }
-                    }
+                    p class="fix" { "Fix: " (c.fix) }
                 }
-                @if !report.stale_decisions.is_empty() {
-                    h2 { "Launches decided on a stale snapshot" }
-                    p { (report.decided_on_stale) " in LHC mode; " (report.stale_decisions.len())
-                        " would go differently on the current configuration." }
-                    table {
-                        tr { th { "time" } th { "request" } th { "connector" } th { "outcome" }
-                             th { "snapshot" } th { "current" } th { "difference" } }
-                        @for s in &report.stale_decisions {
-                            tr {
-                                td { (s.decision.ts) } td { (s.decision.request) } td { (s.decision.connector) }
-                                td { (snake(&s.decision.outcome)) } td { "v" (s.decided_on) } td { "v" (s.current) }
-                                td { (s.difference) }
-                            }
-                        }
+            }
+            h2 { "Each failed import" }
+            @for (head, lines) in &failures {
+                section class="failure" {
+                    h3 { (head) }
+                    ul { @for l in lines { li { (l) } } }
+                }
+            }
+        }
+        @if !report.stale_decisions.is_empty() {
+            h2 { "Launches decided on a stale snapshot" }
+            p { (report.decided_on_stale) " in LHC mode; " (report.stale_decisions.len())
+                " would go differently on the current configuration." }
+            table {
+                tr { th { "time" } th { "request" } th { "connector" } th { "outcome" }
+                     th { "snapshot" } th { "current" } th { "difference" } }
+                @for s in &report.stale_decisions {
+                    tr {
+                        td { (s.decision.ts) } td { (s.decision.request) } td { (s.decision.connector) }
+                        td { (snake(&s.decision.outcome)) } td { "v" (s.decided_on) } td { "v" (s.current) }
+                        td { (s.difference) }
                     }
                 }
             }
         }
     };
-    markup.into_string() + "\n"
+    crate::render::page("Config sync forensics", STYLE, body)
 }

@@ -11,6 +11,7 @@ use lhc_engine::event::EventKind;
 use lhc_replay::OutageReport;
 
 use crate::args::{Format, FormatArgs, SourceArgs};
+use crate::render::duration;
 use crate::render::outage::version_outcome;
 use crate::time::Zone;
 
@@ -69,15 +70,6 @@ pub fn run(command: ReportCommand, quiet: bool) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-    }
-}
-
-fn duration(s: i64) -> String {
-    let s = s.max(0);
-    if s >= 3600 {
-        format!("{}h{:02}m{:02}s", s / 3600, (s / 60) % 60, s % 60)
-    } else {
-        format!("{}m{:02}s", s / 60, s % 60)
     }
 }
 
@@ -166,41 +158,28 @@ pub fn summary(report: &OutageReport, zone: Option<&Zone>) -> String {
                 e.annotations.len() - SHOWN
             );
         }
-        let seen_failed: u64 = e
-            .user_outcomes
-            .iter()
-            .filter(|(k, _)| *k != "brokered")
-            .map(|(_, v)| v)
-            .sum();
         let _ = writeln!(
             t,
             "  launches users saw: {} of {} failed; {} user(s) affected",
-            seen_failed,
-            e.user_outcomes.values().sum::<u64>(),
+            e.seen_failed(),
+            e.seen_launches(),
             e.users_affected.len()
         );
         let _ = writeln!(
             t,
             "  attempts: {} brokered, {} rejected ({} retried by StoreFront on the next controller)",
-            e.launches.get("brokered").copied().unwrap_or(0),
+            e.brokered(),
             e.failed_launches.len(),
-            e.failed_launches.iter().filter(|r| r.retried).count()
+            e.retried()
         );
-        let mut by_reason: std::collections::BTreeMap<&str, (u64, u64, &str, &str)> =
-            std::collections::BTreeMap::new();
-        for row in &e.failed_launches {
-            let entry = by_reason
-                .entry(row.reason.as_str())
-                .or_insert((0, 0, row.cause, row.fix));
-            entry.0 += 1;
-            entry.1 += u64::from(!row.retried);
-        }
+        let by_reason = e.by_reason();
         if !by_reason.is_empty() {
             let _ = writeln!(t, "    {:<30} {:>8} {:>6}", "reason", "attempts", "seen");
         }
-        for (reason, (count, seen, cause, fix)) in &by_reason {
-            let _ = writeln!(t, "    {reason:<30} {count:>8} {seen:>6}  {cause}");
-            let _ = writeln!(t, "    {:<30} {:>8} {:>6}  fix: {fix}", "", "", "");
+        for (reason, r) in &by_reason {
+            let (count, seen) = (r.attempts, r.seen);
+            let _ = writeln!(t, "    {reason:<30} {count:>8} {seen:>6}  {}", r.cause);
+            let _ = writeln!(t, "    {:<30} {:>8} {:>6}  fix: {}", "", "", "", r.fix);
         }
         if let (Some(first), Some(last)) = (e.registrations.first(), e.registrations.last()) {
             let peak = e

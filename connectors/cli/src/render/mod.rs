@@ -7,6 +7,43 @@ pub mod outage;
 use std::path::Path;
 
 use anyhow::Context;
+use maud::{html, Markup, PreEscaped, DOCTYPE};
+
+/// The style every page shares: readable text, ruled tables.
+const BASE_STYLE: &str = "body{font-family:sans-serif;margin:20px;color:#222;max-width:1200px}\
+    table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px;\
+    text-align:left;vertical-align:top}th{background:#f3f3f3}";
+
+/// A self-contained HTML page (no external requests, usable on a phone): `title` as its
+/// title and first heading, then `body`; `css` is added to the shared style.
+pub fn page(title: &str, css: &str, body: Markup) -> String {
+    let markup = html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) }
+                style { (PreEscaped(BASE_STYLE)) (PreEscaped(css)) }
+            }
+            body {
+                h1 { (title) }
+                (body)
+            }
+        }
+    };
+    markup.into_string() + "\n"
+}
+
+/// A span of seconds as 1h02m03s, or 2m03s under an hour; negative spans read as 0.
+pub fn duration(s: i64) -> String {
+    let s = s.max(0);
+    if s >= 3600 {
+        format!("{}h{:02}m{:02}s", s / 3600, (s / 60) % 60, s % 60)
+    } else {
+        format!("{}m{:02}s", s / 60, s % 60)
+    }
+}
 
 /// Writes an HTML page and says so unless quiet.
 pub fn write_page(path: &Path, html: &str, quiet: bool) -> anyhow::Result<()> {

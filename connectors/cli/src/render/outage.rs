@@ -5,14 +5,15 @@
 //! shares one time frame per episode, so a band, a marker and a bar at the same instant
 //! line up.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use lhc_engine::event::EventKind;
 use lhc_engine::{Output, Ts};
 use lhc_replay::report::{Annotation, Episode, OutageReport};
-use maud::{html, Markup, PreEscaped, DOCTYPE};
+use maud::{html, Markup};
 
 use super::axis::{ticks, Tick};
+use super::duration;
 use crate::time::Zone;
 
 /// Rows of the failed-launch table shown per episode (the JSON has them all).
@@ -295,15 +296,6 @@ fn when(ts: Ts, zone: Option<&Zone>) -> Markup {
     }
 }
 
-fn duration(s: i64) -> String {
-    let s = s.max(0);
-    if s >= 3600 {
-        format!("{}h{:02}m{:02}s", s / 3600, (s / 60) % 60, s % 60)
-    } else {
-        format!("{}m{:02}s", s / 60, s % 60)
-    }
-}
-
 fn annotations_table(list: &[Annotation], zone: Option<&Zone>) -> Markup {
     html! {
         table class="annotations" {
@@ -401,25 +393,10 @@ fn episode(e: &Episode, n: usize, zone: Option<&Zone>) -> Markup {
         e.registrations.iter().map(|r| r.unregistered).collect(),
         true,
     ));
-    // Per reason: attempts rejected, and those the user saw (not retried).
-    let mut by_reason: BTreeMap<&str, (u64, u64, &str, &str)> = BTreeMap::new();
-    for row in &e.failed_launches {
-        let entry = by_reason
-            .entry(row.reason.as_str())
-            .or_insert((0, 0, row.cause, row.fix));
-        entry.0 += 1;
-        entry.1 += u64::from(!row.retried);
-    }
-    let seen_failed: u64 = e
-        .user_outcomes
-        .iter()
-        .filter(|(k, _)| *k != "brokered")
-        .map(|(_, v)| v)
-        .sum();
-    let launches: u64 = e.user_outcomes.values().sum();
-    let retried = e.failed_launches.iter().filter(|r| r.retried).count();
+    let by_reason = e.by_reason();
+    let (seen_failed, launches, retried) = (e.seen_failed(), e.seen_launches(), e.retried());
     let no_broker_s: i64 = e.no_broker.iter().map(|b| b.to.seconds_since(b.from)).sum();
-    let brokered = e.launches.get("brokered").copied().unwrap_or(0);
+    let brokered = e.brokered();
     html! {
         section class="episode" id=(format!("episode-{n}")) {
             h2 { "Episode " (n) " — zone " (e.zone) }
@@ -455,8 +432,8 @@ fn episode(e: &Episode, n: usize, zone: Option<&Zone>) -> Markup {
                 h3 { "Failed launches by reason" }
                 table class="reasons" {
                     tr { th { "reason" } th { "attempts" } th { "seen by users" } th { "cause" } th { "fix" } }
-                    @for (reason, (count, seen, cause, fix)) in &by_reason {
-                        tr { td { code { (reason) } } td { (count) } td { (seen) } td { (cause) } td { (fix) } }
+                    @for (reason, r) in &by_reason {
+                        tr { td { code { (reason) } } td { (r.attempts) } td { (r.seen) } td { (r.cause) } td { (r.fix) } }
                     }
                 }
                 h3 { "Failed launches" }
@@ -500,51 +477,37 @@ fn episode(e: &Episode, n: usize, zone: Option<&Zone>) -> Markup {
 
 /// The self-contained HTML page; `zone` adds local times next to UTC.
 pub fn page(report: &OutageReport, zone: Option<&Zone>) -> String {
-    const STYLE: &str = "body{font-family:sans-serif;margin:20px;color:#222;max-width:1200px}\
-        table{border-collapse:collapse;margin:6px 0 14px}td,th{border:1px solid #ccc;padding:3px 8px;\
-        font-size:13px;text-align:left;vertical-align:top}th{background:#f3f3f3}\
+    const STYLE: &str = "table{margin:6px 0 14px}\
         .legend span{display:inline-block;width:14px;height:12px;margin:0 4px 0 12px;vertical-align:middle}\
         svg{display:block;margin:8px 0}tr.retried td{color:#888}.verdict{font-size:15px}small{color:#666}\
         @media print{section{break-inside:avoid}}";
-    let markup = html! {
-        (DOCTYPE)
-        html lang="en" {
-            head {
-                meta charset="utf-8";
-                meta name="viewport" content="width=device-width, initial-scale=1";
-                title { "LHC outage report" }
-                style { (PreEscaped(STYLE)) }
-            }
-            body {
-                h1 { "LHC outage report" }
-                p {
-                    (report.source) " — " (report.records) " records"
-                    @if let Some((a, b)) = report.span { ", " (a) " .. " (b) }
-                    "; " (report.episodes.len()) " episode(s). Times are UTC"
-                    @if let Some(zone) = zone { ", with " (zone.name()) " below" }
-                    "."
-                }
-                @if report.episodes.is_empty() {
-                    p { "No zone entered LHC mode in this log." }
-                }
-                @for (i, e) in report.episodes.iter().enumerate() {
-                    (episode(e, i + 1, zone))
-                }
-                @if report.config_versions.values().any(|v| v.iter().any(|l| l.failed > 0)) {
-                    h2 { "Configuration versions" }
-                    table class="config-versions" {
-                        tr { th { "connector" } th { "version" } th { "outcome" } }
-                        @for (connector, lines) in &report.config_versions {
-                            @for line in lines {
-                                tr { td { (connector) } td { "v" (line.version) } td { (version_outcome(line)) } }
-                            }
-                        }
+    let body = html! {
+        p {
+            (report.source) " — " (report.records) " records"
+            @if let Some((a, b)) = report.span { ", " (a) " .. " (b) }
+            "; " (report.episodes.len()) " episode(s). Times are UTC"
+            @if let Some(zone) = zone { ", with " (zone.name()) " below" }
+            "."
+        }
+        @if report.episodes.is_empty() {
+            p { "No zone entered LHC mode in this log." }
+        }
+        @for (i, e) in report.episodes.iter().enumerate() {
+            (episode(e, i + 1, zone))
+        }
+        @if report.config_versions.values().any(|v| v.iter().any(|l| l.failed > 0)) {
+            h2 { "Configuration versions" }
+            table class="config-versions" {
+                tr { th { "connector" } th { "version" } th { "outcome" } }
+                @for (connector, lines) in &report.config_versions {
+                    @for line in lines {
+                        tr { td { (connector) } td { "v" (line.version) } td { (version_outcome(line)) } }
                     }
                 }
             }
         }
     };
-    markup.into_string() + "\n"
+    super::page("LHC outage report", STYLE, body)
 }
 
 /// "v2 failed 15 times, v1 kept" in words, for one version of one connector.

@@ -21,6 +21,39 @@ pub fn ok(out: Output) -> (String, String) {
     (stdout, stderr)
 }
 
+/// Compares `text` with the golden file `name` (in tests/golden); `LHC_BLESS=1` writes
+/// it first, for a change that means to alter the output.
+pub fn golden(name: &str, text: &str) {
+    let golden = root().join("connectors/cli/tests/golden").join(name);
+    if std::env::var_os("LHC_BLESS").is_some() {
+        std::fs::write(&golden, text).unwrap();
+    }
+    let expected = std::fs::read_to_string(&golden).expect("golden file (LHC_BLESS=1 writes it)");
+    assert_eq!(text, expected, "output differs from {}", golden.display());
+}
+
+/// Stderr of a run, lossily.
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Asserts an error exit (2) whose message contains `needle`, with nothing on stdout.
+pub fn refused(out: Output, needle: &str) -> String {
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "exit 2 expected; stderr: {err}");
+    assert!(err.contains(needle), "{needle:?} not in: {err}");
+    assert!(out.stdout.is_empty(), "no answer on stdout when refused");
+    err
+}
+
+/// The bundled example outage log's path.
+pub fn example() -> String {
+    root()
+        .join("docs/examples/site-outage.jsonl")
+        .display()
+        .to_string()
+}
+
 /// The repository's root.
 pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")

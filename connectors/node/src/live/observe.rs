@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use lhc_engine::record::{ClockTick, ConnectorLifecycle, HealthCheck, LifecycleEvent, PeerProbe};
 use lhc_engine::{Record, Ts};
@@ -134,8 +134,9 @@ async fn peer_probes(shared: Arc<Shared>) {
     let period = shared.config.probe_interval;
     let http = client(period.min(Duration::from_secs(5)));
     let mut every = interval(period);
-    // When each peer's current run of failed probes began.
-    let mut failing_since: BTreeMap<String, Instant> = BTreeMap::new();
+    // When each peer's current run of failed probes began (this node's clock): an
+    // observation the engine's rule weighs (`Engine::peer_presumed_dead`).
+    let mut failing_since: BTreeMap<String, Ts> = BTreeMap::new();
     // Peers whose id is not a host name, warned about once.
     let mut warned: std::collections::BTreeSet<String> = Default::default();
     loop {
@@ -187,12 +188,10 @@ async fn peer_probes(shared: Arc<Shared>) {
                 Some(
                     *failing_since
                         .entry(peer.clone())
-                        .or_insert_with(Instant::now),
+                        .or_insert_with(|| Ts(wall_ms())),
                 )
             };
-            let unreachable_long =
-                since.is_some_and(|t| t.elapsed() >= shared.config.peer_dead_after);
-            if unreachable_long && peer_is_dead(&shared, &peer) {
+            if peer_is_dead(&shared, &peer, since) {
                 failing_since.remove(&peer);
                 tracing::warn!(peer = %peer, "peer unreachable and silent in the log: recording its stop");
                 record_lifecycle(&shared, peer.clone(), LifecycleEvent::Stop).await;
@@ -230,11 +229,16 @@ async fn record_lifecycle(shared: &Shared, connector: String, event: LifecycleEv
     .await;
 }
 
-/// Whether a peer that does not answer probes has crashed: the engine's rule
-/// (`Engine::peer_presumed_dead`), asked with this node's clock and `peer_dead_after`.
-fn peer_is_dead(shared: &Shared, peer: &str) -> bool {
+/// Whether a peer has crashed: the engine's rule (`Engine::peer_presumed_dead`), asked
+/// with this node's clock, when its probes began failing, and `peer_dead_after`.
+fn peer_is_dead(shared: &Shared, peer: &str, unreachable_since: Option<Ts>) -> bool {
     let engine = shared.engine.read().expect("engine lock");
-    engine.peer_presumed_dead(peer, Ts(wall_ms()), shared.config.peer_dead_after)
+    engine.peer_presumed_dead(
+        peer,
+        Ts(wall_ms()),
+        unreachable_since,
+        shared.config.peer_dead_after,
+    )
 }
 
 async fn ticks(shared: Arc<Shared>) {
