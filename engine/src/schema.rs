@@ -61,20 +61,48 @@ fn close_upsert_ops(schema: &mut Schema) {
     }
 }
 
-/// Every schema file, in a fixed order.
+/// The schema file of configuration object type `T`, named after its kind
+/// (`DeliveryGroupData` → `config/delivery_group.schema.json`).
+fn config_file<T: JsonSchema>() -> SchemaFile {
+    let name = T::schema_name();
+    let kind = name
+        .strip_suffix("Data")
+        .expect("configuration types end in Data");
+    let mut snake = String::new();
+    for (i, c) in kind.char_indices() {
+        if i > 0 && c.is_ascii_uppercase() {
+            snake.push('_');
+        }
+        snake.push(c.to_ascii_lowercase());
+    }
+    file::<T>(&format!("config/{snake}.schema.json"))
+}
+
+/// The schema files of configuration object types, in the order given.
+macro_rules! config_files {
+    ($($data:ty),* $(,)?) => {
+        [$(config_file::<$data>()),*]
+    };
+}
+
+/// Every schema file, in a fixed order: the input and output records, then each kind of
+/// configuration object.
 pub fn generate() -> Vec<SchemaFile> {
-    vec![
+    let mut files = vec![
         file::<Record>("input.schema.json"),
         file::<Output>("output.schema.json"),
-        file::<SiteData>("config/site.schema.json"),
-        file::<ZoneData>("config/zone.schema.json"),
-        file::<ConnectorData>("config/connector.schema.json"),
-        file::<DeliveryGroupData>("config/delivery_group.schema.json"),
-        file::<MachineData>("config/machine.schema.json"),
-        file::<ResourceData>("config/resource.schema.json"),
-        file::<UserData>("config/user.schema.json"),
-        file::<GroupData>("config/group.schema.json"),
-        file::<EntitlementData>("config/entitlement.schema.json"),
-        file::<AssignmentData>("config/assignment.schema.json"),
-    ]
+    ];
+    files.extend(config_files![
+        SiteData,
+        ZoneData,
+        ConnectorData,
+        DeliveryGroupData,
+        MachineData,
+        ResourceData,
+        UserData,
+        GroupData,
+        EntitlementData,
+        AssignmentData,
+    ]);
+    files
 }
