@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lhc_log::{EmbeddedLog, EmbeddedOptions, KafkaLog, Log};
-use lhc_node::live::{self, NodeConfig, SiteLog};
+use lhc_node::live::{self, tls, NodeConfig, SiteLog};
 use lhc_node::{Store, StoreOptions};
 
 use crate::args::LogArgs;
@@ -68,9 +68,22 @@ pub enum ConnectorCommand {
         /// Address of the HTTP API (loopback unless you mean otherwise).
         #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
         listen: SocketAddr,
-        /// Control plane URL; any 2xx answer is a good health check.
+        /// Control plane URL; any 2xx answer is a good health check. An https URL is
+        /// checked against the system's certificate authorities and --cloud-ca; redirects
+        /// are followed only to the same host.
         #[arg(long, value_name = "URL")]
         cloud_url: String,
+        /// Extra certificate authorities (PEM) to trust for --cloud-url and peer probes,
+        /// besides the system's: a private CA, or a test one.
+        #[arg(long, value_name = "FILE")]
+        cloud_ca: Option<PathBuf>,
+        /// Serve HTTPS with this certificate chain (PEM, leaf first); needs --tls-key.
+        /// Peers are then probed over https.
+        #[arg(long, value_name = "FILE", requires = "tls_key")]
+        tls_cert: Option<PathBuf>,
+        /// The private key (PEM) of --tls-cert.
+        #[arg(long, value_name = "FILE", requires = "tls_cert")]
+        tls_key: Option<PathBuf>,
         /// Period of health checks.
         #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = humantime::parse_duration)]
         health_interval: Duration,
@@ -92,7 +105,7 @@ pub enum ConnectorCommand {
         #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = humantime::parse_duration)]
         commit_interval: Duration,
         /// A peer's API base URL, FQDN=URL (repeat); others are http://FQDN:PORT with this
-        /// node's port.
+        /// node's port (https with --tls-cert).
         #[arg(long = "peer", value_name = "FQDN=URL", value_parser = parse_peer)]
         peers: Vec<(String, String)>,
         /// With --kafka: how long an append may wait for the broker before the node
@@ -209,6 +222,9 @@ pub fn run(command: ConnectorCommand, quiet: bool) -> anyhow::Result<ExitCode> {
             data,
             listen,
             cloud_url,
+            cloud_ca,
+            tls_cert,
+            tls_key,
             health_interval,
             probe_interval,
             peer_dead_after,
@@ -249,6 +265,12 @@ pub fn run(command: ConnectorCommand, quiet: bool) -> anyhow::Result<ExitCode> {
                 .unwrap_or_else(|| "site".into());
             config.listen = listen;
             config.cloud_url = cloud_url;
+            if let Some(ca) = &cloud_ca {
+                config.extra_roots = tls::ca_certificates(ca)?;
+            }
+            if let (Some(cert), Some(key)) = (&tls_cert, &tls_key) {
+                config.tls = Some(tls::server_config(cert, key)?);
+            }
             config.health_interval = health_interval.max(Duration::from_millis(100));
             config.probe_interval = probe_interval.max(Duration::from_millis(100));
             config.peer_dead_after = peer_dead_after;

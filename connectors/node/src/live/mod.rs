@@ -16,6 +16,7 @@ mod fold;
 mod http;
 mod observe;
 mod publish;
+pub mod tls;
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
@@ -59,7 +60,8 @@ pub struct NodeConfig {
     pub tick_interval: Duration,
     /// How long a launch waits for its decision before a 503.
     pub launch_timeout: Duration,
-    /// Base URL of each peer's API by FQDN; others are `http://FQDN:PORT` (this node's port).
+    /// Base URL of each peer's API by FQDN; others are `http://FQDN:PORT` (this node's
+    /// port; `https` when this node serves TLS).
     pub peers: BTreeMap<String, String>,
     /// Bearer token of the admin endpoints; admin is refused when `None`.
     pub admin_token: Option<String>,
@@ -73,6 +75,12 @@ pub struct NodeConfig {
     pub ready_lag: u64,
     /// Version and commit of the build, for `lhc_build_info`.
     pub build: (String, String),
+    /// Serve HTTPS with this configuration (`tls::server_config`); plain HTTP when `None`.
+    /// Peers are then probed over https too.
+    pub tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
+    /// Certificate authorities the health checks and peer probes trust besides the
+    /// system's roots (`tls::ca_certificates`).
+    pub extra_roots: Vec<reqwest::Certificate>,
 }
 
 impl NodeConfig {
@@ -96,6 +104,8 @@ impl NodeConfig {
             body_limit: 256 << 10,
             ready_lag: 1000,
             build: (env!("CARGO_PKG_VERSION").to_string(), "unknown".to_string()),
+            tls: None,
+            extra_roots: Vec::new(),
         }
     }
 }
@@ -529,7 +539,12 @@ pub async fn run(
             _ = failed.failed.notified() => tokio::time::sleep(FAILED_LINGER).await,
         }
     };
-    serve(listener, app, shutdown).await;
+    let tls = shared
+        .config
+        .tls
+        .clone()
+        .map(tokio_rustls::TlsAcceptor::from);
+    serve(listener, tls, app, shutdown).await;
     let served: std::io::Result<()> = Ok(());
     for task in observers {
         task.abort();
@@ -572,6 +587,7 @@ pub const CONNECTION_LIFETIME: Duration = Duration::from_secs(300);
 /// their request for up to 10 s.
 async fn serve(
     listener: tokio::net::TcpListener,
+    tls: Option<tokio_rustls::TlsAcceptor>,
     app: axum::Router,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
@@ -601,11 +617,27 @@ async fn serve(
         let _ = stream.set_nodelay(true);
         let service = TowerToHyperService::new(app.clone());
         let mut stop = stop_rx.clone();
+        let tls = tls.clone();
         tokio::spawn(async move {
             let mut builder = hyper::server::conn::http1::Builder::new();
             builder
                 .timer(TokioTimer::new())
                 .header_read_timeout(HEADER_READ_TIMEOUT);
+            let stream: Box<dyn Stream> = match tls {
+                None => Box::new(stream),
+                // The handshake is bounded like a request's headers: a client that opens
+                // a connection and says nothing holds a permit for no longer.
+                Some(acceptor) => {
+                    match tokio::time::timeout(HEADER_READ_TIMEOUT, acceptor.accept(stream)).await {
+                        Ok(Ok(tls)) => Box::new(tls),
+                        Ok(Err(e)) => {
+                            tracing::debug!("TLS handshake failed: {e}");
+                            return;
+                        }
+                        Err(_) => return,
+                    }
+                }
+            };
             let conn =
                 builder.serve_connection(TokioIo::new(errbody::JsonErrors::new(stream)), service);
             tokio::pin!(conn);
@@ -632,6 +664,10 @@ async fn serve(
     let all = MAX_CONNECTIONS as u32;
     let _ = tokio::time::timeout(Duration::from_secs(10), permits.acquire_many(all)).await;
 }
+
+/// A served connection: plain TCP or TLS over it.
+trait Stream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Stream for T {}
 
 /// After a clean stop the engine holds this connector stopped: say it started again.
 async fn announce_start(shared: &Arc<Shared>) {

@@ -24,13 +24,19 @@ pub(crate) fn spawn(shared: Arc<Shared>) -> Vec<JoinHandle<()>> {
     ]
 }
 
-fn client(timeout: Duration) -> reqwest::Client {
-    reqwest::Client::builder()
+/// The client of health checks and peer probes: the system's roots plus `--cloud-ca`.
+fn client(shared: &Shared, timeout: Duration) -> reqwest::Client {
+    let mut builder = reqwest::Client::builder()
         .timeout(timeout)
         .connect_timeout(timeout)
         .redirect(same_host_redirects())
+        .use_rustls_tls();
+    for ca in &shared.config.extra_roots {
+        builder = builder.add_root_certificate(ca.clone());
+    }
+    builder
         .build()
-        .expect("an HTTP client without TLS builds")
+        .expect("an HTTP client with rustls and checked roots builds")
 }
 
 /// Redirects are followed only to the same scheme, host and port, at most 5: a health
@@ -63,7 +69,7 @@ fn me(shared: &Shared) -> Option<String> {
 
 async fn health_checks(shared: Arc<Shared>) {
     let period = shared.config.health_interval;
-    let http = client(period.min(Duration::from_secs(10)));
+    let http = client(&shared, period.min(Duration::from_secs(10)));
     let mut every = interval(period);
     loop {
         every.tick().await;
@@ -127,12 +133,17 @@ pub(crate) fn peer_url(shared: &Shared, peer: &str) -> Option<String> {
         && peer
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.');
-    host_name.then(|| format!("http://{peer}:{}", shared.config.listen.port()))
+    let scheme = if shared.config.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    host_name.then(|| format!("{scheme}://{peer}:{}", shared.config.listen.port()))
 }
 
 async fn peer_probes(shared: Arc<Shared>) {
     let period = shared.config.probe_interval;
-    let http = client(period.min(Duration::from_secs(5)));
+    let http = client(&shared, period.min(Duration::from_secs(5)));
     let mut every = interval(period);
     // When each peer's current run of failed probes began (this node's clock): an
     // observation the engine's rule weighs (`Engine::peer_presumed_dead`).
