@@ -27,16 +27,16 @@ pub struct SiteConfig {
     /// Version of the last change (0: none yet).
     pub version: u64,
     /// Objects by kind, then exact id.
-    pub objects: BTreeMap<ObjectKind, BTreeMap<String, Stored>>,
+    pub(crate) objects: BTreeMap<ObjectKind, BTreeMap<String, Stored>>,
     /// Deletions by kind and lowercased id: a reference left dangling by a delete was
     /// introduced by that delete.
-    pub deleted: BTreeMap<ObjectKind, BTreeMap<String, IntroducedBy>>,
+    pub(crate) deleted: BTreeMap<ObjectKind, BTreeMap<String, IntroducedBy>>,
     /// Lowercased id → exact id, for connectors and machines named by records.
-    pub connector_ids: BTreeMap<String, String>,
+    pub(crate) connector_ids: BTreeMap<String, String>,
     /// Lowercased id → exact id and zone of machines.
-    pub machine_ids: crate::detmap::DetMap<compact_str::CompactString, MachineRef>,
+    pub(crate) machine_ids: crate::detmap::DetMap<compact_str::CompactString, MachineRef>,
     /// Lowercased zone ids named by machines, in order of first use (never shrinks).
-    pub zone_names: Vec<String>,
+    pub(crate) zone_names: Vec<String>,
 }
 
 /// A machine as records name it: its exact id and its zone (lowercased).

@@ -80,25 +80,25 @@ pub struct Snapshot {
     /// Site settings.
     pub site: SiteData,
     /// Connectors (exact ids) by lowercased zone id.
-    pub zone_connectors: BTreeMap<String, BTreeSet<String>>,
+    pub(crate) zone_connectors: BTreeMap<String, BTreeSet<String>>,
     /// Lowercased zone id by lowercased connector id.
-    pub connector_zone: BTreeMap<String, String>,
+    pub(crate) connector_zone: BTreeMap<String, String>,
     /// Machines by lowercased id.
     pub machines: crate::detmap::DetMap<String, MachineEntry>,
     /// Lowercased machine ids in FQDN order (index = rank).
-    pub by_rank: Vec<String>,
+    pub(crate) by_rank: Vec<String>,
     /// Delivery groups by lowercased id.
     pub groups: BTreeMap<String, GroupEntry>,
     /// Resources by lowercased id.
     pub resources: BTreeMap<String, ResourceEntry>,
     /// Groups of each user (lowercased ids).
-    pub user_groups: crate::detmap::DetMap<String, Vec<String>>,
+    pub(crate) user_groups: crate::detmap::DetMap<String, Vec<String>>,
     /// Static assignments: group → user → machine, all lowercased.
-    pub assignments: BTreeMap<String, BTreeMap<String, String>>,
+    pub(crate) assignments: BTreeMap<String, BTreeMap<String, String>>,
     /// Machines (lowercased) with an assignment.
-    pub assigned: BTreeSet<String>,
+    pub(crate) assigned: BTreeSet<String>,
     /// Machines per group, then zone, lowercased, in FQDN order: where a group can run.
-    pub group_zone_machines: BTreeMap<String, BTreeMap<String, BTreeSet<String>>>,
+    pub(crate) group_zone_machines: BTreeMap<String, BTreeMap<String, BTreeSet<String>>>,
 }
 
 impl Snapshot {

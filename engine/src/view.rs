@@ -61,7 +61,69 @@ pub struct ElectionView {
     pub cannot_enter_lhc: Option<IneligibleReason>,
 }
 
+/// A connector as listings show it (`lhc query connectors`, the node's dashboard).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ConnectorSummary<'a> {
+    /// Its exact id.
+    pub connector: &'a str,
+    /// Its zone (lowercase id).
+    pub zone: &'a str,
+    /// Its state.
+    pub state: ConnectorState,
+    /// When it entered that state.
+    pub since: Ts,
+    /// The broker it sees elected.
+    pub elected: Option<&'a str>,
+    /// The candidates it sees, in FQDN order.
+    pub candidates: &'a [String],
+    /// In LHC mode and elected in its own view.
+    pub brokering: bool,
+    /// Version of its imported snapshot.
+    pub snapshot_version: Option<u64>,
+    /// Machines registered with it.
+    pub registrations: usize,
+    /// Forced outage is set on it.
+    pub forced_outage: bool,
+}
+
 impl Engine {
+    /// Every connector's summary, in id order.
+    pub fn connector_summaries(&self) -> Vec<ConnectorSummary<'_>> {
+        self.connectors
+            .iter()
+            .map(|(name, c)| ConnectorSummary {
+                connector: name,
+                zone: c.zone(),
+                state: c.state(),
+                since: c.state_since(),
+                elected: c.elected(),
+                candidates: c.candidates(),
+                brokering: c.brokering(),
+                snapshot_version: c.snapshot(),
+                registrations: c.registrations().len(),
+                forced_outage: c.forced(),
+            })
+            .collect()
+    }
+
+    /// The machines the configuration places in `connector`'s zone, in id order, as
+    /// listings show them; empty when the site names no such connector.
+    pub fn zone_machines(&self, connector: &str) -> Vec<crate::engine::MachineSummary<'_>> {
+        let Some(zone) = self.site.connector_zone(connector) else {
+            return Vec::new();
+        };
+        self.machines()
+            .sorted()
+            .into_iter()
+            .filter(|(name, _)| {
+                self.site
+                    .machine_zone(name)
+                    .is_some_and(|z| z.eq_ignore_ascii_case(zone))
+            })
+            .map(|(name, m)| m.summary(name))
+            .collect()
+    }
+
     /// The ADC probe of `connector` (an id the site names); `None` when it names none.
     pub fn adc_probe(&self, connector: &str) -> Option<AdcProbe> {
         let c = self.connectors.get(connector)?;
@@ -106,6 +168,14 @@ impl Engine {
             brokering: c.brokering,
             cannot_enter_lhc: c.reported_ineligible,
         })
+    }
+
+    /// Whether the node running `connector` must record its start before anything else:
+    /// the log holds it stopped (it stopped cleanly before, or its peers recorded it dead
+    /// while it was unreachable), yet it is running. False for a connector no
+    /// configuration names.
+    pub fn needs_start_record(&self, connector: &str) -> bool {
+        self.connectors.get(connector).is_some_and(|c| !c.started())
     }
 
     /// Whether `peer` has crashed, seen at `now` (the driver's clock) by a connector whose

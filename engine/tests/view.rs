@@ -122,6 +122,10 @@ fn a_started_peer_silent_for_the_bound_is_presumed_dead_and_a_stopped_one_never(
     );
     assert!(!engine.connectors()[name].started());
     assert!(!engine.peer_presumed_dead(name, Ts(i64::MAX), Some(Ts(0)), after));
+    // Its node, running again, must say so before observing anything.
+    assert!(engine.needs_start_record(name));
+    assert!(!engine.needs_start_record(CONNECTORS[1]));
+    assert!(!engine.needs_start_record("nobody.corp.example"));
 }
 
 #[test]

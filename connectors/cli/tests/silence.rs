@@ -42,12 +42,12 @@ fn an_import_into_a_log_that_holds_records_needs_append() {
     let (stats, _) = ok(lhc(&["log", "stats", "--log", log, "--json"]));
     assert!(stats.contains("\"records\": 471"), "{stats}");
     // With --append, the same file is still refused: its records are older than the
-    // log's end, and would only be quarantined (R-LOG-4).
+    // log's end: lhc appends in time order (R-LOG-4).
     let err = refused(
         lhc(&["log", "import", &example(), "--log", log, "--append"]),
         "older than the log's last record (offset 470)",
     );
-    assert!(err.contains("at offset 471"), "names the offset: {err}");
+    assert!(err.contains("offset 471 would be out of order"), "names the offset: {err}");
     // A configuration change that does not continue the log's versions would only be
     // quarantined too.
     let stale = tmp.path().join("stale.jsonl");
@@ -102,7 +102,7 @@ fn records_out_of_time_order_are_refused_at_import_with_line_and_offset() {
         lhc(&["log", "import", file.to_str().unwrap(), "--log", log]),
         "line 2",
     );
-    assert!(err.contains("at offset 1"), "{err}");
+    assert!(err.contains("offset 1 would be out of order"), "{err}");
     assert!(err.contains("R-LOG-4"), "{err}");
     assert!(
         !tmp.path().join("log").exists(),

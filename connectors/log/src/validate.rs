@@ -66,10 +66,12 @@ pub fn validate_record(bytes: &[u8]) -> Result<Record, DecodeError> {
     decode_record(bytes)
 }
 
-/// Time order at append time. A record older than the record before it (in the same
-/// input, or the log's last record) passes the contract but could only be quarantined on
-/// replay (R-LOG-4); the CLI's appends refuse it up front instead, naming the offset it
-/// would have had, so an import never leaves a quarantine to be discovered later.
+/// Time order at append time: a policy stricter than replay. A record older than the record
+/// before it (in the same input, or the log's last record) passes the contract, and replay
+/// quarantines it when that earlier record was applied (R-LOG-4); the CLI's appends refuse
+/// it up front whatever the earlier record was, naming the offset it would have had, so a
+/// log lhc writes is in time order and an import never leaves a quarantine to be found
+/// later.
 #[derive(Clone, Debug, Default)]
 pub struct TimeOrder {
     /// The latest time so far and where it comes from (for the message).
@@ -137,8 +139,10 @@ impl TimeOrder {
                     path: "ts".into(),
                     kind: DecodeErrorKind::BadValue,
                     detail: format!(
-                        "{ts} is older than {from} at {last}: at offset {offset} it would only \
-                         be quarantined (R-LOG-4); put the records in time order"
+                        "{ts} is older than {from} at {last}: lhc appends records in time order \
+                         (offset {offset} would be out of order; replay quarantines a record \
+                         older than the last one it applied, R-LOG-4); put the records in time \
+                         order"
                     ),
                 });
             }
@@ -152,8 +156,10 @@ impl TimeOrder {
                         kind: DecodeErrorKind::BadValue,
                         detail: format!(
                             "configuration version {} is not above version {last} (at \
-                             {from}): at offset {offset} it would only be quarantined \
-                             (R-LOG-4); number it after the log's",
+                             {from}): lhc appends configuration versions in increasing order \
+                             (offset {offset} would break it; replay quarantines a version \
+                             not above the last one applied, R-LOG-4); number it after the \
+                             log's",
                             c.version
                         ),
                     });

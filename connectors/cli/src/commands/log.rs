@@ -655,7 +655,7 @@ fn check(target: &LogArgs, quiet: bool) -> anyhow::Result<ExitCode> {
                     backwards += 1;
                     if backwards <= 20 {
                         println!(
-                            "offset {}: ts {} is older than the previous record's {} (replay quarantines it, R-LOG-4)",
+                            "offset {}: ts {} is older than the previous record's {} (out of time order: replay quarantines it when that record was applied, R-LOG-4)",
                             entry.offset,
                             record.ts(),
                             last_ts.expect("checked")

@@ -118,25 +118,7 @@ pub fn run(args: QueryArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     let what = args.what.clone().unwrap_or(What::Connectors);
     let value = match &what {
         What::Connectors => {
-            let list: Vec<Value> = engine
-                .connectors()
-                .iter()
-                .map(|(name, c)| {
-                    json!({
-                        "connector": name,
-                        "zone": c.zone(),
-                        "state": snake(&c.state()),
-                        "since": c.state_since(),
-                        "elected": c.elected(),
-                        "candidates": c.candidates(),
-                        "brokering": c.brokering(),
-                        "snapshot_version": c.snapshot(),
-                        "registrations": c.registrations().len(),
-                        "forced_outage": c.forced(),
-                    })
-                })
-                .collect();
-            json!({ "at": at, "connectors": list })
+            json!({ "at": at, "connectors": engine.connector_summaries() })
         }
         What::Registrations => {
             let list: Vec<_> = engine

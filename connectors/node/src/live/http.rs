@@ -1023,26 +1023,10 @@ fn sdk(shared: &Shared, f: impl FnOnce(&Engine, &str) -> Value) -> Result<Respon
 }
 
 async fn sdk_machines(State(shared): State<AppState>) -> Result<Response, ApiError> {
-    sdk(&shared, |engine, me| {
-        let zone = engine
-            .site()
-            .connector_zone(me)
-            .unwrap_or_default()
-            .to_string();
-        let machines: Vec<_> = engine
-            .machines()
-            .sorted()
-            .into_iter()
-            .filter(|(name, _)| {
-                engine
-                    .site()
-                    .machine_zone(name)
-                    .is_some_and(|z| z.eq_ignore_ascii_case(&zone))
-            })
-            .map(|(name, m)| m.summary(name))
-            .collect();
-        json!({ "connector": me, "machines": machines })
-    })
+    sdk(
+        &shared,
+        |engine, me| json!({ "connector": me, "machines": engine.zone_machines(me) }),
+    )
 }
 
 async fn sdk_sessions(State(shared): State<AppState>) -> Result<Response, ApiError> {

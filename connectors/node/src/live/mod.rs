@@ -675,7 +675,7 @@ async fn announce_start(shared: &Arc<Shared>) {
         let engine = shared.engine.read().expect("engine lock");
         shared
             .my_id(&engine)
-            .map(|me| (!engine.connectors()[&me].started(), me))
+            .map(|me| (engine.needs_start_record(&me), me))
     };
     match stopped {
         None => tracing::warn!(

@@ -1,8 +1,9 @@
 //! What the node observes on its own: health checks of the control plane, probes of its
 //! zone peers' `/election`, and clock ticks when the log is quiet.
 //!
-//! Invariant: an observer only appends records; it reads engine state just to know whom to
-//! probe, never to decide.
+//! Invariant: an observer only appends records; it reads engine state to know whom to
+//! probe, and asks the engine's view (`lhc_engine::view`) whether to record a start or a
+//! peer's death: it decides neither itself.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
@@ -74,7 +75,12 @@ async fn health_checks(shared: Arc<Shared>) {
     loop {
         every.tick().await;
         let Some(me) = me(&shared) else { continue };
-        if !shared.engine.read().expect("engine lock").connectors()[&me].started() {
+        if shared
+            .engine
+            .read()
+            .expect("engine lock")
+            .needs_start_record(&me)
+        {
             // Peers recorded this node's stop while it was unreachable, or it stopped
             // cleanly before: it is running, so say so first.
             tracing::warn!("the log says this connector is stopped: recording its start");
