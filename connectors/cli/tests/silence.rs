@@ -47,7 +47,10 @@ fn an_import_into_a_log_that_holds_records_needs_append() {
         lhc(&["log", "import", &example(), "--log", log, "--append"]),
         "older than the log's last record (offset 470)",
     );
-    assert!(err.contains("offset 471 would be out of order"), "names the offset: {err}");
+    assert!(
+        err.contains("offset 471 would be out of order"),
+        "names the offset: {err}"
+    );
     // A configuration change that does not continue the log's versions would only be
     // quarantined too.
     let stale = tmp.path().join("stale.jsonl");

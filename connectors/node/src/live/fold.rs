@@ -238,6 +238,11 @@ fn apply_entry(
     }
     let me = &shared.config.connector;
     let outputs = folder.apply_decoded(offset, record);
+    {
+        let engine = shared.engine.read().expect("engine lock");
+        let mut history = shared.dashboard.lock().expect("dashboard");
+        history.observe(&engine, me, &outputs);
+    }
     let mut quarantine = None;
     let mut stats = shared.stats.lock().expect("stats");
     for output in outputs {

@@ -60,12 +60,79 @@ pub(crate) fn router(shared: AppState) -> Router {
         .route("/sdk/machines", get(sdk_machines))
         .route("/sdk/sessions", get(sdk_sessions))
         .route("/sdk/registrations", get(sdk_registrations))
+        .route("/", get(dashboard_page))
+        .route("/dashboard/state", get(dashboard_state))
+        .route("/dashboard/events", get(dashboard_events))
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such endpoint") })
         .method_not_allowed_fallback(|| async {
             ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method not allowed here")
         })
         .layer(DefaultBodyLimit::max(limit))
         .with_state(shared)
+}
+
+/// The live dashboard: one self-contained page (no external requests).
+async fn dashboard_page() -> Response {
+    (
+        [
+            (axum::http::header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            // The page loads nothing from anywhere, and runs only its own script.
+            (
+                axum::http::header::CONTENT_SECURITY_POLICY,
+                "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; \
+                 connect-src 'self'; img-src 'self' data:",
+            ),
+        ],
+        super::dashboard::PAGE,
+    )
+        .into_response()
+}
+
+fn dashboard_json(shared: &Shared) -> Value {
+    let engine = shared.engine.read().expect("engine lock");
+    let history = shared.dashboard.lock().expect("dashboard");
+    history.to_json(&engine, &shared.config.connector)
+}
+
+/// The dashboard's data once, as JSON.
+async fn dashboard_state(State(shared): State<AppState>) -> Json<Value> {
+    Json(dashboard_json(&shared))
+}
+
+/// The dashboard's data as server-sent events: one `state` event at once, then one each
+/// time the fold has applied records, at most two a second.
+async fn dashboard_events(
+    State(shared): State<AppState>,
+) -> axum::response::sse::Sse<
+    impl futures_util::Stream<Item = Result<axum::response::sse::Event, std::convert::Infallible>>,
+> {
+    use axum::response::sse::{Event, KeepAlive, Sse};
+    let applied = shared.applied.subscribe();
+    let closing = shared.closing.subscribe();
+    let stream = futures_util::stream::unfold(
+        (shared, applied, closing, true),
+        |(shared, mut applied, mut closing, first)| async move {
+            if !first {
+                let next = async {
+                    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+                    applied.changed().await
+                };
+                tokio::select! {
+                    changed = next => changed.ok()?,
+                    _ = closing.wait_for(|closing| *closing) => return None,
+                }
+            }
+            applied.borrow_and_update();
+            let data = dashboard_json(&shared).to_string();
+            // A page that lost the node (restart, network) tries again within a second.
+            let event = Event::default()
+                .event("state")
+                .retry(std::time::Duration::from_secs(1))
+                .data(data);
+            Some((Ok(event), (shared, applied, closing, false)))
+        },
+    );
+    Sse::new(stream).keep_alive(KeepAlive::default())
 }
 
 /// An error answer: a status and `{"error": message}`.

@@ -11,6 +11,7 @@
 //! offset, so a restart neither repeats nor loses one.
 
 mod appender;
+pub mod dashboard;
 mod errbody;
 mod fold;
 mod http;
@@ -245,6 +246,10 @@ pub(crate) struct Shared {
     pub health: Arc<Health>,
     /// What this process observed and answered, for `/metrics` (not the replayed history).
     pub counters: ProcessCounters,
+    /// The zone's recent history for the dashboard (`GET /`).
+    pub dashboard: Mutex<dashboard::History>,
+    /// Set when the server stops: long-lived answers (server-sent events) end.
+    pub closing: Arc<watch::Sender<bool>>,
 }
 
 /// Counters of what this process did (health checks, probes, launch latency): a replay of
@@ -458,6 +463,8 @@ pub async fn run(
         stopping: AtomicBool::new(false),
         health: health.clone(),
         counters: ProcessCounters::default(),
+        dashboard: Mutex::new(dashboard::History::default()),
+        closing: Arc::new(watch::channel(false).0),
     });
 
     let publisher = publish::Publisher::open(outputs, &shared.config.connector)?;
@@ -533,11 +540,14 @@ pub async fn run(
     // supervisor restarts it from its last commit).
     let failed = health.clone();
     let mut stop = stop_rx.clone();
+    let closing = shared.closing.clone();
     let shutdown = async move {
         tokio::select! {
             _ = stop.wait_for(|stopped| *stopped) => {}
             _ = failed.failed.notified() => tokio::time::sleep(FAILED_LINGER).await,
         }
+        // Streams that never end by themselves (the dashboard's events) end now.
+        closing.send_replace(true);
     };
     let tls = shared
         .config
