@@ -6,6 +6,7 @@
 //! engine state and of what the driver passes in (its wall clock included, as a `Ts`), so
 //! it is tested here, beside the reducer whose state it reads.
 
+use schemars::JsonSchema;
 use serde::Serialize;
 
 use crate::broker::Enumerated;
@@ -14,7 +15,7 @@ use crate::ts::Ts;
 use crate::Engine;
 
 /// Why a connector's ADC probe says DOWN.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ProbeDown {
     /// Stopped (R-STATE-10): it brokers nothing.
@@ -35,7 +36,7 @@ pub struct AdcProbe {
 }
 
 /// Where a connector answers resource enumeration from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ResourceSource {
     /// The site configuration, through the cloud.
@@ -45,7 +46,7 @@ pub enum ResourceSource {
 }
 
 /// A connector's view of the election.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, JsonSchema)]
 pub struct ElectionView {
     /// Its state.
     pub state: ConnectorState,

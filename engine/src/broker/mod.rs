@@ -99,7 +99,7 @@ pub struct LhcData {
 
 /// A resource a user may launch, and where it runs (what StoreFront needs to route a
 /// launch to the right zone during an outage).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Enumerated {
     /// Resource id.
     pub resource: String,

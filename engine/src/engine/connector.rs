@@ -114,7 +114,7 @@ pub struct MachineRuntime {
 }
 
 /// A machine as listings show it (the node's SDK, `lhc query`).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct MachineSummary<'a> {
     /// Its exact id.
     pub machine: &'a str,

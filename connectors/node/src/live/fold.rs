@@ -241,7 +241,7 @@ fn apply_entry(
     {
         let engine = shared.engine.read().expect("engine lock");
         let mut history = shared.dashboard.lock().expect("dashboard");
-        history.observe(&engine, me, &outputs);
+        history.observe(&engine, me, outputs);
     }
     let mut quarantine = None;
     let mut stats = shared.stats.lock().expect("stats");

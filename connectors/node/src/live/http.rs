@@ -28,9 +28,13 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 use subtle::ConstantTimeEq;
 
+use super::openapi::{
+    Accepted, AdcAnswer, AdminDone, Election, ErrorBody, LastQuarantine, Liveness, Readiness,
+    Resources, SdkMachines, SdkRegistrations, SdkSession, SdkSessions,
+};
 use super::{LaunchAnswer, Shared};
 
 type AppState = Arc<Shared>;
@@ -63,6 +67,7 @@ pub(crate) fn router(shared: AppState) -> Router {
         .route("/", get(dashboard_page))
         .route("/dashboard/state", get(dashboard_state))
         .route("/dashboard/events", get(dashboard_events))
+        .route("/openapi.json", get(openapi))
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such endpoint") })
         .method_not_allowed_fallback(|| async {
             ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method not allowed here")
@@ -161,7 +166,10 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, Json(json!({ "error": self.message }))).into_response()
+        let body = ErrorBody {
+            error: self.message,
+        };
+        (self.status, Json(body)).into_response()
     }
 }
 
@@ -255,12 +263,14 @@ async fn append(
 }
 
 fn accepted(offset: u64) -> Response {
-    (StatusCode::ACCEPTED, Json(json!({ "offset": offset }))).into_response()
+    (StatusCode::ACCEPTED, Json(Accepted { offset })).into_response()
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct StorefrontBody {
+pub(crate) struct StorefrontBody {
+    /// The StoreFront server's name.
+    #[schemars(length(min = 1))]
     storefront: String,
 }
 
@@ -281,9 +291,11 @@ async fn storefront_heartbeat(
     Ok(accepted(offset))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct ResourcesQuery {
+pub(crate) struct ResourcesQuery {
+    /// The user (account name).
+    #[schemars(length(min = 1))]
     user: String,
 }
 
@@ -299,22 +311,29 @@ async fn resources(
     let (source, list) = engine
         .resources(&me, &query.user)
         .expect("me is configured");
-    Ok(Json(json!({
-        "user": query.user,
-        "connector": me,
-        "source": source,
-        "resources": list,
-    }))
+    Ok(Json(Resources {
+        user: query.user,
+        connector: me,
+        source,
+        resources: list,
+    })
     .into_response())
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct LaunchBody {
+pub(crate) struct LaunchBody {
+    /// The request id (default: one made by this node).
     #[serde(default)]
+    #[schemars(length(min = 1))]
     request: Option<String>,
+    /// The user.
+    #[schemars(length(min = 1))]
     user: String,
+    /// The resource to launch.
+    #[schemars(length(min = 1))]
     resource: String,
+    /// The client device (a non-empty name).
     client: Client,
     /// The first attempt's request id when StoreFront retries on this controller.
     #[serde(default)]
@@ -416,10 +435,13 @@ fn request_id(connector: &str) -> String {
     format!("{connector}-{started}-{n}")
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct VdaHeartbeatBody {
+pub(crate) struct VdaHeartbeatBody {
+    /// The VDA.
+    #[schemars(length(min = 1))]
     machine: String,
+    /// Its sessions (non-empty ids and users).
     #[serde(default)]
     sessions: Vec<SessionReport>,
 }
@@ -445,12 +467,19 @@ async fn vda_heartbeat(
     Ok(accepted(offset))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct SessionBody {
+pub(crate) struct SessionBody {
+    /// The VDA.
+    #[schemars(length(min = 1))]
     machine: String,
+    /// Session id.
+    #[schemars(length(min = 1))]
     session: String,
+    /// Its user.
+    #[schemars(length(min = 1))]
     user: String,
+    /// What happened.
     event: SessionEventKind,
 }
 
@@ -480,34 +509,37 @@ async fn vda_session(
 async fn adc_probe(State(shared): State<AppState>) -> Response {
     let engine = shared.engine.read().expect("engine lock");
     let Some(me) = shared.my_id(&engine) else {
-        return (
-            StatusCode::SERVICE_UNAVAILABLE,
-            Json(json!({ "status": "DOWN", "reason": "not_configured" })),
-        )
-            .into_response();
+        let body = AdcAnswer {
+            status: "DOWN",
+            reason: Some("not_configured".into()),
+            site: None,
+            connector: None,
+            state: None,
+            elected: None,
+            detail: None,
+        };
+        return (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response();
     };
     let probe = engine.adc_probe(&me).expect("me is configured");
     let trouble = shared.health.trouble();
     // A node that cannot decide says so, whatever its last state says.
     let down = match &trouble {
-        Some((code, _)) => Some(json!(code)),
-        None => probe.down.map(|reason| json!(reason)),
+        Some((code, _)) => Some(code.to_string()),
+        None => probe.down.map(|reason| snake(&reason)),
     };
-    let mut body = json!({
-        "status": if down.is_some() { "DOWN" } else { "UP" },
-        "reason": down,
-        "site": shared.config.site,
-        "connector": me,
-        "state": probe.state,
-        "elected": probe.elected,
-    });
-    if let Some((_, detail)) = trouble {
-        body["detail"] = json!(detail);
-    }
     let status = if down.is_some() {
         StatusCode::SERVICE_UNAVAILABLE
     } else {
         StatusCode::OK
+    };
+    let body = AdcAnswer {
+        status: if down.is_some() { "DOWN" } else { "UP" },
+        reason: down,
+        site: Some(shared.config.site.clone()),
+        connector: Some(me),
+        state: Some(probe.state),
+        elected: Some(probe.elected),
+        detail: trouble.map(|(_, detail)| detail),
     };
     (status, Json(body)).into_response()
 }
@@ -516,23 +548,33 @@ async fn election(State(shared): State<AppState>) -> Result<Response, ApiError> 
     let engine = shared.engine.read().expect("engine lock");
     let me = me_in(&shared, &engine)?;
     let view = engine.election_view(&me).expect("me is configured");
-    let mut body = json!(view);
-    body["connector"] = json!(me);
-    Ok(Json(body).into_response())
+    Ok(Json(Election {
+        connector: me,
+        view,
+    })
+    .into_response())
 }
 
 /// Liveness (Kubernetes convention): the process serves and its fold thread runs. Only a
 /// dead fold makes it fail: restarting the node is then the cure.
 async fn livez(State(shared): State<AppState>) -> Response {
     match shared.health.fatal() {
-        Some(detail) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            Json(json!({ "status": "dead", "reason": "node_failed", "detail": detail })),
-        )
-            .into_response(),
-        None => {
-            Json(json!({ "status": "alive", "connector": shared.config.connector })).into_response()
+        Some(detail) => {
+            let body = Liveness {
+                status: "dead",
+                connector: None,
+                reason: Some("node_failed"),
+                detail: Some(detail),
+            };
+            (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response()
         }
+        None => Json(Liveness {
+            status: "alive",
+            connector: Some(shared.config.connector.clone()),
+            reason: None,
+            detail: None,
+        })
+        .into_response(),
     }
 }
 
@@ -554,43 +596,31 @@ async fn healthz(State(shared): State<AppState>) -> Response {
 
 /// The readiness body and verdict: ready only when configured, caught up within
 /// `--ready-lag`, and able to decide; the body names the reason otherwise.
-async fn readiness(shared: &AppState) -> (Value, Result<(), ()>) {
+async fn readiness(shared: &AppState) -> (Readiness, Result<(), ()>) {
     let applied = *shared.applied.borrow();
     let position = *shared.site_pos.borrow();
     let trouble = shared.health.trouble();
-    let mut body = json!({
-        "status": match &trouble {
-            Some(("node_failed", _)) => "failed",
-            Some(_) => "degraded",
-            None => "ok",
-        },
-        "connector": shared.config.connector,
-        "applied_offset": applied,
-        "log": shared.log.describe(),
-    });
-    {
+    let (quarantined, last_quarantine) = {
         let stats = shared.stats.lock().expect("stats");
-        body["quarantined"] = json!(stats.quarantined);
-        if let Some((offset, error)) = &stats.last_quarantine {
-            body["last_quarantine"] = json!({ "offset": offset, "error": error });
-        }
-    }
+        let last = stats
+            .last_quarantine
+            .as_ref()
+            .map(|(offset, error)| LastQuarantine {
+                offset: *offset,
+                error: error.clone(),
+            });
+        (stats.quarantined, last)
+    };
     let end = log_end(shared, position).await;
-    body["log_end"] = json!(end);
-    body["lag"] = json!(end - position);
-    if let Some(link) = &shared.kafka {
-        body["kafka_next"] = json!(position);
-        body["kafka_up"] = json!(link.up.load(Ordering::SeqCst));
-        body["outbox"] = json!(link.outbox_len.load(Ordering::SeqCst));
-    }
+    let kafka = shared.kafka.as_ref();
     let configured = {
         let engine = shared.engine.read().expect("engine lock");
         shared.my_id(&engine).is_some()
     };
     let lag = end - position;
     let bound = shared.config.ready_lag;
-    let not_ready = match trouble {
-        Some((code, detail)) => Some((code, detail)),
+    let not_ready = match &trouble {
+        Some((code, detail)) => Some((*code, detail.clone())),
         None if !configured => Some((
             "not_configured",
             format!(
@@ -604,17 +634,30 @@ async fn readiness(shared: &AppState) -> (Value, Result<(), ()>) {
         )),
         None => None,
     };
-    match not_ready {
-        Some((code, detail)) => {
-            if body["status"] == "ok" {
-                body["status"] = json!("not_ready");
-            }
-            body["reason"] = json!(code);
-            body["detail"] = json!(detail);
-            (body, Err(()))
-        }
-        None => (body, Ok(())),
-    }
+    let status = match (&trouble, &not_ready) {
+        (Some(("node_failed", _)), _) => "failed",
+        (Some(_), _) => "degraded",
+        (None, Some(_)) => "not_ready",
+        (None, None) => "ok",
+    };
+    let ready = if not_ready.is_some() { Err(()) } else { Ok(()) };
+    let (reason, detail) = not_ready.unzip();
+    let body = Readiness {
+        status,
+        connector: shared.config.connector.clone(),
+        applied_offset: applied,
+        log: shared.log.describe(),
+        quarantined,
+        last_quarantine,
+        log_end: end,
+        lag,
+        kafka_next: kafka.map(|_| position),
+        kafka_up: kafka.map(|link| link.up.load(Ordering::SeqCst)),
+        outbox: kafka.map(|link| link.outbox_len.load(Ordering::SeqCst)),
+        reason,
+        detail,
+    };
+    (body, ready)
 }
 
 /// End of the site log, asked when someone wants it (never below the fold's position):
@@ -989,18 +1032,25 @@ async fn admin(
             format!("command quarantined at offset {}: {error}", applied.offset),
         ));
     }
-    Ok(Json(json!({ "offset": applied.offset, "command": snake(&command) })).into_response())
+    Ok(Json(AdminDone {
+        offset: applied.offset,
+        command,
+    })
+    .into_response())
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct Switch {
+pub(crate) struct Switch {
+    /// On or off.
     on: bool,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct Interval {
+pub(crate) struct Interval {
+    /// The interval, 60..=3600 seconds.
+    #[schemars(range(min = 60, max = 3600))]
     seconds: u64,
 }
 
@@ -1077,7 +1127,10 @@ async fn admin_sync_interval_clear(
 }
 
 /// Runs `f` on the engine when the HA SDK is enabled on this connector, else 403.
-fn sdk(shared: &Shared, f: impl FnOnce(&Engine, &str) -> Value) -> Result<Response, ApiError> {
+fn sdk<T: serde::Serialize>(
+    shared: &Shared,
+    f: impl FnOnce(&Engine, &str) -> T,
+) -> Result<Response, ApiError> {
     let engine = shared.engine.read().expect("engine lock");
     let me = me_in(shared, &engine)?;
     if !engine.connectors()[&me].ha_sdk() {
@@ -1090,10 +1143,13 @@ fn sdk(shared: &Shared, f: impl FnOnce(&Engine, &str) -> Value) -> Result<Respon
 }
 
 async fn sdk_machines(State(shared): State<AppState>) -> Result<Response, ApiError> {
-    sdk(
-        &shared,
-        |engine, me| json!({ "connector": me, "machines": engine.zone_machines(me) }),
-    )
+    sdk(&shared, |engine, me| {
+        serde_json::to_value(SdkMachines {
+            connector: me,
+            machines: engine.zone_machines(me),
+        })
+        .expect("serializes")
+    })
 }
 
 async fn sdk_sessions(State(shared): State<AppState>) -> Result<Response, ApiError> {
@@ -1103,24 +1159,36 @@ async fn sdk_sessions(State(shared): State<AppState>) -> Result<Response, ApiErr
         for name in c.registrations() {
             if let Some(m) = engine.machines().get(name.as_str()) {
                 for s in m.sessions() {
-                    sessions.push(json!({
-                        "machine": name,
-                        "session": s.id,
-                        "user": s.user,
-                        "state": snake(&s.state),
-                    }));
+                    sessions.push(SdkSession {
+                        machine: name,
+                        session: &s.id,
+                        user: &s.user,
+                        state: s.state,
+                    });
                 }
             }
         }
-        json!({ "connector": me, "sessions": sessions })
+        serde_json::to_value(SdkSessions {
+            connector: me,
+            sessions,
+        })
+        .expect("serializes")
     })
 }
 
 async fn sdk_registrations(State(shared): State<AppState>) -> Result<Response, ApiError> {
     sdk(&shared, |engine, me| {
         let c = &engine.connectors()[me];
-        json!({ "connector": me, "registrations": c.registrations() })
+        SdkRegistrations {
+            connector: me.to_string(),
+            registrations: c.registrations().iter().cloned().collect(),
+        }
     })
+}
+
+/// The API described as OpenAPI 3.1 (see `openapi`).
+async fn openapi(State(shared): State<AppState>) -> Json<Value> {
+    Json(super::openapi::document(&shared.config.build.0))
 }
 
 #[cfg(test)]

@@ -16,6 +16,7 @@ mod errbody;
 mod fold;
 mod http;
 mod observe;
+mod openapi;
 mod publish;
 pub mod tls;
 
