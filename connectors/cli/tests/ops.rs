@@ -240,3 +240,89 @@ fn probes_metrics_alerts_and_dashboard() {
     );
     assert!(!stderr.contains('\u{1b}'), "no colour in JSON logs");
 }
+
+/// At start the node serves its probes while it folds the log (a liveness probe must not
+/// kill a node catching up with a long log): alive, not ready (`catching_up`), the ADC
+/// probe DOWN with that reason, and the routes that decide refuse with a 503 JSON error
+/// until it has caught up; then they answer.
+#[test]
+fn probes_answer_during_the_catch_up_and_deciding_routes_wait_for_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = dir.path().join("sim.jsonl");
+    common::simulate(sim.to_str().unwrap(), 3, 4000, 4000, 8, &["--zones", "1"]);
+    let log = dir.path().join("log");
+    let imported = Command::new(env!("CARGO_BIN_EXE_lhc"))
+        .args(["log", "import"])
+        .arg(&sim)
+        .arg("--log")
+        .arg(&log)
+        .arg("-q")
+        .output()
+        .unwrap();
+    assert!(imported.status.success());
+    let port = free_port();
+    let node = Command::new(env!("CARGO_BIN_EXE_lhc"))
+        .args([
+            "connector",
+            "run",
+            "--connector",
+            "cc1.z1.sim.example",
+            "--listen",
+        ])
+        .arg(format!("127.0.0.1:{port}"))
+        .args([
+            "--cloud-url",
+            "http://127.0.0.1:9/",
+            "--fsync",
+            "never",
+            "--data",
+        ])
+        .arg(dir.path().join("node"))
+        .arg("--log")
+        .arg(&log)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _node = Node(node);
+    // The first answer comes while the fold is still far from the log's end.
+    let started = std::time::Instant::now();
+    let live = loop {
+        if let Some(answer) = http(port, "GET", "/livez", None, None) {
+            break answer;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the node serves"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    assert_eq!(live.0, 200, "alive while catching up: {live:?}");
+    let (status, ready) = get(port, "/readyz");
+    assert_eq!(
+        (status, ready["reason"].as_str()),
+        (503, Some("catching_up")),
+        "{ready}"
+    );
+    let (status, probe) = get(port, "/adc/probe");
+    assert_eq!(
+        (status, probe["status"].as_str()),
+        (503, Some("DOWN")),
+        "{probe}"
+    );
+    assert_eq!(probe["reason"], "catching_up", "{probe}");
+    let launch = r#"{"user":"u1","resource":"office","client":{"name":"pc","ip":"10.0.0.1"}}"#;
+    let (status, refused) = http(port, "POST", "/storefront/launch", Some(launch), None).unwrap();
+    assert_eq!(status, 503, "{refused}");
+    assert!(
+        refused["error"].as_str().unwrap().contains("catching up"),
+        "{refused}"
+    );
+    // Caught up: ready, and the same launch is decided.
+    wait_until("ready", Duration::from_secs(60), || {
+        get(port, "/readyz").0 == 200
+    });
+    let (status, decided) = http(port, "POST", "/storefront/launch", Some(launch), None).unwrap();
+    assert_eq!(status, 200, "{decided}");
+    assert_eq!(decided["type"], "launch.decision", "{decided}");
+}

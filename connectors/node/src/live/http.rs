@@ -72,8 +72,52 @@ pub(crate) fn router(shared: AppState) -> Router {
         .method_not_allowed_fallback(|| async {
             ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method not allowed here")
         })
+        .layer(axum::middleware::from_fn_with_state(shared.clone(), gate))
         .layer(DefaultBodyLimit::max(limit))
         .with_state(shared)
+}
+
+/// Routes that answer while the node catches up with the log at start: they describe the
+/// node, and decide nothing.
+const ANSWER_WHILE_CATCHING_UP: [&str; 8] = [
+    "/livez",
+    "/readyz",
+    "/healthz",
+    "/metrics",
+    "/openapi.json",
+    "/",
+    "/dashboard/state",
+    "/dashboard/events",
+];
+
+/// Until the start-up catch-up is done, a route that decides (or appends what its answer
+/// depends on) answers 503 saying so: an answer from a state behind the log could
+/// contradict the log. `/adc/probe` answers DOWN with the reason `catching_up`.
+async fn gate(
+    State(shared): State<AppState>,
+    request: Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if shared.caught_up.load(Ordering::SeqCst)
+        || ANSWER_WHILE_CATCHING_UP.contains(&request.uri().path())
+    {
+        return next.run(request).await;
+    }
+    let detail = "this node is catching up with the site log at start and cannot decide yet; \
+                  retry shortly (see /readyz)";
+    if request.uri().path() == "/adc/probe" {
+        let body = AdcAnswer {
+            status: "DOWN",
+            reason: Some("catching_up".into()),
+            site: Some(shared.config.site.clone()),
+            connector: None,
+            state: None,
+            elected: None,
+            detail: Some(detail.into()),
+        };
+        return (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response();
+    }
+    ApiError::unavailable(detail).into_response()
 }
 
 /// The live dashboard: one self-contained page (no external requests).
@@ -619,8 +663,13 @@ async fn readiness(shared: &AppState) -> (Readiness, Result<(), ()>) {
     };
     let lag = end - position;
     let bound = shared.config.ready_lag;
+    let caught_up = shared.caught_up.load(Ordering::SeqCst);
     let not_ready = match &trouble {
         Some((code, detail)) => Some((*code, detail.clone())),
+        None if !caught_up => Some((
+            "catching_up",
+            format!("catching up with the site log at start: {lag} record(s) to fold"),
+        )),
         None if !configured => Some((
             "not_configured",
             format!(

@@ -251,6 +251,8 @@ pub(crate) struct Shared {
     pub dashboard: Mutex<dashboard::History>,
     /// Set when the server stops: long-lived answers (server-sent events) end.
     pub closing: Arc<watch::Sender<bool>>,
+    /// The start-up catch-up is done: the routes that decide answer.
+    pub caught_up: AtomicBool,
 }
 
 /// Counters of what this process did (health checks, probes, launch latency): a replay of
@@ -466,6 +468,7 @@ pub async fn run(
         counters: ProcessCounters::default(),
         dashboard: Mutex::new(dashboard::History::default()),
         closing: Arc::new(watch::channel(false).0),
+        caught_up: AtomicBool::new(false),
     });
 
     let publisher = publish::Publisher::open(outputs, &shared.config.connector)?;
@@ -495,7 +498,31 @@ pub async fn run(
         shutdown.await;
         let _ = stop_tx.send(true);
     });
-    // Catch up before serving, so the first answers come from current state.
+    let app = http::router(shared.clone());
+    // Stop on the caller's signal, or shortly after the node failed (it cannot decide: a
+    // supervisor restarts it from its last commit).
+    let failed = health.clone();
+    let mut stop = stop_rx.clone();
+    let closing = shared.closing.clone();
+    let shutdown = async move {
+        tokio::select! {
+            // (The guard `wait_for` returns is dropped inside: the server task is `Send`.)
+            _ = async { stop.wait_for(|stopped| *stopped).await.is_ok() } => {}
+            _ = failed.failed.notified() => tokio::time::sleep(FAILED_LINGER).await,
+        }
+        // Streams that never end by themselves (the dashboard's events) end now.
+        closing.send_replace(true);
+    };
+    let tls = shared
+        .config
+        .tls
+        .clone()
+        .map(tokio_rustls::TlsAcceptor::from);
+    // Probes, metrics and the dashboard answer from now on, during the catch-up too (a
+    // liveness probe must not kill a node that is folding a long log); the routes that
+    // decide answer 503 until the node has caught up (`http::gate`).
+    let server = tokio::spawn(serve(listener, tls, app, shutdown));
+    // Catch up before deciding, so the first answers come from current state.
     let end = tokio::task::spawn_blocking({
         let log = log.clone();
         move || log.end_offset()
@@ -510,6 +537,7 @@ pub async fn run(
         }
         let _ = tokio::time::timeout(Duration::from_millis(200), applied_rx.changed()).await;
     }
+    shared.caught_up.store(true, Ordering::SeqCst);
     tracing::info!(
         offset = end,
         elapsed_ms = started.elapsed().as_millis() as u64,
@@ -536,27 +564,9 @@ pub async fn run(
     announce_start(&shared).await;
 
     let observers = observe::spawn(shared.clone());
-    let app = http::router(shared.clone());
-    // Stop on the caller's signal, or shortly after the node failed (it cannot decide: a
-    // supervisor restarts it from its last commit).
-    let failed = health.clone();
-    let mut stop = stop_rx.clone();
-    let closing = shared.closing.clone();
-    let shutdown = async move {
-        tokio::select! {
-            _ = stop.wait_for(|stopped| *stopped) => {}
-            _ = failed.failed.notified() => tokio::time::sleep(FAILED_LINGER).await,
-        }
-        // Streams that never end by themselves (the dashboard's events) end now.
-        closing.send_replace(true);
-    };
-    let tls = shared
-        .config
-        .tls
-        .clone()
-        .map(tokio_rustls::TlsAcceptor::from);
-    serve(listener, tls, app, shutdown).await;
-    let served: std::io::Result<()> = Ok(());
+    // Serving until the caller stops the node (or shortly after it failed).
+    let served = server.await;
+    let served: std::io::Result<()> = served.map_err(std::io::Error::other);
     for task in observers {
         task.abort();
     }

@@ -330,6 +330,7 @@ fn get(
 /// Every route the node serves.
 fn routes() -> Vec<Route> {
     let not_configured = || err(409, "no configuration names this connector yet");
+    let catching_up = || err(503, "the node is catching up with the site log at start");
     let sdk = |path, summary, answer: Answer| {
         get(
             path,
@@ -338,6 +339,7 @@ fn routes() -> Vec<Route> {
             vec![
                 answer,
                 not_configured(),
+                catching_up(),
                 err(403, "the HA SDK is disabled on this connector"),
             ],
         )
@@ -350,6 +352,7 @@ fn routes() -> Vec<Route> {
             ok::<Resources>("the resources"),
             err(400, "no or an empty user"),
             not_configured(),
+            catching_up(),
         ],
     );
     resources.query = Some(|| schemars::schema_for!(ResourcesQuery));
@@ -398,7 +401,7 @@ fn routes() -> Vec<Route> {
             "/election",
             "This connector's view of the election (peers probe it)",
             "peers",
-            vec![ok::<Election>("its view"), not_configured()],
+            vec![ok::<Election>("its view"), not_configured(), catching_up()],
         ),
         get(
             "/livez",
