@@ -325,4 +325,15 @@ fn probes_answer_during_the_catch_up_and_deciding_routes_wait_for_it() {
     let (status, decided) = http(port, "POST", "/storefront/launch", Some(launch), None).unwrap();
     assert_eq!(status, 200, "{decided}");
     assert_eq!(decided["type"], "launch.decision", "{decided}");
+    // The counter counts what this process decided: the one launch, not the history of
+    // the log it folded at start (thousands of cc1's decisions).
+    let (_, scrape) = get(port, "/metrics");
+    let counted: f64 = scrape
+        .as_str()
+        .unwrap()
+        .lines()
+        .filter(|l| l.starts_with("lhc_launch_decisions_total{"))
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+        .sum();
+    assert_eq!(counted, 1.0, "{scrape}");
 }

@@ -252,7 +252,12 @@ fn apply_entry(
                 stats.quarantined += 1;
                 stats.last_quarantine = Some((offset, q.error.clone()));
             }
-            Output::LaunchDecision(d) if d.connector.eq_ignore_ascii_case(me) => {
+            // Decisions folded during the catch-up at start are history, not this process's
+            // answers: counting them would make the counter's rate jump at every restart.
+            Output::LaunchDecision(d)
+                if d.connector.eq_ignore_ascii_case(me)
+                    && shared.caught_up.load(Ordering::Relaxed) =>
+            {
                 let reason = d.reason.map(|r| snake(&r)).unwrap_or_default();
                 let key = (snake(&d.outcome), snake(&d.via), reason);
                 *stats.decisions.entry(key).or_default() += 1;

@@ -910,8 +910,8 @@ async fn metrics(State(shared): State<AppState>, headers: axum::http::HeaderMap)
     }
     registry.register(
         "launch_decisions",
-        "Launch decisions of this connector folded since the node started (the catch-up of \
-         the log at start included)",
+        "Launch decisions of this connector made since the node caught up with the log at \
+         start (the history folded at start is not counted)",
         decisions,
     );
     registry.register(
