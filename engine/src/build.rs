@@ -7,8 +7,8 @@
 
 use crate::config::{
     AssignmentData, ConfigObject, ConfigOp, ConnectorData, DeliveryGroupData, DeliveryGroupKind,
-    EntitlementData, GroupData, MachineData, ResourceData, ResourceKind, SiteData, UserData,
-    ZoneData,
+    EntitlementData, GroupData, MachineData, ObjectKind, ObjectRef, ResourceData, ResourceKind,
+    SiteData, UserData, ZoneData,
 };
 use crate::record::{
     Client, ConfigChange, HealthCheck, LaunchRequest, PeerProbe, Record, SessionReport,
@@ -154,6 +154,23 @@ impl SiteBuilder {
                 principals: principals.iter().map(|p| p.to_string()).collect(),
             },
         })
+    }
+
+    /// A zone with a display name.
+    pub fn zone_named(self, id: &str, name: &str) -> SiteBuilder {
+        self.object(ConfigObject::Zone {
+            id: id.into(),
+            data: ZoneData { name: name.into() },
+        })
+    }
+
+    /// The deletion of an object.
+    pub fn delete(mut self, kind: ObjectKind, id: &str) -> SiteBuilder {
+        self.ops.push(ConfigOp::Delete(ObjectRef {
+            kind,
+            id: id.into(),
+        }));
+        self
     }
 
     /// The configuration as one `config.change` of `version` at `ts`.

@@ -232,39 +232,29 @@ fn literal_truth_table_two_zones() {
         ("r-multi",     "carol", Err(NotEntitled),            Err(NotEntitled)),
         ("r-multi",     "bob",   Ok("mm.z1"),                 Ok("mm.z1")),
     ];
-    let ts = |s: u64| lhc_engine::Ts(1_767_603_600_000 + s as i64 * 1000).to_string();
-    let up = |kind: &str, id: &str, data: &str| {
-        format!(r#"{{"op":"upsert","kind":"{kind}","id":"{id}","data":{data}}}"#)
+    let ts = |s: u64| Ts(1_767_603_600_000 + s as i64 * 1000);
+    let unmanaged = ConfigObject::DeliveryGroup {
+        id: "unmanaged".into(),
+        data: DeliveryGroupData {
+            kind: DeliveryGroupKind::SingleSessionPooled,
+            power_managed: false,
+            shutdown_desktops_after_use: None,
+            reuse_machines_without_shutdown_in_outage: None,
+            session_limit_per_user: None,
+            restrict_to_tag: None,
+        },
     };
-    let mut ops = vec![
-        r#"{"op":"upsert","kind":"site","id":"site"}"#.to_string(),
-        up("zone", "z1", r#"{"name":"one"}"#),
-        up("zone", "z2", r#"{"name":"two"}"#),
-        up("connector", "cc.z1", r#"{"zone":"z1"}"#),
-        up("connector", "cc.z2", r#"{"zone":"z2"}"#),
-        up("delivery_group", "multi", r#"{"kind":"multi_session"}"#),
-        up(
-            "delivery_group",
-            "pool",
-            r#"{"kind":"single_session_pooled"}"#,
-        ),
-        up(
-            "delivery_group",
-            "pool2",
-            r#"{"kind":"single_session_pooled"}"#,
-        ),
-        up(
-            "delivery_group",
-            "unmanaged",
-            r#"{"kind":"single_session_pooled","power_managed":false}"#,
-        ),
-        up(
-            "delivery_group",
-            "static",
-            r#"{"kind":"single_session_static"}"#,
-        ),
-        up("delivery_group", "z2", r#"{"kind":"multi_session"}"#),
-    ];
+    let mut site = SiteBuilder::new()
+        .zone("z1")
+        .zone("z2")
+        .connector("cc.z1", "z1")
+        .connector("cc.z2", "z2")
+        .group("multi", DeliveryGroupKind::MultiSession)
+        .group("pool", DeliveryGroupKind::SingleSessionPooled)
+        .group("pool2", DeliveryGroupKind::SingleSessionPooled)
+        .object(unmanaged)
+        .group("static", DeliveryGroupKind::SingleSessionStatic)
+        .group("z2", DeliveryGroupKind::MultiSession);
     for (machine, zone, group) in [
         ("mm.z1", "z1", "multi"),
         ("p1.z1", "z1", "pool"),
@@ -273,11 +263,7 @@ fn literal_truth_table_two_zones() {
         ("s1.z1", "z1", "static"),
         ("m2.z2", "z2", "z2"),
     ] {
-        ops.push(up(
-            "machine",
-            machine,
-            &format!(r#"{{"zone":"{zone}","delivery_group":"{group}"}}"#),
-        ));
+        site = site.machine(machine, zone, group, None);
     }
     for (resource, group) in [
         ("r-multi", "multi"),
@@ -287,66 +273,34 @@ fn literal_truth_table_two_zones() {
         ("r-static", "static"),
         ("r-z2", "z2"),
     ] {
-        ops.push(up(
-            "resource",
-            resource,
-            &format!(r#"{{"kind":"desktop","delivery_groups":["{group}"]}}"#),
-        ));
-        ops.push(up(
-            "entitlement",
+        site = site.desktop(resource, &[group]).entitlement(
             &format!("e-{resource}"),
-            &format!(r#"{{"resource":"{resource}","principals":["alice","bob"]}}"#),
-        ));
+            resource,
+            &["alice", "bob"],
+        );
     }
     for user in ["alice", "bob", "carol"] {
-        ops.push(format!(r#"{{"op":"upsert","kind":"user","id":"{user}"}}"#));
+        site = site.user(user, &[]);
     }
-    ops.push(up(
-        "assignment",
-        "as",
-        r#"{"machine":"s1.z1","user":"alice"}"#,
-    ));
-    let mut events: Vec<(u64, String)> = vec![(
-        0,
-        format!(
-            r#"{{"ts":"{}","type":"config.change","version":1,"ops":[{}]}}"#,
-            ts(0),
-            ops.join(",")
-        ),
-    )];
+    let site = site.assignment("as", "s1.z1", "alice");
+    let mut events: Vec<(u64, String)> = vec![(0, text(&site.change(ts(0), 1)))];
     for t in (1..1000).step_by(60) {
         for c in ["cc.z1", "cc.z2"] {
-            events.push((
-                t,
-                format!(
-                    r#"{{"ts":"{}","type":"health.check","connector":"{c}","ok":{}}}"#,
-                    ts(t),
-                    t < 600
-                ),
-            ));
-            events.push((t, format!(r#"{{"ts":"{}","type":"storefront.heartbeat","connector":"{c}","storefront":"sf"}}"#, ts(t))));
+            events.push((t, text(&records::health_check(ts(t), c, t < 600))));
+            events.push((t, text(&records::storefront(ts(t), c, "sf"))));
         }
     }
     for t in [10, 160, 760] {
         for m in ["mm.z1", "p1.z1", "s1.z1", "m2.z2"] {
-            events.push((
-                t,
-                format!(
-                    r#"{{"ts":"{}","type":"vda.heartbeat","machine":"{m}","sessions":[]}}"#,
-                    ts(t)
-                ),
-            ));
+            events.push((t, text(&records::heartbeat(ts(t), m, &[]))));
         }
     }
     for (i, (resource, user, _, _)) in table.iter().enumerate() {
         for (base, mode) in [(300, "normal"), (800, "lhc")] {
-            events.push((
-                base + i as u64,
-                format!(
-                    r#"{{"ts":"{}","type":"launch.request","request":"{mode}-{i}","connector":"cc.z1","user":"{user}","resource":"{resource}","client":{{"name":"pc","ip":"10.0.0.1"}}}}"#,
-                    ts(base + i as u64)
-                ),
-            ));
+            let t = base + i as u64;
+            let request = format!("{mode}-{i}");
+            let launch = records::launch(ts(t), &request, "cc.z1", user, resource);
+            events.push((t, text(&launch)));
         }
     }
     events.sort_by_key(|e| e.0);

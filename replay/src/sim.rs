@@ -10,13 +10,15 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 
+use lhc_engine::build::SiteBuilder;
+use lhc_engine::config::{DeliveryGroupKind, ObjectKind, SiteData};
 use lhc_engine::output::{Outcome, Reason, SessionKind};
 use lhc_engine::record::{
     AdminCommand, AdminCommandName, Client, ConnectorLifecycle, HealthCheck, LaunchRequest,
     LifecycleEvent, PeerProbe, SessionEvent, SessionEventKind, SessionReport, SessionState,
     StorageFault, StorefrontHeartbeat, VdaHeartbeat,
 };
-use lhc_engine::{decode_record, encode_record, Engine, Output, Record, Ts};
+use lhc_engine::{encode_record, Engine, Output, Record, Ts};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, Exp};
@@ -777,96 +779,76 @@ impl Simulator {
     /// static assignments.
     fn initial_config(&mut self) -> Record {
         let o = self.options.clone();
-        let mut ops: Vec<String> = vec![format!(
-            r#"{{"op":"upsert","kind":"site","id":"site","data":{{"heartbeat_period_ms":{}}}}}"#,
-            o.heartbeat_period_ms
-        )];
-        ops.push(r#"{"op":"upsert","kind":"group","id":"staff"}"#.into());
+        let mut site = SiteBuilder::new()
+            .site(SiteData {
+                heartbeat_period_ms: o.heartbeat_period_ms,
+                ..SiteData::default()
+            })
+            .user_group("staff");
         let departments = 10;
         for d in 0..departments {
-            ops.push(format!(
-                r#"{{"op":"upsert","kind":"group","id":"dept{d}"}}"#
-            ));
+            site = site.user_group(&format!("dept{d}"));
         }
         for (name, zone) in &self.connectors {
-            ops.push(format!(
-                r#"{{"op":"upsert","kind":"connector","id":"{name}","data":{{"zone":"z{}"}}}}"#,
-                zone + 1
-            ));
+            site = site.connector(name, &format!("z{}", zone + 1));
         }
         // Resources: one app spanning every zone; a pooled and a static desktop per zone.
         self.resources
             .push(("office".into(), (0..o.zones).collect()));
         for z in 0..o.zones {
-            ops.push(format!(
-                r#"{{"op":"upsert","kind":"zone","id":"z{}","data":{{"name":"Zone {}"}}}}"#,
-                z + 1,
-                z + 1
-            ));
-            for (group, kind) in [
-                ("apps", "multi_session"),
-                ("pool", "single_session_pooled"),
-                ("static", "single_session_static"),
-            ] {
-                ops.push(format!(
-                    r#"{{"op":"upsert","kind":"delivery_group","id":"{group}-z{}","data":{{"kind":"{kind}"}}}}"#,
-                    z + 1
-                ));
-            }
+            let n = z + 1;
+            site = site
+                .zone_named(&format!("z{n}"), &format!("Zone {n}"))
+                .group(&format!("apps-z{n}"), DeliveryGroupKind::MultiSession)
+                .group(
+                    &format!("pool-z{n}"),
+                    DeliveryGroupKind::SingleSessionPooled,
+                )
+                .group(
+                    &format!("static-z{n}"),
+                    DeliveryGroupKind::SingleSessionStatic,
+                );
             self.resources
-                .push((format!("pooled-desktop-z{}", z + 1), vec![z]));
+                .push((format!("pooled-desktop-z{n}"), vec![z]));
             self.resources
-                .push((format!("static-desktop-z{}", z + 1), vec![z]));
+                .push((format!("static-desktop-z{n}"), vec![z]));
         }
-        ops.push(format!(
-            r#"{{"op":"upsert","kind":"resource","id":"office","data":{{"kind":"application","delivery_groups":[{}]}}}}"#,
-            (0..o.zones)
-                .map(|z| format!("\"apps-z{}\"", z + 1))
-                .collect::<Vec<_>>()
-                .join(",")
-        ));
-        ops.push(r#"{"op":"upsert","kind":"entitlement","id":"office-staff","data":{"resource":"office","principals":["staff"]}}"#.into());
+        let apps: Vec<String> = (0..o.zones).map(|z| format!("apps-z{}", z + 1)).collect();
+        let apps: Vec<&str> = apps.iter().map(String::as_str).collect();
+        site = site
+            .application("office", &apps)
+            .entitlement("office-staff", "office", &["staff"]);
         let mut static_machines: Vec<Vec<usize>> = vec![Vec::new(); o.zones];
         for (i, m) in self.machines.iter().enumerate() {
             let z = m.zone;
             let local = i % o.vdas_per_zone.max(1);
             let (group, max) = match machine_role(local, o.vdas_per_zone) {
-                Role::Server => ("apps", ",\"max_sessions\":20"),
-                Role::Pooled => ("pool", ""),
+                Role::Server => ("apps", Some(20)),
+                Role::Pooled => ("pool", None),
                 Role::Static => {
                     static_machines[z].push(i);
-                    ("static", "")
+                    ("static", None)
                 }
             };
-            ops.push(format!(
-                r#"{{"op":"upsert","kind":"machine","id":"{}","data":{{"zone":"z{}","delivery_group":"{group}-z{}"{max}}}}}"#,
-                m.name,
-                z + 1,
-                z + 1
-            ));
+            let n = z + 1;
+            site = site.machine(&m.name, &format!("z{n}"), &format!("{group}-z{n}"), max);
         }
         for z in 0..o.zones {
-            ops.push(format!(
-                r#"{{"op":"upsert","kind":"resource","id":"pooled-desktop-z{}","data":{{"kind":"desktop","delivery_groups":["pool-z{}"]}}}}"#,
-                z + 1,
-                z + 1
-            ));
-            ops.push(format!(
-                r#"{{"op":"upsert","kind":"resource","id":"static-desktop-z{}","data":{{"kind":"desktop","delivery_groups":["static-z{}"]}}}}"#,
-                z + 1,
-                z + 1
-            ));
+            let n = z + 1;
             // Pooled desktops for two departments per zone.
             let depts: Vec<String> = (0..departments)
                 .filter(|d| d % o.zones == z)
-                .map(|d| format!("\"dept{d}\""))
+                .map(|d| format!("dept{d}"))
                 .collect();
-            ops.push(format!(
-                r#"{{"op":"upsert","kind":"entitlement","id":"pooled-z{}","data":{{"resource":"pooled-desktop-z{}","principals":[{}]}}}}"#,
-                z + 1,
-                z + 1,
-                depts.join(",")
-            ));
+            let depts: Vec<&str> = depts.iter().map(String::as_str).collect();
+            site = site
+                .desktop(&format!("pooled-desktop-z{n}"), &[&format!("pool-z{n}")])
+                .desktop(&format!("static-desktop-z{n}"), &[&format!("static-z{n}")])
+                .entitlement(
+                    &format!("pooled-z{n}"),
+                    &format!("pooled-desktop-z{n}"),
+                    &depts,
+                );
         }
         // Users: everyone in staff and one department; the first ones own a static desktop.
         self.user_resources = vec![vec![0]; o.users];
@@ -875,21 +857,18 @@ impl Simulator {
         let mut static_entitled: Vec<Vec<String>> = vec![Vec::new(); o.zones];
         for u in 0..o.users {
             let dept = u % departments;
-            ops.push(format!(
-                r#"{{"op":"upsert","kind":"user","id":"{}","data":{{"groups":["staff","dept{dept}"]}}}}"#,
-                user_name(u)
-            ));
+            site = site.user(&user_name(u), &["staff", &format!("dept{dept}")]);
             let zone = dept % o.zones;
             self.user_resources[u].push(1 + 2 * zone);
             if let Some(&machine) = static_machines[zone].get(next_static[zone]) {
                 next_static[zone] += 1;
                 assigned += 1;
-                ops.push(format!(
-                    r#"{{"op":"upsert","kind":"assignment","id":"a{assigned}","data":{{"machine":"{}","user":"{}"}}}}"#,
-                    self.machines[machine].name,
-                    user_name(u)
-                ));
-                static_entitled[zone].push(format!("\"{}\"", user_name(u)));
+                site = site.assignment(
+                    &format!("a{assigned}"),
+                    &self.machines[machine].name,
+                    &user_name(u),
+                );
+                static_entitled[zone].push(user_name(u));
                 self.user_resources[u].push(2 + 2 * zone);
             }
         }
@@ -897,45 +876,37 @@ impl Simulator {
             if users.is_empty() {
                 continue;
             }
-            ops.push(format!(
-                r#"{{"op":"upsert","kind":"entitlement","id":"static-z{}","data":{{"resource":"static-desktop-z{}","principals":[{}]}}}}"#,
-                z + 1,
-                z + 1,
-                users.join(",")
-            ));
+            let users: Vec<&str> = users.iter().map(String::as_str).collect();
+            let n = z + 1;
+            site = site.entitlement(
+                &format!("static-z{n}"),
+                &format!("static-desktop-z{n}"),
+                &users,
+            );
         }
         self.version = o.version_base + 1;
-        let text = format!(
-            r#"{{"ts":"{}","type":"config.change","version":{},"ops":[{}]}}"#,
-            o.start,
-            self.version,
-            ops.join(",")
-        );
-        decode_record(text.as_bytes()).expect("the simulated configuration is valid")
+        site.change(o.start, self.version)
     }
 
     /// A configuration change with one of the mistakes that fail imports in practice.
     fn bad_config(&mut self, ts: Ts, kind: BadConfig) -> Record {
         self.version += 1;
-        let op = match kind {
-            BadConfig::DanglingReference => format!(
-                r#"{{"op":"upsert","kind":"machine","id":"new-vda-{}.sim.example","data":{{"zone":"z1","delivery_group":"retired-group"}}}}"#,
-                self.version
+        let change = match kind {
+            BadConfig::DanglingReference => SiteBuilder::new().machine(
+                &format!("new-vda-{}.sim.example", self.version),
+                "z1",
+                "retired-group",
+                None,
             ),
-            BadConfig::OrphanedAccount => format!(
-                r#"{{"op":"delete","kind":"user","id":"{}"}}"#,
-                self.assigned_user().unwrap_or_else(|| user_name(0))
+            BadConfig::OrphanedAccount => SiteBuilder::new().delete(
+                ObjectKind::User,
+                &self.assigned_user().unwrap_or_else(|| user_name(0)),
             ),
-            BadConfig::DuplicateName => format!(
-                r#"{{"op":"upsert","kind":"user","id":"{}","data":{{"groups":["staff"]}}}}"#,
-                user_name(0).to_uppercase()
-            ),
+            BadConfig::DuplicateName => {
+                SiteBuilder::new().user(&user_name(0).to_uppercase(), &["staff"])
+            }
         };
-        let text = format!(
-            r#"{{"ts":"{ts}","type":"config.change","version":{},"ops":[{op}]}}"#,
-            self.version
-        );
-        decode_record(text.as_bytes()).expect("the bad change is still a valid record")
+        change.change(ts, self.version)
     }
 
     /// A user a static assignment names, if any.

@@ -4,6 +4,9 @@
 mod common;
 
 use common::{lhc, simulate};
+use lhc_engine::build::{records, text, SiteBuilder};
+use lhc_engine::config::{ConfigObject, DeliveryGroupData, DeliveryGroupKind, MachineData};
+use lhc_engine::Ts;
 use serde_json::Value;
 
 fn findings(path: &str) -> (Vec<Value>, bool) {
@@ -38,29 +41,45 @@ fn configuration_checks_fire_and_cite_their_source() {
     let tmp = tempfile::tempdir().unwrap();
     // Zone z1: 10,001 VDAs and one connector that no StoreFront talks to; a group restricted
     // to a tag with machines in two zones.
-    let mut ops = vec![
-        r#"{"op":"upsert","kind":"zone","id":"z1","data":{"name":"One"}}"#.to_string(),
-        r#"{"op":"upsert","kind":"zone","id":"z2","data":{"name":"Two"}}"#.to_string(),
-        r#"{"op":"upsert","kind":"connector","id":"a.z1","data":{"zone":"z1"}}"#.to_string(),
-        r#"{"op":"upsert","kind":"connector","id":"a.z2","data":{"zone":"z2"}}"#.to_string(),
-        r#"{"op":"upsert","kind":"connector","id":"b.z2","data":{"zone":"z2"}}"#.to_string(),
-        r#"{"op":"upsert","kind":"delivery_group","id":"g","data":{"kind":"multi_session"}}"#.to_string(),
-        r#"{"op":"upsert","kind":"delivery_group","id":"tagged","data":{"kind":"multi_session","restrict_to_tag":"gpu"}}"#.to_string(),
-        r#"{"op":"upsert","kind":"machine","id":"t1.z1","data":{"zone":"z1","delivery_group":"tagged","tags":["gpu"]}}"#.to_string(),
-        r#"{"op":"upsert","kind":"machine","id":"t1.z2","data":{"zone":"z2","delivery_group":"tagged"}}"#.to_string(),
-    ];
+    let tagged_machine = |id: &str, zone: &str, tags: &[&str]| ConfigObject::Machine {
+        id: id.into(),
+        data: MachineData {
+            zone: zone.into(),
+            delivery_group: "tagged".into(),
+            max_sessions: None,
+            tags: tags.iter().map(|t| t.to_string()).collect(),
+            remote_pc: false,
+            maintenance: false,
+        },
+    };
+    let mut site = SiteBuilder::new()
+        .zone("z1")
+        .zone("z2")
+        .connector("a.z1", "z1")
+        .connector("a.z2", "z2")
+        .connector("b.z2", "z2")
+        .group("g", DeliveryGroupKind::MultiSession)
+        .object(ConfigObject::DeliveryGroup {
+            id: "tagged".into(),
+            data: DeliveryGroupData {
+                kind: DeliveryGroupKind::MultiSession,
+                power_managed: true,
+                shutdown_desktops_after_use: None,
+                reuse_machines_without_shutdown_in_outage: None,
+                session_limit_per_user: None,
+                restrict_to_tag: Some("gpu".into()),
+            },
+        })
+        .object(tagged_machine("t1.z1", "z1", &["gpu"]))
+        .object(tagged_machine("t1.z2", "z2", &[]));
     for v in 0..10_000 {
-        ops.push(format!(
-            r#"{{"op":"upsert","kind":"machine","id":"m{v}.z1","data":{{"zone":"z1","delivery_group":"g"}}}}"#
-        ));
+        site = site.machine(&format!("m{v}.z1"), "z1", "g", None);
     }
+    let t = Ts(1_767_603_600_000);
     let lines = [
-        format!(
-            r#"{{"ts":"2026-01-05T09:00:00.000Z","type":"config.change","version":1,"ops":[{}]}}"#,
-            ops.join(",")
-        ),
-        r#"{"ts":"2026-01-05T09:00:01.000Z","type":"storefront.heartbeat","connector":"a.z2","storefront":"sf"}"#.into(),
-        r#"{"ts":"2026-01-05T09:00:01.000Z","type":"storefront.heartbeat","connector":"b.z2","storefront":"sf"}"#.into(),
+        text(&site.change(t, 1)),
+        text(&records::storefront(Ts(t.millis() + 1000), "a.z2", "sf")),
+        text(&records::storefront(Ts(t.millis() + 1000), "b.z2", "sf")),
     ];
     let path = tmp.path().join("site.jsonl");
     std::fs::write(&path, lines.join("\n") + "\n").unwrap();
