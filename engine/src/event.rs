@@ -236,27 +236,44 @@ impl Event {
     /// The typed event; `None` for an id and data the engine never emits together (an
     /// output log written by something else).
     pub fn kind(&self) -> Option<EventKind> {
-        let kind = match (self.event_id, &self.data) {
-            (503, EventData::Version(v)) => EventKind::ImportStarted(v.clone()),
-            (504, EventData::Imported(i)) => EventKind::Imported(i.clone()),
-            (505, EventData::ImportFailed(f)) => EventKind::ImportFailed(f.clone()),
-            (507, EventData::Version(v)) => EventKind::ImportAbandoned(v.clone()),
-            (510, EventData::Empty(_)) => EventKind::NoConfigData,
-            (517, EventData::Empty(_)) => EventKind::RbpNotRunning,
-            (518, EventData::Empty(_)) => EventKind::HaNotRunning,
-            (3001, EventData::Empty(_)) => EventKind::HealthCheckFailed,
-            (3002, EventData::Ineligible(i)) => EventKind::CannotEnterLhc(i.clone()),
-            (3003, EventData::Transition(t)) => EventKind::StateChanged(t.clone()),
-            (3502, EventData::Brokering(b)) => EventKind::Brokering(b.clone()),
-            (3503, EventData::OutageEnded(o)) => EventKind::OutageEnded(o.clone()),
-            (3504, EventData::ElectionView(v)) => EventKind::ElectionView(v.clone()),
-            (3507, EventData::ElectedReport(r)) => EventKind::ElectedReport(r.clone()),
-            (3508, EventData::ElectedSummary(s)) => EventKind::ElectedSummary(s.clone()),
-            (3509, EventData::NonElected(n)) => EventKind::NonElected(n.clone()),
-            (3510, EventData::NonElectedSummary(n)) => EventKind::NonElectedSummary(n.clone()),
-            _ => return None,
-        };
+        let data = serde_json::to_value(&self.data).ok()?;
+        let kind = EventKind::from_wire(self.event_id, data)?.ok()?;
         (kind.source() == self.source).then_some(kind)
+    }
+}
+
+impl EventKind {
+    /// The event of wire id `id` with the data `value`, in the one shape the engine gives
+    /// that id; `None` for an id it never emits. (The inverse of `id` and `data`.)
+    fn from_wire(
+        id: u32,
+        value: serde_json::Value,
+    ) -> Option<Result<EventKind, serde_json::Error>> {
+        use serde_json::from_value as shape;
+        let empty = |value| shape::<EmptyData>(value).map(|_| ());
+        let kind = (|| {
+            Ok(Some(match id {
+                503 => EventKind::ImportStarted(shape(value)?),
+                504 => EventKind::Imported(shape(value)?),
+                505 => EventKind::ImportFailed(shape(value)?),
+                507 => EventKind::ImportAbandoned(shape(value)?),
+                510 => empty(value).map(|_| EventKind::NoConfigData)?,
+                517 => empty(value).map(|_| EventKind::RbpNotRunning)?,
+                518 => empty(value).map(|_| EventKind::HaNotRunning)?,
+                3001 => empty(value).map(|_| EventKind::HealthCheckFailed)?,
+                3002 => EventKind::CannotEnterLhc(shape(value)?),
+                3003 => EventKind::StateChanged(shape(value)?),
+                3502 => EventKind::Brokering(shape(value)?),
+                3503 => EventKind::OutageEnded(shape(value)?),
+                3504 => EventKind::ElectionView(shape(value)?),
+                3507 => EventKind::ElectedReport(shape(value)?),
+                3508 => EventKind::ElectedSummary(shape(value)?),
+                3509 => EventKind::NonElected(shape(value)?),
+                3510 => EventKind::NonElectedSummary(shape(value)?),
+                _ => return Ok(None),
+            }))
+        })();
+        kind.transpose()
     }
 }
 
@@ -293,21 +310,8 @@ impl<'de> Deserialize<'de> for Event {
 /// The data of event `id`, in the shape the engine gives that id (any shape that fits
 /// for an id it never emits).
 fn data_of(id: u32, value: serde_json::Value) -> Result<EventData, serde_json::Error> {
-    use serde_json::from_value as shape;
-    Ok(match id {
-        503 | 507 => EventData::Version(shape(value)?),
-        504 => EventData::Imported(shape(value)?),
-        505 => EventData::ImportFailed(shape(value)?),
-        510 | 517 | 518 | 3001 => EventData::Empty(shape(value)?),
-        3002 => EventData::Ineligible(shape(value)?),
-        3003 => EventData::Transition(shape(value)?),
-        3502 => EventData::Brokering(shape(value)?),
-        3503 => EventData::OutageEnded(shape(value)?),
-        3504 => EventData::ElectionView(shape(value)?),
-        3507 => EventData::ElectedReport(shape(value)?),
-        3508 => EventData::ElectedSummary(shape(value)?),
-        3509 => EventData::NonElected(shape(value)?),
-        3510 => EventData::NonElectedSummary(shape(value)?),
-        _ => EventData::deserialize(value)?,
-    })
+    match EventKind::from_wire(id, value.clone()) {
+        Some(kind) => kind.map(EventKind::data),
+        None => EventData::deserialize(value),
+    }
 }
