@@ -276,6 +276,32 @@ fn the_live_dashboard_updates_in_chromium_as_records_arrive() {
     ));
     assert_eq!(others.as_u64(), Some(0));
 
+    // On a phone's width the charts are drawn at that width (text at its CSS size) and the
+    // page does not scroll sideways.
+    page.call(
+        "Emulation.setDeviceMetricsOverride",
+        json!({ "width": 390, "height": 844, "deviceScaleFactor": 1, "mobile": true }),
+    );
+    wait_until(
+        "the charts follow the width",
+        Duration::from_secs(10),
+        || {
+            page.eval("document.querySelector('#lanes svg').viewBox.baseVal.width")
+                .as_f64()
+                .is_some_and(|w| w <= 390.0)
+        },
+    );
+    let overflow = page.eval("document.documentElement.scrollWidth");
+    assert!(
+        overflow.as_f64().unwrap() <= 390.0,
+        "no sideways scroll: {overflow}"
+    );
+    page.call("Emulation.clearDeviceMetricsOverride", json!({}));
+    wait_until("back to the desktop width", Duration::from_secs(10), || {
+        page.eval("document.querySelector('#lanes svg').viewBox.baseVal.width")
+            .as_f64()
+            .is_some_and(|w| w > 600.0)
+    });
     // A screenshot shows the lanes (working_normally is #9ecae1).
     let shot = page.call("Page.captureScreenshot", json!({ "format": "png" }));
     let png = base64::engine::general_purpose::STANDARD

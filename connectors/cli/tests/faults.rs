@@ -178,8 +178,11 @@ fn a_node_whose_data_disk_fills_says_so_on_every_probe_and_exits_non_zero() {
     let health = seen_health.expect("/healthz answered 503 after the disk filled");
     assert_eq!(health["status"], "failed", "{health}");
     assert_eq!(health["reason"], "node_failed", "{health}");
+    // The detail names the cause (the disk), not only that the committer stopped.
     assert!(
-        health["detail"].as_str().is_some_and(|d| !d.is_empty()),
+        health["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("No space left on device")),
         "{health}"
     );
     let ready = seen_ready.expect("/readyz answered 503 after the disk filled");

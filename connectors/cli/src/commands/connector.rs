@@ -49,7 +49,8 @@ pub enum ConnectorCommand {
     /// --data), then health-checks --cloud-url, probes its zone peers' /election, appends a
     /// clock.tick when the log is quiet, and serves StoreFront (/storefront/heartbeat,
     /// /storefront/resources, /storefront/launch), VDAs (/vda/heartbeat, /vda/session), load
-    /// balancers (/adc/probe), peers (/election), operations (/healthz, /metrics), admin
+    /// balancers (/adc/probe), peers (/election), operations (/livez, /readyz, /metrics,
+    /// /openapi.json; these answer during the catch-up too), a live dashboard (/), admin
     /// (/admin/..., bearer token) and the read-only SDK (/sdk/..., while enabled). Every
     /// observation and request becomes a log record; answers come from the fold, so a
     /// replay of the log makes the same decisions. Outputs about this connector are

@@ -46,8 +46,8 @@ struct Minute {
 /// The last configuration sync result of this connector.
 #[derive(Clone, Debug, Serialize)]
 struct Sync {
-    /// When.
-    ts: Ts,
+    /// When (`None`: read from the state the node started from, not seen happen).
+    ts: Option<Ts>,
     /// "imported" or "failed".
     result: &'static str,
     /// The version imported or refused.
@@ -57,6 +57,46 @@ struct Sync {
     kept: Option<u64>,
     /// The 505's failures in words: object, rule and detail.
     failures: Vec<String>,
+}
+
+/// A 505's failure in words: object, detail, rule, and the offset that introduced it.
+fn failure_text(x: &lhc_engine::output::ImportFailure) -> String {
+    format!(
+        "{} {}: {} ({}, introduced at offset {})",
+        snake(&x.kind),
+        x.id,
+        x.detail,
+        snake(&x.rule),
+        x.introduced_by.offset
+    )
+}
+
+/// The sync result the state implies: the current version in use, or refused (its
+/// validation failed) with the snapshot kept.
+fn state_sync(engine: &Engine, c: &lhc_engine::engine::Connector) -> Option<Sync> {
+    let current = engine.site().version;
+    if current == 0 {
+        return None;
+    }
+    if c.snapshot() == Some(current) {
+        return Some(Sync {
+            ts: None,
+            result: "imported",
+            version: current,
+            kept: None,
+            failures: Vec::new(),
+        });
+    }
+    match engine.validations().get(&current) {
+        Some(lhc_engine::engine::Validation::Invalid(failures)) => Some(Sync {
+            ts: None,
+            result: "failed",
+            version: current,
+            kept: c.snapshot(),
+            failures: failures.iter().map(failure_text).collect(),
+        }),
+        _ => None,
+    }
 }
 
 /// The zone's recent history, as the fold saw it.
@@ -108,7 +148,7 @@ impl History {
                     }
                     Some(EventKind::Imported(i)) if e.connector == me => {
                         self.sync = Some(Sync {
-                            ts: e.ts,
+                            ts: Some(e.ts),
                             result: "imported",
                             version: i.version,
                             kept: None,
@@ -117,24 +157,11 @@ impl History {
                     }
                     Some(EventKind::ImportFailed(f)) if e.connector == me => {
                         self.sync = Some(Sync {
-                            ts: e.ts,
+                            ts: Some(e.ts),
                             result: "failed",
                             version: f.version,
                             kept: f.fallback_version,
-                            failures: f
-                                .failures
-                                .iter()
-                                .map(|x| {
-                                    format!(
-                                        "{} {}: {} ({}, introduced at offset {})",
-                                        snake(&x.kind),
-                                        x.id,
-                                        x.detail,
-                                        snake(&x.rule),
-                                        x.introduced_by.offset
-                                    )
-                                })
-                                .collect(),
+                            failures: f.failures.iter().map(failure_text).collect(),
                         });
                     }
                     _ => {}
@@ -240,6 +267,9 @@ impl History {
             .filter(|c| c.zone.eq_ignore_ascii_case(zone))
             .collect();
         let mine = engine.connectors().get(me);
+        // Nothing seen happen since the start (a restart from the snapshot): what the state
+        // says about the current version.
+        let sync = self.sync.clone().or_else(|| state_sync(engine, mine?));
         json!({
             "connector": me,
             "zone": zone,
@@ -254,7 +284,7 @@ impl History {
             "elections": self.elections,
             "registrations": self.registrations,
             "launches_per_minute": self.minutes,
-            "last_sync": self.sync,
+            "last_sync": sync,
         })
     }
 }

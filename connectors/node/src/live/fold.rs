@@ -101,7 +101,12 @@ pub(crate) fn fold_loop(
     let committed = committer
         .join()
         .unwrap_or_else(|_| Err(NodeError::Commit("the committer panicked".into())));
-    result.and(committed)
+    // When both failed, the committer's error is the cause (a full disk, a file too large):
+    // the fold only saw that the committer stopped.
+    match (result, committed) {
+        (_, Err(cause)) => Err(cause),
+        (result, Ok(())) => result,
+    }
 }
 
 fn fold_on(
@@ -250,6 +255,9 @@ fn apply_entry(
             Output::Quarantine(q) => {
                 quarantine = Some(q.error.clone());
                 stats.quarantined += 1;
+                if shared.caught_up.load(Ordering::Relaxed) {
+                    stats.quarantined_live += 1;
+                }
                 stats.last_quarantine = Some((offset, q.error.clone()));
             }
             // Decisions folded during the catch-up at start are history, not this process's

@@ -432,6 +432,7 @@ async fn launch(
         .await
         {
             forget();
+            shared.counters.launch_failed("log_refused");
             return Err(e);
         }
         match tokio::time::timeout(shared.config.launch_timeout, rx).await {
@@ -454,10 +455,12 @@ async fn launch(
                 }
             }
             Ok(Err(_)) => {
+                shared.counters.launch_failed("shutting_down");
                 return Err(ApiError::unavailable("the node is shutting down"));
             }
             Err(_) => {
                 forget();
+                shared.counters.launch_failed("timeout");
                 return Err(ApiError::unavailable(format!(
                     "no decision for request {request:?} within {} ms; the fold is behind \
                      (see /healthz)",
@@ -466,6 +469,7 @@ async fn launch(
             }
         }
     }
+    shared.counters.launch_failed("quarantined");
     Err(ApiError::unavailable(format!(
         "request {request:?} could not be applied: {last_error}"
     )))
@@ -737,6 +741,7 @@ async fn metrics(State(shared): State<AppState>, headers: axum::http::HeaderMap)
     let config_version = Gauge::<i64>::default();
     config_version.set(-1);
     let last_import = Gauge::<i64>::default();
+    let mut import_known = false;
     let ineligible = Family::<Labels, Gauge>::default();
     let fold_lag_seconds = Gauge::<i64>::default();
     {
@@ -766,6 +771,7 @@ async fn metrics(State(shared): State<AppState>, headers: axum::http::HeaderMap)
             let stats = shared.stats.lock().expect("stats");
             if let Some((_, at)) = stats.last_import {
                 last_import.set(at.millis() / 1000);
+                import_known = true;
             }
             // Every reason has a series (0 or 1), so alerts and dashboards see 0, not absence.
             use lhc_engine::output::IneligibleReason as R;
@@ -812,11 +818,16 @@ async fn metrics(State(shared): State<AppState>, headers: axum::http::HeaderMap)
         "Site config version of the imported snapshot (-1: none)",
         config_version,
     );
-    registry.register(
-        "config_last_import_timestamp_seconds",
-        "Log time of this connector's last successful import (504), Unix seconds",
-        last_import,
-    );
+    // Unknown (no 504 folded by this process, e.g. just restarted from its snapshot): no
+    // sample, rather than a 1970 timestamp.
+    if import_known {
+        registry.register(
+            "config_last_import_timestamp_seconds",
+            "Log time of this connector's last successful import (504) folded by this \
+             process, Unix seconds",
+            last_import,
+        );
+    }
     registry.register(
         "cannot_enter_lhc",
         "1 for the reason this connector last reported it cannot enter LHC mode (3002)",
@@ -864,6 +875,28 @@ async fn metrics(State(shared): State<AppState>, headers: axum::http::HeaderMap)
         "launch_duration_seconds",
         "Seconds from a launch request's arrival to its decision, in this process",
         shared.counters.launch_seconds.clone(),
+    );
+    let launch_failures = Family::<Labels, Counter>::default();
+    // Every reason has a series, so a rate is 0 rather than absent.
+    for why in ["log_refused", "timeout", "quarantined", "shutting_down"] {
+        let _ = launch_failures.get_or_create(&vec![("reason".to_string(), why.to_string())]);
+    }
+    for (why, n) in shared
+        .counters
+        .launch_failures
+        .lock()
+        .expect("launch failures")
+        .iter()
+    {
+        launch_failures
+            .get_or_create(&vec![("reason".to_string(), why.to_string())])
+            .inc_by(*n);
+    }
+    registry.register(
+        "launch_failures",
+        "Launch requests this process answered with no decision (5xx): the site log refused \
+         the request, no decision in time, quarantined, or shutting down",
+        launch_failures,
     );
     let ready = Gauge::<i64>::default();
     ready.set(i64::from(readiness(&shared).await.1.is_ok()));

@@ -155,8 +155,10 @@ impl Bell {
 pub(crate) struct FoldStats {
     /// This connector's decisions by (outcome, via, reason).
     pub decisions: BTreeMap<(String, String, String), u64>,
-    /// Quarantined inputs.
+    /// Quarantined inputs folded by this process (the catch-up at start included).
     pub quarantined: u64,
+    /// Quarantined inputs folded after the catch-up: what this process saw arrive.
+    pub quarantined_live: u64,
     /// Last successful import of this connector: (version, ts).
     pub last_import: Option<(u64, Ts)>,
     /// The latest quarantine: (engine offset, error).
@@ -264,6 +266,21 @@ pub(crate) struct ProcessCounters {
     pub peer_probe_failures: AtomicU64,
     /// Seconds from a launch request's arrival to its decision.
     pub launch_seconds: prometheus_client::metrics::histogram::Histogram,
+    /// Launch requests answered with no decision (5xx), by why: the user saw a failure
+    /// that no decision records.
+    pub launch_failures: Mutex<BTreeMap<&'static str, u64>>,
+}
+
+impl ProcessCounters {
+    /// Counts a launch answered without a decision.
+    pub fn launch_failed(&self, why: &'static str) {
+        *self
+            .launch_failures
+            .lock()
+            .expect("launch failures")
+            .entry(why)
+            .or_default() += 1;
+    }
 }
 
 impl Default for ProcessCounters {
@@ -275,6 +292,7 @@ impl Default for ProcessCounters {
             launch_seconds: prometheus_client::metrics::histogram::Histogram::new(
                 prometheus_client::metrics::histogram::exponential_buckets(0.001, 2.0, 15),
             ),
+            launch_failures: Mutex::new(BTreeMap::new()),
         }
     }
 }
