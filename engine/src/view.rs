@@ -63,7 +63,7 @@ pub struct ElectionView {
 }
 
 /// A connector as listings show it (`lhc query connectors`, the node's dashboard).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, JsonSchema)]
 pub struct ConnectorSummary<'a> {
     /// Its exact id.
     pub connector: &'a str,

@@ -13,8 +13,8 @@ use lhc_engine::engine::snake;
 use lhc_engine::event::EventKind;
 use lhc_engine::output::{ConnectorState, LaunchDecision, Outcome};
 use lhc_engine::{Engine, Output, Ts};
+use schemars::JsonSchema;
 use serde::Serialize;
-use serde_json::{json, Value};
 
 /// How much log time the dashboard keeps: six hours.
 pub const WINDOW_MS: i64 = 6 * 3600 * 1000;
@@ -24,7 +24,7 @@ const MINUTE_MS: i64 = 60_000;
 pub const PAGE: &str = include_str!("dashboard.html");
 
 /// One stretch of a connector's lane.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, JsonSchema)]
 struct Segment {
     /// When it began.
     from: Ts,
@@ -35,7 +35,7 @@ struct Segment {
 }
 
 /// Launch decisions of one minute: brokered and each rejection reason.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, JsonSchema)]
 struct Minute {
     /// Start of the minute.
     minute: i64,
@@ -44,7 +44,7 @@ struct Minute {
 }
 
 /// The last configuration sync result of this connector.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, JsonSchema)]
 struct Sync {
     /// When (`None`: read from the state the node started from, not seen happen).
     ts: Option<Ts>,
@@ -258,7 +258,7 @@ impl History {
     }
 
     /// The dashboard's data: the history plus the zone's connectors as they are now.
-    pub fn to_json(&self, engine: &Engine, me: &str) -> Value {
+    pub fn state<'a>(&'a self, engine: &'a Engine, me: &'a str) -> DashboardState<'a> {
         let me = engine.site().connector_id(me).unwrap_or(me);
         let zone = engine.site().connector_zone(me).unwrap_or_default();
         let connectors: Vec<_> = engine
@@ -269,22 +269,58 @@ impl History {
         let mine = engine.connectors().get(me);
         // Nothing seen happen since the start (a restart from the snapshot): what the state
         // says about the current version.
-        let sync = self.sync.clone().or_else(|| state_sync(engine, mine?));
-        json!({
-            "connector": me,
-            "zone": zone,
-            "configured": mine.is_some(),
-            "now": self.now,
-            "window_ms": WINDOW_MS,
-            "updates": self.updates,
-            "site_version": engine.site().version,
-            "snapshot_version": mine.and_then(|c| c.snapshot()),
-            "connectors": connectors,
-            "lanes": self.lanes,
-            "elections": self.elections,
-            "registrations": self.registrations,
-            "launches_per_minute": self.minutes,
-            "last_sync": sync,
-        })
+        let last_sync = self
+            .sync
+            .clone()
+            .or_else(|| state_sync(engine, mine?));
+        DashboardState {
+            connector: me,
+            zone,
+            configured: mine.is_some(),
+            now: self.now,
+            window_ms: WINDOW_MS,
+            updates: self.updates,
+            site_version: engine.site().version,
+            snapshot_version: mine.and_then(|c| c.snapshot()),
+            connectors,
+            lanes: &self.lanes,
+            elections: &self.elections,
+            registrations: &self.registrations,
+            launches_per_minute: &self.minutes,
+            last_sync,
+        }
     }
+}
+
+/// What the dashboard shows (`GET /dashboard/state`, and each server-sent event).
+#[derive(Serialize, JsonSchema)]
+pub struct DashboardState<'a> {
+    /// This connector.
+    connector: &'a str,
+    /// Its zone (lowercase id; empty while no configuration names it).
+    zone: &'a str,
+    /// A configuration names this connector.
+    configured: bool,
+    /// Log time of the latest record folded.
+    now: Option<Ts>,
+    /// How much log time the history keeps, ms.
+    window_ms: i64,
+    /// Records folded into the history.
+    updates: u64,
+    /// The site configuration's version.
+    site_version: u64,
+    /// This connector's snapshot version.
+    snapshot_version: Option<u64>,
+    /// The zone's connectors as they are now.
+    connectors: Vec<lhc_engine::view::ConnectorSummary<'a>>,
+    /// Each zone connector's lane, oldest segment first.
+    lanes: &'a BTreeMap<String, Vec<Segment>>,
+    /// Election changes this connector saw: (time, elected).
+    elections: &'a Vec<(Ts, Option<String>)>,
+    /// Registrations per zone connector, once per minute: (minute, counts).
+    registrations: &'a Vec<(i64, BTreeMap<String, usize>)>,
+    /// Launch decisions of the zone's connectors per minute.
+    launches_per_minute: &'a Vec<Minute>,
+    /// The latest sync result of this connector.
+    last_sync: Option<Sync>,
 }

@@ -140,7 +140,7 @@ async fn dashboard_page() -> Response {
 fn dashboard_json(shared: &Shared) -> Value {
     let engine = shared.engine.read().expect("engine lock");
     let history = shared.dashboard.lock().expect("dashboard");
-    history.to_json(&engine, &shared.config.connector)
+    serde_json::to_value(history.state(&engine, &shared.config.connector)).expect("serializes")
 }
 
 /// The dashboard's data once, as JSON.

@@ -476,11 +476,9 @@ fn routes() -> Vec<Route> {
             "/dashboard/state",
             "The dashboard's data",
             "dashboard",
-            vec![Answer {
-                status: 200,
-                description: "lanes, connectors, registrations, launches, configuration",
-                body: Body::AnyJson,
-            }],
+            vec![ok::<super::dashboard::DashboardState>(
+                "lanes, connectors, registrations, launches, configuration",
+            )],
         ),
         get(
             "/dashboard/events",
