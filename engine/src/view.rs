@@ -1,6 +1,6 @@
 //! Read-only answers for the drivers (the live node, the CLI): what a load balancer's
 //! monitor sees, which resources a user is offered and from where, a connector's election
-//! summary, whether a silent peer has crashed, whether a quarantine was a lost `ts` race.
+//! summary, whether a silent peer has crashed, whether a record would lose a `ts` race.
 //!
 //! Invariant: the drivers decide nothing. Every rule a driver needs is a function of the
 //! engine state and of what the driver passes in (its wall clock included, as a `Ts`), so
@@ -10,7 +10,7 @@ use schemars::JsonSchema;
 use serde::Serialize;
 
 use crate::broker::Enumerated;
-use crate::output::{ConnectorState, IneligibleReason, Quarantine};
+use crate::output::{ConnectorState, IneligibleReason};
 use crate::ts::Ts;
 use crate::Engine;
 
@@ -208,17 +208,13 @@ impl Engine {
     }
 }
 
-/// Prefix of the quarantine error of a record older than the previous one.
-pub(crate) const TS_BEHIND: &str = "field `ts`: ";
-/// Suffix of the same error: the rule it breaks.
-pub(crate) const TS_BEHIND_RULE: &str = "(R-LOG-4)";
-
-impl Quarantine {
-    /// Whether the record was refused only because another writer appended a later `ts`
-    /// first (R-LOG-4): the same request stamped again would be applied. Any other refusal
-    /// would fail again.
-    pub fn lost_ts_race(&self) -> bool {
-        self.error.starts_with(TS_BEHIND) && self.error.ends_with(TS_BEHIND_RULE)
+impl Engine {
+    /// Whether a record stamped `ts` would lose a race with another writer: it is older
+    /// than the last record applied, so it is quarantined before anything else is checked
+    /// (R-LOG-4), and the same request stamped again would be applied. Asked before the
+    /// record is applied; any other refusal would fail again.
+    pub fn lost_ts_race(&self, ts: Ts) -> bool {
+        self.now.is_some_and(|now| ts < now)
     }
 }
 

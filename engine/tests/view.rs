@@ -147,15 +147,18 @@ fn only_a_record_older_than_the_last_is_a_lost_ts_race() {
             other => panic!("expected one quarantine, got {other:?}"),
         }
     };
-    // The first record again: older than the last one applied.
+    // The first record again: older than the last one applied, refused for its ts.
+    let first = lhc_engine::decode_record(lines[1].as_bytes()).unwrap();
+    assert!(engine.lost_ts_race(first.ts()));
     let old = quarantine(&mut engine, &lines[1]);
-    assert!(old.lost_ts_race(), "{}", old.error);
+    assert!(old.error.starts_with("field `ts`"), "{}", old.error);
+    // At the last record's time: not a race, whatever else is wrong with it.
     let ts = engine.now().unwrap();
+    assert!(!engine.lost_ts_race(ts));
     let unknown = format!(
         r#"{{"ts":"{ts}","type":"health.check","connector":"nobody.corp.example","ok":true}}"#
     );
     let other = quarantine(&mut engine, &unknown);
-    assert!(!other.lost_ts_race(), "{}", other.error);
-    let garbage = quarantine(&mut engine, "{not json");
-    assert!(!garbage.lost_ts_race());
+    assert!(other.error.contains("unknown connector"), "{}", other.error);
+    assert!(!Engine::new().lost_ts_race(ts), "an empty engine refuses no time");
 }

@@ -35,7 +35,6 @@ use crate::record::*;
 use crate::site::SiteConfig;
 use crate::snapshot::Snapshot;
 use crate::ts::Ts;
-use crate::view::{TS_BEHIND, TS_BEHIND_RULE};
 
 pub use connector::{
     Connector, Episode, Holder, MachineRuntime, MachineSummary, PendingImport, Registrar,
@@ -208,9 +207,10 @@ impl Engine {
     fn admissible(&self, record: &Record) -> Result<(), String> {
         if let Some(now) = self.now {
             if record.ts() < now {
-                // (The node retries a request refused so: `Quarantine::lost_ts_race`.)
+                // The first check, so `Engine::lost_ts_race` (asked before applying) names
+                // exactly the records refused for this; the node stamps them again.
                 return Err(format!(
-                    "{TS_BEHIND}{} is older than the previous record's {now} {TS_BEHIND_RULE}",
+                    "field `ts`: {} is older than the previous record's {now} (R-LOG-4)",
                     record.ts()
                 ));
             }

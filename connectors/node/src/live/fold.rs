@@ -233,11 +233,18 @@ fn apply_entry(
     let offset = folder.next();
     let record = decode_record_at(bytes, offset);
     let mut waiting_launch = None;
+    // Asked before applying: a refusal for this reason is cured by stamping again.
+    let mut lost_ts_race = false;
     if let Ok(r) = &record {
         shared.last_ts.fetch_max(r.ts().millis(), Ordering::SeqCst);
         if let Record::LaunchRequest(l) = r {
             if l.connector.eq_ignore_ascii_case(&shared.config.connector) {
                 waiting_launch = Some(l.request.clone());
+                lost_ts_race = shared
+                    .engine
+                    .read()
+                    .expect("engine lock")
+                    .lost_ts_race(l.ts);
             }
         }
     }
@@ -329,7 +336,7 @@ fn apply_entry(
         Output::LaunchDecision(d) if d.request == request => Some(LaunchAnswer::Decided(d.clone())),
         Output::Quarantine(q) => Some(LaunchAnswer::Quarantined {
             error: q.error.clone(),
-            lost_ts_race: q.lost_ts_race(),
+            lost_ts_race,
         }),
         _ => None,
     });

@@ -118,7 +118,7 @@ pub(crate) enum LaunchAnswer {
     /// The engine decided.
     Decided(LaunchDecision),
     /// The record was quarantined: why, and whether it only lost a `ts` race with another
-    /// writer (the engine says, `Quarantine::lost_ts_race`), so that stamping it again
+    /// writer (the engine says, `Engine::lost_ts_race`), so that stamping it again
     /// would get it applied.
     Quarantined { error: String, lost_ts_race: bool },
 }
