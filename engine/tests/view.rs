@@ -160,5 +160,8 @@ fn only_a_record_older_than_the_last_is_a_lost_ts_race() {
     );
     let other = quarantine(&mut engine, &unknown);
     assert!(other.error.contains("unknown connector"), "{}", other.error);
-    assert!(!Engine::new().lost_ts_race(ts), "an empty engine refuses no time");
+    assert!(
+        !Engine::new().lost_ts_race(ts),
+        "an empty engine refuses no time"
+    );
 }

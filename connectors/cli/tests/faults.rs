@@ -491,6 +491,23 @@ fn idle_and_slow_sockets_neither_starve_the_node_nor_stay_open() {
     );
     assert!(waited.elapsed() < Duration::from_secs(15));
     drop(idle);
+    // A body that stops arriving is answered 408 (JSON) rather than holding the slot.
+    let mut stalled = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stalled
+        .write_all(
+            b"POST /storefront/heartbeat HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+              Content-Length: 100\r\n\r\n{\"sto",
+        )
+        .unwrap();
+    stalled
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let waited = Instant::now();
+    let mut answer = String::new();
+    let _ = stalled.read_to_string(&mut answer);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("did not arrive within"), "{answer}");
+    assert!(waited.elapsed() < Duration::from_secs(15));
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     assert!(child.wait().unwrap().success());
 }

@@ -337,3 +337,77 @@ fn probes_answer_during_the_catch_up_and_deciding_routes_wait_for_it() {
         .sum();
     assert_eq!(counted, 1.0, "{scrape}");
 }
+
+/// SIGTERM while the node catches up at start stops it promptly: what it folded is
+/// committed, nothing is announced, and the next start goes on from there.
+#[test]
+fn a_stop_during_the_catch_up_is_prompt_and_the_next_start_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = dir.path().join("sim.jsonl");
+    common::simulate(sim.to_str().unwrap(), 5, 4000, 4000, 24, &["--zones", "1"]);
+    let log = dir.path().join("log");
+    let imported = Command::new(env!("CARGO_BIN_EXE_lhc"))
+        .args(["log", "import"])
+        .arg(&sim)
+        .arg("--log")
+        .arg(&log)
+        .arg("-q")
+        .output()
+        .unwrap();
+    assert!(imported.status.success());
+    let end = std::fs::read_to_string(&sim).unwrap().lines().count() as u64;
+    let data = dir.path().join("node");
+    let start = |port: u16| {
+        Command::new(env!("CARGO_BIN_EXE_lhc"))
+            .args([
+                "connector",
+                "run",
+                "--connector",
+                "cc1.z1.sim.example",
+                "--listen",
+            ])
+            .arg(format!("127.0.0.1:{port}"))
+            .args([
+                "--cloud-url",
+                "http://127.0.0.1:9/",
+                "--fsync",
+                "never",
+                "--data",
+            ])
+            .arg(&data)
+            .arg("--log")
+            .arg(&log)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let port = free_port();
+    let mut node = start(port);
+    wait_until("catching up", Duration::from_secs(30), || {
+        get(port, "/readyz").1["reason"] == "catching_up"
+    });
+    let stopped = std::time::Instant::now();
+    unsafe { libc::kill(node.id() as i32, libc::SIGTERM) };
+    let status = node.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    assert!(
+        stopped.elapsed() < Duration::from_secs(10),
+        "stopped in {:?}",
+        stopped.elapsed()
+    );
+    // Nothing was appended by the stopped node (no start, no stop), and the next start
+    // folds the rest and is ready.
+    let stats = Command::new(env!("CARGO_BIN_EXE_lhc"))
+        .args(["log", "stats", "--json", "--log"])
+        .arg(&log)
+        .output()
+        .unwrap();
+    let stats: Value = serde_json::from_slice(&stats.stdout).unwrap();
+    assert_eq!(stats["records"].as_u64(), Some(end), "{stats}");
+    let port = free_port();
+    let _node = Node(start(port));
+    wait_until("ready after the restart", Duration::from_secs(120), || {
+        get(port, "/readyz").0 == 200
+    });
+}

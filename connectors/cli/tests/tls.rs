@@ -207,6 +207,9 @@ fn bad_tls_files_are_refused_at_start_naming_the_file() {
     let d = dir.path();
     make_certificates(d);
     std::fs::write(d.join("junk.pem"), "not a certificate\n").unwrap();
+    let pem = |label: &str| format!("-----BEGIN {label}-----\nAAAA\n-----END {label}-----\n");
+    std::fs::write(d.join("damaged-ca.pem"), pem("CERTIFICATE")).unwrap();
+    std::fs::write(d.join("encrypted.pem"), pem("ENCRYPTED PRIVATE KEY")).unwrap();
     let other_key = KeyPair::generate().unwrap();
     std::fs::write(d.join("other-key.pem"), other_key.serialize_pem()).unwrap();
     let run = |extra: &[&str]| {
@@ -224,7 +227,7 @@ fn bad_tls_files_are_refused_at_start_naming_the_file() {
             .unwrap()
     };
     let path = |f: &str| d.join(f).display().to_string();
-    let cases: [(Vec<String>, &str); 4] = [
+    let cases: [(Vec<String>, &str); 6] = [
         (
             vec![
                 "--tls-cert".into(),
@@ -255,6 +258,19 @@ fn bad_tls_files_are_refused_at_start_naming_the_file() {
         (
             vec!["--cloud-ca".into(), path("missing.pem")],
             "missing.pem",
+        ),
+        (
+            vec!["--cloud-ca".into(), path("damaged-ca.pem")],
+            "damaged-ca.pem: not a usable CA certificate",
+        ),
+        (
+            vec![
+                "--tls-cert".into(),
+                path("cert.pem"),
+                "--tls-key".into(),
+                path("encrypted.pem"),
+            ],
+            "encrypted.pem: the private key is encrypted",
         ),
     ];
     for (args, needle) in cases {

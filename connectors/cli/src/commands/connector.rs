@@ -332,8 +332,13 @@ pub fn run(command: ConnectorCommand, quiet: bool) -> anyhow::Result<ExitCode> {
                 .context("starting the async runtime")?;
             // Through the log, so --log-format json keeps every stderr line JSON.
             if !quiet {
+                let scheme = if config.tls.is_some() {
+                    "https"
+                } else {
+                    "http"
+                };
                 tracing::info!(
-                    "connector {connector}: log {}, snapshot {}, outputs {}, API on http://{listen}",
+                    "connector {connector}: log {}, snapshot {}, outputs {}, API on {scheme}://{listen}",
                     describe,
                     data.join("snapshot").display(),
                     outputs_name

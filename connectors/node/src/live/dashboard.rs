@@ -269,10 +269,7 @@ impl History {
         let mine = engine.connectors().get(me);
         // Nothing seen happen since the start (a restart from the snapshot): what the state
         // says about the current version.
-        let last_sync = self
-            .sync
-            .clone()
-            .or_else(|| state_sync(engine, mine?));
+        let last_sync = self.sync.clone().or_else(|| state_sync(engine, mine?));
         DashboardState {
             connector: me,
             zone,

@@ -213,6 +213,11 @@ fn fold_on(
             }
             last_commit = Instant::now();
         }
+        // Stopped before the catch-up was done: what is folded is committed; the rest of
+        // the log waits for the next start rather than delaying this stop.
+        if stopping && !folder.dirty() && !shared.caught_up.load(Ordering::SeqCst) {
+            return Ok(());
+        }
         if applied == 0 {
             if stopping && !folder.dirty() {
                 return Ok(());

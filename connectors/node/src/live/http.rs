@@ -150,17 +150,21 @@ async fn dashboard_state(State(shared): State<AppState>) -> Json<Value> {
 
 /// The dashboard's data as server-sent events: one `state` event at once, then one each
 /// time the fold has applied records, at most two a second.
-async fn dashboard_events(
-    State(shared): State<AppState>,
-) -> axum::response::sse::Sse<
-    impl futures_util::Stream<Item = Result<axum::response::sse::Event, std::convert::Infallible>>,
-> {
+async fn dashboard_events(State(shared): State<AppState>) -> Result<Response, ApiError> {
     use axum::response::sse::{Event, KeepAlive, Sse};
+    // Each stream holds a connection for minutes: a bounded number, so viewers cannot take
+    // the slots StoreFront, VDAs and probes need.
+    let Ok(permit) = shared.dashboard_streams.clone().try_acquire_owned() else {
+        return Err(ApiError::unavailable(format!(
+            "{} dashboards are open on this node already; close one, or use /dashboard/state",
+            super::MAX_DASHBOARD_STREAMS
+        )));
+    };
     let applied = shared.applied.subscribe();
     let closing = shared.closing.subscribe();
     let stream = futures_util::stream::unfold(
-        (shared, applied, closing, true),
-        |(shared, mut applied, mut closing, first)| async move {
+        (shared, applied, closing, true, permit),
+        |(shared, mut applied, mut closing, first, permit)| async move {
             if !first {
                 let next = async {
                     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
@@ -178,10 +182,15 @@ async fn dashboard_events(
                 .event("state")
                 .retry(std::time::Duration::from_secs(1))
                 .data(data);
-            Some((Ok(event), (shared, applied, closing, false)))
+            Some((
+                Ok::<_, std::convert::Infallible>(event),
+                (shared, applied, closing, false, permit),
+            ))
         },
     );
-    Sse::new(stream).keep_alive(KeepAlive::default())
+    Ok(Sse::new(stream)
+        .keep_alive(KeepAlive::default())
+        .into_response())
 }
 
 /// An error answer: a status and `{"error": message}`.
@@ -238,15 +247,29 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Body<T> {
                 "the body must be JSON with Content-Type: application/json",
             ));
         }
-        let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
-            let status = rejection.status();
-            let message = if status == StatusCode::PAYLOAD_TOO_LARGE {
-                "request body too large".to_string()
-            } else {
-                rejection.body_text()
-            };
-            ApiError::new(status, message)
-        })?;
+        // A body that trickles in (or stops) must not hold the handler and the
+        // connection's slot: past the bound the request is answered 408.
+        let read = tokio::time::timeout(super::BODY_READ_TIMEOUT, Bytes::from_request(req, state));
+        let bytes = read
+            .await
+            .map_err(|_| {
+                ApiError::new(
+                    StatusCode::REQUEST_TIMEOUT,
+                    format!(
+                        "the request body did not arrive within {} s",
+                        super::BODY_READ_TIMEOUT.as_secs()
+                    ),
+                )
+            })?
+            .map_err(|rejection| {
+                let status = rejection.status();
+                let message = if status == StatusCode::PAYLOAD_TOO_LARGE {
+                    "request body too large".to_string()
+                } else {
+                    rejection.body_text()
+                };
+                ApiError::new(status, message)
+            })?;
         let mut de = serde_json::Deserializer::from_slice(&bytes);
         let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
             let path = e.path().to_string();

@@ -255,6 +255,8 @@ pub(crate) struct Shared {
     pub closing: Arc<watch::Sender<bool>>,
     /// The start-up catch-up is done: the routes that decide answer.
     pub caught_up: AtomicBool,
+    /// Dashboard event streams open at once: at most [`MAX_DASHBOARD_STREAMS`].
+    pub dashboard_streams: Arc<tokio::sync::Semaphore>,
 }
 
 /// Counters of what this process did (health checks, probes, launch latency): a replay of
@@ -487,6 +489,7 @@ pub async fn run(
         dashboard: Mutex::new(dashboard::History::default()),
         closing: Arc::new(watch::channel(false).0),
         caught_up: AtomicBool::new(false),
+        dashboard_streams: Arc::new(tokio::sync::Semaphore::new(MAX_DASHBOARD_STREAMS)),
     });
 
     let publisher = publish::Publisher::open(outputs, &shared.config.connector)?;
@@ -555,40 +558,36 @@ pub async fn run(
         }
         let _ = tokio::time::timeout(Duration::from_millis(200), applied_rx.changed()).await;
     }
-    shared.caught_up.store(true, Ordering::SeqCst);
-    tracing::info!(
-        offset = end,
-        elapsed_ms = started.elapsed().as_millis() as u64,
-        "caught up with the log; serving on {}",
-        shared.config.listen
-    );
-    if let Some(link) = &shared.kafka {
-        // Local records of an earlier run the topic does not hold yet: publish them first.
-        let backlog: Vec<Vec<u8>> = link
-            .unseen
-            .lock()
-            .expect("unseen")
-            .values()
-            .cloned()
-            .collect();
-        if !backlog.is_empty() {
-            tracing::info!(
-                records = backlog.len(),
-                "publishing records kept while kafka was unreachable"
-            );
-        }
-        shared.appender.backlog(backlog);
-    }
-    announce_start(&shared).await;
-
-    let observers = observe::spawn(shared.clone());
+    // Stopped (or failed) before the end: nothing was announced, and the fold stops at its
+    // next commit instead of folding the rest of the log first.
+    let caught_up = *applied_rx.borrow() >= end;
+    let observers = if caught_up {
+        shared.caught_up.store(true, Ordering::SeqCst);
+        tracing::info!(
+            offset = end,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "caught up with the log; serving on {}",
+            shared.config.listen
+        );
+        start_serving(&shared).await;
+        observe::spawn(shared.clone())
+    } else {
+        tracing::info!(
+            folded = *applied_rx.borrow(),
+            end,
+            "stopping before the catch-up reached the end of the log"
+        );
+        Vec::new()
+    };
     // Serving until the caller stops the node (or shortly after it failed).
     let served = server.await;
     let served: std::io::Result<()> = served.map_err(std::io::Error::other);
     for task in observers {
         task.abort();
     }
-    announce_stop(&shared).await;
+    if caught_up {
+        announce_stop(&shared).await;
+    }
     shared.stopping.store(true, Ordering::SeqCst);
     shared.bell.ring();
     let folded = tokio::task::spawn_blocking(move || fold_thread.join())
@@ -610,6 +609,29 @@ pub async fn run(
     })
 }
 
+/// Once caught up: publishes what an earlier run kept while Kafka was unreachable, and
+/// records this connector's start if the log holds it stopped.
+async fn start_serving(shared: &Arc<Shared>) {
+    if let Some(link) = &shared.kafka {
+        // Local records of an earlier run the topic does not hold yet: publish them first.
+        let backlog: Vec<Vec<u8>> = link
+            .unseen
+            .lock()
+            .expect("unseen")
+            .values()
+            .cloned()
+            .collect();
+        if !backlog.is_empty() {
+            tracing::info!(
+                records = backlog.len(),
+                "publishing records kept while kafka was unreachable"
+            );
+        }
+        shared.appender.backlog(backlog);
+    }
+    announce_start(shared).await;
+}
+
 /// Most connections served at once; more wait in the kernel's accept queue until one
 /// closes, so idle sockets cannot starve the node of file descriptors or tasks.
 pub const MAX_CONNECTIONS: usize = 1024;
@@ -619,6 +641,13 @@ pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// A connection is closed gracefully after this long, whatever it does (bounds a slow
 /// body and a keep-alive that never ends).
 pub const CONNECTION_LIFETIME: Duration = Duration::from_secs(300);
+/// A connection asked to close (its lifetime is over, or the node stops) is dropped after
+/// this long if its request has not finished.
+pub const CLOSE_GRACE: Duration = Duration::from_secs(10);
+/// A request body must arrive whole within this long, or the request is answered 408.
+pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Most dashboard event streams open at once (each holds a connection for minutes).
+pub const MAX_DASHBOARD_STREAMS: usize = 32;
 
 /// Serves `app` on `listener` until `shutdown` resolves, with the limits above (axum's own
 /// `serve` has no header timeout or connection cap) and JSON bodies on the errors hyper
@@ -682,6 +711,11 @@ async fn serve(
             tokio::pin!(conn);
             let lifetime = tokio::time::sleep(CONNECTION_LIFETIME);
             tokio::pin!(lifetime);
+            // After a graceful shutdown is asked, the request in progress has this long to
+            // finish; then the connection is dropped (a stalled body or an endless event
+            // stream would otherwise hold its slot for ever).
+            let grace = tokio::time::sleep(Duration::MAX);
+            tokio::pin!(grace);
             let mut closing = false;
             loop {
                 tokio::select! {
@@ -689,11 +723,14 @@ async fn serve(
                     _ = stop.changed(), if !closing => {
                         closing = true;
                         conn.as_mut().graceful_shutdown();
+                        grace.as_mut().reset(tokio::time::Instant::now() + CLOSE_GRACE);
                     }
                     _ = &mut lifetime, if !closing => {
                         closing = true;
                         conn.as_mut().graceful_shutdown();
+                        grace.as_mut().reset(tokio::time::Instant::now() + CLOSE_GRACE);
                     }
+                    _ = &mut grace, if closing => break,
                 }
             }
             drop(permit);

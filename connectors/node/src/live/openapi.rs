@@ -257,6 +257,7 @@ fn body_errors() -> Vec<Answer> {
             400,
             "the body is not the JSON described: the error names the field",
         ),
+        err(408, "the body did not arrive whole within 10 s"),
         err(413, "the body is over --body-limit-kb"),
         err(415, "the body is not application/json"),
         err(
@@ -484,11 +485,14 @@ fn routes() -> Vec<Route> {
             "/dashboard/events",
             "The dashboard's data as server-sent events (event: state), never ending",
             "dashboard",
-            vec![Answer {
-                status: 200,
-                description: "the event stream",
-                body: Body::Text("text/event-stream"),
-            }],
+            vec![
+                Answer {
+                    status: 200,
+                    description: "the event stream",
+                    body: Body::Text("text/event-stream"),
+                },
+                err(503, "too many dashboards open on this node"),
+            ],
         ),
         admin_route(
             "post",

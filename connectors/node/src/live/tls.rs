@@ -15,7 +15,7 @@ use tokio_rustls::rustls;
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
     /// The file cannot be read.
-    #[error("reading {path}: {source}")]
+    #[error("cannot read {path}")]
     Read {
         /// The file.
         path: String,
@@ -67,6 +67,13 @@ fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
 pub fn server_config(cert: &Path, key: &Path) -> Result<Arc<rustls::ServerConfig>, TlsError> {
     let chain = certificates(cert)?;
     let key_pem = read(key)?;
+    if key_pem.windows(9).any(|w| w == b"ENCRYPTED") {
+        return Err(content(
+            key,
+            "the private key is encrypted; give the node a decrypted copy (openssl pkey -in \
+             FILE -out KEY), readable by the service user only",
+        ));
+    }
     let private = PrivateKeyDer::from_pem_slice(&key_pem)
         .map_err(|e| content(key, format!("no usable private key in it: {e}")))?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -91,7 +98,16 @@ pub fn server_config(cert: &Path, key: &Path) -> Result<Arc<rustls::ServerConfig
 /// The certificate authorities in `path` (PEM), for the node's HTTP clients (health
 /// checks and peer probes) to trust besides the system's roots.
 pub fn ca_certificates(path: &Path) -> Result<Vec<reqwest::Certificate>, TlsError> {
-    certificates(path)?
+    let certs = certificates(path)?;
+    // Parsed as trust anchors now, so a damaged file is refused at start rather than
+    // trusted as nothing.
+    let mut store = rustls::RootCertStore::empty();
+    for der in &certs {
+        store
+            .add(der.clone())
+            .map_err(|e| content(path, format!("not a usable CA certificate: {e}")))?;
+    }
+    certs
         .into_iter()
         .map(|der| {
             reqwest::Certificate::from_der(&der)
