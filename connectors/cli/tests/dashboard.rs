@@ -5,14 +5,13 @@
 
 use std::io::{BufRead, BufReader};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine as _;
-use lhc_engine::build::{self, records, SiteBuilder};
-use lhc_engine::config::DeliveryGroupKind;
+use lhc_engine::build::{self, records};
 use lhc_engine::Ts;
 use serde_json::{json, Value};
 use tungstenite::stream::MaybeTlsStream;
@@ -20,19 +19,12 @@ use tungstenite::{Message, WebSocket};
 
 mod common;
 mod live;
-use live::{free_port, http, now_ms, stub_cloud, wait_until};
+use live::{
+    append, free_port, http, node_command, now_ms, small_site, stub_cloud, wait_until, Kill,
+};
 
 const A: &str = "a.z1.dash";
 const B: &str = "b.z1.dash";
-
-struct Kill(Child);
-
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// A page of headless Chromium, driven over the DevTools protocol.
 struct Page {
@@ -148,58 +140,24 @@ fn chromium(profile: &std::path::Path) -> (Kill, Page) {
     (Kill(child), Page { ws, next: 0 })
 }
 
-fn append(log: &std::path::Path, lines: &[String], dir: &std::path::Path) {
-    let file = dir.join("append.jsonl");
-    std::fs::write(&file, lines.join("\n") + "\n").unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_lhc"))
-        .args(["log", "append", "--log"])
-        .arg(log)
-        .stdin(std::fs::File::open(&file).unwrap())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 #[test]
 fn the_live_dashboard_updates_in_chromium_as_records_arrive() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("log");
     // The zone was configured twenty minutes ago: the lanes have a history to show.
     let t = now_ms() - 20 * 60_000;
-    let site = SiteBuilder::new()
-        .zone("z1")
-        .connector(A, "z1")
-        .connector(B, "z1")
-        .group("g", DeliveryGroupKind::MultiSession)
-        .application("app", &["g"])
-        .user("alice", &[])
-        .entitlement("e", "app", &["alice"]);
+    let site = small_site(&[A, B], None);
     append(
         &log,
         &[
             build::text(&site.change(Ts(t), 1)),
             build::text(&records::storefront(Ts(t + 1), A, "sf")),
         ],
-        dir.path(),
     );
     let cloud = stub_cloud(Arc::new(AtomicBool::new(true)));
     let port = free_port();
-    let node = Command::new(env!("CARGO_BIN_EXE_lhc"))
-        .args(["connector", "run", "--connector", A, "--listen"])
-        .arg(format!("127.0.0.1:{port}"))
-        .arg("--cloud-url")
-        .arg(format!("http://127.0.0.1:{cloud}/health"))
-        .args(["--health-interval", "300ms", "--tick-interval", "300ms"])
-        .args(["--commit-interval", "50ms", "--fsync", "never", "--data"])
-        .arg(dir.path().join("node"))
-        .arg("--log")
-        .arg(&log)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
+    let cloud_url = format!("http://127.0.0.1:{cloud}/health");
+    let node = node_command(A, port, &log, &dir.path().join("node"), &cloud_url)
         .spawn()
         .unwrap();
     let _node = Kill(node);
@@ -260,7 +218,7 @@ fn the_live_dashboard_updates_in_chromium_as_records_arrive() {
         .clone()
         .machine("vda1.z1.dash", "z1", "g", Some(10))
         .change(Ts(now_ms() + 2_000), 2);
-    append(&log, &[build::text(&changed)], dir.path());
+    append(&log, &[build::text(&changed)]);
     wait_until("v2 appears", Duration::from_secs(20), || {
         page.eval("document.getElementById('config').textContent")
             .as_str()

@@ -4,31 +4,23 @@
 //! bad input refused with a 4xx JSON error.
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lhc_engine::build::{self, records, SiteBuilder};
-use lhc_engine::config::DeliveryGroupKind;
+use lhc_engine::build::{self, records};
 use lhc_engine::Ts;
 use serde_json::Value;
 
 mod common;
 mod live;
-use live::{free_port, http, now_ms, stub_cloud, wait_until};
+use live::{
+    append, free_port, http, node_command, now_ms, small_site, stub_cloud, wait_until, Kill,
+};
 
 const A: &str = "a.z1.api";
 const TOKEN: &str = "test-admin-token";
-
-struct Kill(Child);
-
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// schemathesis's `st`: `LHC_SCHEMATHESIS`, else the CI virtualenv, else on PATH.
 fn schemathesis() -> PathBuf {
@@ -56,49 +48,21 @@ fn schemathesis() -> PathBuf {
 fn node(dir: &std::path::Path) -> (Kill, u16) {
     let log = dir.join("log");
     let t = now_ms() - 60_000;
-    let site = SiteBuilder::new()
-        .zone("z1")
-        .connector(A, "z1")
-        .group("g", DeliveryGroupKind::MultiSession)
-        .machine("vda1.z1.api", "z1", "g", Some(10))
-        .application("app", &["g"])
-        .user("alice", &[])
-        .entitlement("e", "app", &["alice"]);
-    let file = dir.join("config.jsonl");
-    let lines = [
-        build::text(&site.change(Ts(t), 1)),
-        build::text(&records::storefront(Ts(t + 1), A, "sf")),
-    ];
-    std::fs::write(&file, lines.join("\n") + "\n").unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_lhc"))
-        .args(["log", "import"])
-        .arg(&file)
-        .arg("--log")
-        .arg(&log)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let site = small_site(&[A], Some("vda1.z1.api"));
+    append(
+        &log,
+        &[
+            build::text(&site.change(Ts(t), 1)),
+            build::text(&records::storefront(Ts(t + 1), A, "sf")),
+        ],
     );
     std::fs::write(dir.join("token"), TOKEN).unwrap();
     let cloud = stub_cloud(Arc::new(AtomicBool::new(true)));
     let port = free_port();
-    let child = Command::new(env!("CARGO_BIN_EXE_lhc"))
-        .args(["connector", "run", "--connector", A, "--listen"])
-        .arg(format!("127.0.0.1:{port}"))
-        .arg("--cloud-url")
-        .arg(format!("http://127.0.0.1:{cloud}/health"))
-        .args(["--health-interval", "500ms", "--tick-interval", "500ms"])
-        .args(["--commit-interval", "50ms", "--fsync", "never", "--data"])
-        .arg(dir.join("node"))
-        .arg("--log")
-        .arg(&log)
+    let cloud_url = format!("http://127.0.0.1:{cloud}/health");
+    let child = node_command(A, port, &log, &dir.join("node"), &cloud_url)
         .arg("--admin-token-file")
         .arg(dir.join("token"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
         .spawn()
         .unwrap();
     let node = Kill(child);

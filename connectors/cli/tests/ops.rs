@@ -2,30 +2,26 @@
 //! `promtool check metrics` accepts, and the alert rules and dashboard in `deploy/` checked
 //! against what a node really exports.
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lhc_engine::build::{self, records, SiteBuilder};
-use lhc_engine::config::DeliveryGroupKind;
+use lhc_engine::build::{self, records};
 use lhc_engine::Ts;
 use serde_json::Value;
 
 mod common;
 mod live;
-use live::{free_port, http, now_ms, stub_cloud, wait_until};
+use live::{
+    append, free_port, http, node_command, now_ms, small_site, stub_cloud, wait_until, Kill,
+};
 
 const A: &str = "a.z1.ops";
-
-struct Node(Child);
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+/// The simulated site's first connector.
+const SIM: &str = "cc1.z1.sim.example";
+/// A control plane nobody answers at.
+const NO_CLOUD: &str = "http://127.0.0.1:9/";
 
 fn promtool() -> &'static str {
     assert!(
@@ -75,7 +71,7 @@ fn probes_metrics_alerts_and_dashboard() {
         .env_remove("RUST_LOG")
         .spawn()
         .unwrap();
-    let mut node = Node(node);
+    let mut node = Kill(node);
     wait_until("the node serves", Duration::from_secs(30), || {
         get(port, "/livez").0 == 200
     });
@@ -90,30 +86,14 @@ fn probes_metrics_alerts_and_dashboard() {
     // The configuration arrives through the log: ready.
     // A little ahead of the node's own ticks, so the append is not older than the log.
     let t = now_ms() + 2_000;
-    let site = SiteBuilder::new()
-        .zone("z1")
-        .connector(A, "z1")
-        .group("g", DeliveryGroupKind::MultiSession)
-        .machine("vda1.z1.ops", "z1", "g", Some(10))
-        .application("app", &["g"])
-        .user("alice", &[])
-        .entitlement("e", "app", &["alice"]);
-    let lines = [
-        build::text(&site.change(Ts(t), 1)),
-        build::text(&records::storefront(Ts(t + 1), A, "sf")),
-    ];
-    let file = dir.path().join("config.jsonl");
-    std::fs::write(&file, lines.join("\n") + "\n").unwrap();
-    // The node appends ticks to the log; this record may land after one.
-    let out = Command::new(env!("CARGO_BIN_EXE_lhc"))
-        .args(["log", "append", "--log", log.to_str().unwrap()])
-        .stdin(std::fs::File::open(&file).unwrap())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let site = small_site(&[A], Some("vda1.z1.ops"));
+    // The node appends ticks to the log; these records may land after one.
+    append(
+        &log,
+        &[
+            build::text(&site.change(Ts(t), 1)),
+            build::text(&records::storefront(Ts(t + 1), A, "sf")),
+        ],
     );
     wait_until("ready", Duration::from_secs(30), || {
         get(port, "/readyz").0 == 200
@@ -241,16 +221,19 @@ fn probes_metrics_alerts_and_dashboard() {
     assert!(!stderr.contains('\u{1b}'), "no colour in JSON logs");
 }
 
-/// At start the node serves its probes while it folds the log (a liveness probe must not
-/// kill a node catching up with a long log): alive, not ready (`catching_up`), the ADC
-/// probe DOWN with that reason, and the routes that decide refuse with a 503 JSON error
-/// until it has caught up; then they answer.
-#[test]
-fn probes_answer_during_the_catch_up_and_deciding_routes_wait_for_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let sim = dir.path().join("sim.jsonl");
-    common::simulate(sim.to_str().unwrap(), 3, 4000, 4000, 8, &["--zones", "1"]);
-    let log = dir.path().join("log");
+/// An embedded log of a simulated one-zone site (4,000 VDAs and users, `hours` long,
+/// long enough that a node's catch-up takes a while); returns it and its record count.
+fn simulated_log(dir: &std::path::Path, seed: u32, hours: u32) -> (std::path::PathBuf, u64) {
+    let sim = dir.join("sim.jsonl");
+    common::simulate(
+        sim.to_str().unwrap(),
+        seed,
+        4000,
+        4000,
+        hours,
+        &["--zones", "1"],
+    );
+    let log = dir.join("log");
     let imported = Command::new(env!("CARGO_BIN_EXE_lhc"))
         .args(["log", "import"])
         .arg(&sim)
@@ -260,31 +243,23 @@ fn probes_answer_during_the_catch_up_and_deciding_routes_wait_for_it() {
         .output()
         .unwrap();
     assert!(imported.status.success());
+    let records = std::fs::read_to_string(&sim).unwrap().lines().count() as u64;
+    (log, records)
+}
+
+/// At start the node serves its probes while it folds the log (a liveness probe must not
+/// kill a node catching up with a long log): alive, not ready (`catching_up`), the ADC
+/// probe DOWN with that reason, and the routes that decide refuse with a 503 JSON error
+/// until it has caught up; then they answer.
+#[test]
+fn probes_answer_during_the_catch_up_and_deciding_routes_wait_for_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (log, _) = simulated_log(dir.path(), 3, 8);
     let port = free_port();
-    let node = Command::new(env!("CARGO_BIN_EXE_lhc"))
-        .args([
-            "connector",
-            "run",
-            "--connector",
-            "cc1.z1.sim.example",
-            "--listen",
-        ])
-        .arg(format!("127.0.0.1:{port}"))
-        .args([
-            "--cloud-url",
-            "http://127.0.0.1:9/",
-            "--fsync",
-            "never",
-            "--data",
-        ])
-        .arg(dir.path().join("node"))
-        .arg("--log")
-        .arg(&log)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
+    let node = node_command(SIM, port, &log, &dir.path().join("node"), NO_CLOUD)
         .spawn()
         .unwrap();
-    let _node = Node(node);
+    let _node = Kill(node);
     // The first answer comes while the fold is still far from the log's end.
     let started = std::time::Instant::now();
     let live = loop {
@@ -343,42 +318,10 @@ fn probes_answer_during_the_catch_up_and_deciding_routes_wait_for_it() {
 #[test]
 fn a_stop_during_the_catch_up_is_prompt_and_the_next_start_goes_on() {
     let dir = tempfile::tempdir().unwrap();
-    let sim = dir.path().join("sim.jsonl");
-    common::simulate(sim.to_str().unwrap(), 5, 4000, 4000, 24, &["--zones", "1"]);
-    let log = dir.path().join("log");
-    let imported = Command::new(env!("CARGO_BIN_EXE_lhc"))
-        .args(["log", "import"])
-        .arg(&sim)
-        .arg("--log")
-        .arg(&log)
-        .arg("-q")
-        .output()
-        .unwrap();
-    assert!(imported.status.success());
-    let end = std::fs::read_to_string(&sim).unwrap().lines().count() as u64;
+    let (log, end) = simulated_log(dir.path(), 5, 24);
     let data = dir.path().join("node");
     let start = |port: u16| {
-        Command::new(env!("CARGO_BIN_EXE_lhc"))
-            .args([
-                "connector",
-                "run",
-                "--connector",
-                "cc1.z1.sim.example",
-                "--listen",
-            ])
-            .arg(format!("127.0.0.1:{port}"))
-            .args([
-                "--cloud-url",
-                "http://127.0.0.1:9/",
-                "--fsync",
-                "never",
-                "--data",
-            ])
-            .arg(&data)
-            .arg("--log")
-            .arg(&log)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
+        node_command(SIM, port, &log, &data, NO_CLOUD)
             .spawn()
             .unwrap()
     };
@@ -406,7 +349,7 @@ fn a_stop_during_the_catch_up_is_prompt_and_the_next_start_goes_on() {
     let stats: Value = serde_json::from_slice(&stats.stdout).unwrap();
     assert_eq!(stats["records"].as_u64(), Some(end), "{stats}");
     let port = free_port();
-    let _node = Node(start(port));
+    let _node = Kill(start(port));
     wait_until("ready after the restart", Duration::from_secs(120), || {
         get(port, "/readyz").0 == 200
     });

@@ -3,7 +3,7 @@
 //! an https `--cloud-url` succeed only when `--cloud-ca` names the CA.
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use lhc_engine::build::{self, SiteBuilder};
@@ -12,16 +12,7 @@ use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
 
 mod common;
 mod live;
-use live::{free_port, http, wait_until};
-
-struct Node(Child);
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use live::{free_port, http, wait_until, Kill};
 
 /// Writes ca.pem, and cert.pem + key.pem for localhost and 127.0.0.1 signed by it.
 fn make_certificates(dir: &Path) {
@@ -42,7 +33,7 @@ fn make_certificates(dir: &Path) {
 }
 
 /// Starts a node on `port` over the log `log`, with `extra` options.
-fn node(dir: &Path, name: &str, log: &Path, port: u16, extra: &[&str]) -> Node {
+fn node(dir: &Path, name: &str, log: &Path, port: u16, extra: &[&str]) -> Kill {
     let child = Command::new(env!("CARGO_BIN_EXE_lhc"))
         .args(["connector", "run", "--connector", name, "--listen"])
         .arg(format!("127.0.0.1:{port}"))
@@ -56,7 +47,7 @@ fn node(dir: &Path, name: &str, log: &Path, port: u16, extra: &[&str]) -> Node {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    Node(child)
+    Kill(child)
 }
 
 /// GET over https, trusting `ca` if given: the status, or the error in words.

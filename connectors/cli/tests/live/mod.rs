@@ -11,6 +11,82 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
 
+/// A child process (a node, a browser) killed and reaped when dropped, so a failed
+/// assertion leaves nothing running.
+pub struct Kill(pub std::process::Child);
+
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `lhc connector run` as connector `connector` on 127.0.0.1:`port`, over the embedded
+/// log `log`, its data in `data`, health-checking `cloud_url`: test timers (300 ms
+/// checks and ticks, 50 ms commits), no fsync, output discarded. Add options, then spawn.
+pub fn node_command(
+    connector: &str,
+    port: u16,
+    log: &std::path::Path,
+    data: &std::path::Path,
+    cloud_url: &str,
+) -> std::process::Command {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_lhc"));
+    command
+        .args(["connector", "run", "--connector", connector, "--listen"])
+        .arg(format!("127.0.0.1:{port}"))
+        .args(["--cloud-url", cloud_url])
+        .args(["--health-interval", "300ms", "--tick-interval", "300ms"])
+        .args(["--commit-interval", "50ms", "--fsync", "never", "--data"])
+        .arg(data)
+        .arg("--log")
+        .arg(log)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    command
+}
+
+/// A one-zone site (z1) with `connectors`, a multi-session group `g` (with `machine`, up
+/// to 10 sessions, if given) publishing the application `app` to the user `alice`.
+pub fn small_site(connectors: &[&str], machine: Option<&str>) -> lhc_engine::build::SiteBuilder {
+    use lhc_engine::config::DeliveryGroupKind;
+    let mut site = lhc_engine::build::SiteBuilder::new().zone("z1");
+    for c in connectors {
+        site = site.connector(c, "z1");
+    }
+    site = site.group("g", DeliveryGroupKind::MultiSession);
+    if let Some(m) = machine {
+        site = site.machine(m, "z1", "g", Some(10));
+    }
+    site.application("app", &["g"])
+        .user("alice", &[])
+        .entitlement("e", "app", &["alice"])
+}
+
+/// Appends `lines` to the embedded log `log` with `lhc log append` (created if need be).
+pub fn append(log: &std::path::Path, lines: &[String]) {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_lhc"))
+        .args(["log", "append", "--log"])
+        .arg(log)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin
+        .write_all((lines.join("\n") + "\n").as_bytes())
+        .unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// One HTTP/1.1 exchange, with a bearer token if given; `None` when nothing answers.
 pub fn http(
     port: u16,
