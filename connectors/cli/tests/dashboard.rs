@@ -20,7 +20,8 @@ use tungstenite::{Message, WebSocket};
 mod common;
 mod live;
 use live::{
-    append, free_port, http, node_command, now_ms, small_site, stub_cloud, wait_until, Kill,
+    append, free_port, http, launch_app, node_command, now_ms, small_site, stub_cloud, wait_until,
+    Kill,
 };
 
 const A: &str = "a.z1.dash";
@@ -184,14 +185,7 @@ fn the_live_dashboard_updates_in_chromium_as_records_arrive() {
     // Launches arrive (no machine is registered: rejected with a reason); the chart shows
     // them by reason, with no reload.
     for _ in 0..3 {
-        let (status, body) = http(
-            port,
-            "POST",
-            "/storefront/launch",
-            Some(r#"{"user":"alice","resource":"app","client":{"name":"pc","ip":"10.0.0.1"}}"#),
-            None,
-        )
-        .unwrap();
+        let (status, body) = launch_app(port);
         assert_eq!(status, 200, "{body}");
     }
     wait_until("the launches appear", Duration::from_secs(20), || {

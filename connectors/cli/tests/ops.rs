@@ -14,7 +14,8 @@ use serde_json::Value;
 mod common;
 mod live;
 use live::{
-    append, free_port, http, node_command, now_ms, small_site, stub_cloud, wait_until, Kill,
+    append, free_port, http, launch_app, node_command, now_ms, small_site, stub_cloud, wait_until,
+    Kill,
 };
 
 const A: &str = "a.z1.ops";
@@ -102,14 +103,7 @@ fn probes_metrics_alerts_and_dashboard() {
     assert_eq!(body["status"], "ok", "{body}");
 
     // A launch, so the latency histogram has an observation.
-    let launch = http(
-        port,
-        "POST",
-        "/storefront/launch",
-        Some(r#"{"user":"alice","resource":"app","client":{"name":"pc","ip":"10.0.0.1"}}"#),
-        None,
-    )
-    .unwrap();
+    let launch = launch_app(port);
     assert_eq!(launch.0, 200, "{launch:?}");
 
     // The scrape: promtool accepts it, and the metrics an SRE pages on are there.

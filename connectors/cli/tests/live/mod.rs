@@ -87,6 +87,12 @@ pub fn append(log: &std::path::Path, lines: &[String]) {
     );
 }
 
+/// `alice` launches `app` on the node at `port` (StoreFront's request): the answer.
+pub fn launch_app(port: u16) -> (u16, Value) {
+    let body = r#"{"user":"alice","resource":"app","client":{"name":"pc","ip":"10.0.0.1"}}"#;
+    http(port, "POST", "/storefront/launch", Some(body), None).expect("the node answers")
+}
+
 /// One HTTP/1.1 exchange, with a bearer token if given; `None` when nothing answers.
 pub fn http(
     port: u16,
