@@ -98,8 +98,10 @@ async fn gate(
     request: Request,
     next: axum::middleware::Next,
 ) -> Response {
+    // A node that failed says so itself (`node_failed`), caught up or not.
     if shared.caught_up.load(Ordering::SeqCst)
         || ANSWER_WHILE_CATCHING_UP.contains(&request.uri().path())
+        || (request.uri().path() == "/adc/probe" && shared.health.trouble().is_some())
     {
         return next.run(request).await;
     }
