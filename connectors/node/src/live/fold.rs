@@ -282,34 +282,26 @@ fn apply_entry(
                 let key = (snake(&d.outcome), snake(&d.via), reason);
                 *stats.decisions.entry(key).or_default() += 1;
             }
-            Output::Event(e) if e.connector.eq_ignore_ascii_case(me) => match e.kind() {
-                Some(kind) if live_event(e.ts) && operator_reads(&kind) => {
+            Output::Event(e) if e.connector.eq_ignore_ascii_case(me) => {
+                let Some(kind) = e.kind() else { continue };
+                if live_event(e.ts) && operator_reads(&kind) {
                     log_event(e.event_id, &kind);
-                    if let lhc_engine::event::EventKind::Imported(imported) = &kind {
+                }
+                match &kind {
+                    lhc_engine::event::EventKind::Imported(imported) => {
                         stats.last_import = Some((imported.version, e.ts));
                     }
-                    if let lhc_engine::event::EventKind::ImportFailed(failed) = &kind {
+                    lhc_engine::event::EventKind::ImportFailed(failed) => {
                         for failure in &failed.failures {
                             *stats
                                 .import_failures
-                                .entry(lhc_engine::engine::snake(&failure.rule))
+                                .entry(snake(&failure.rule))
                                 .or_default() += 1;
                         }
                     }
+                    _ => {}
                 }
-                Some(lhc_engine::event::EventKind::Imported(imported)) => {
-                    stats.last_import = Some((imported.version, e.ts));
-                }
-                Some(lhc_engine::event::EventKind::ImportFailed(failed)) => {
-                    for failure in &failed.failures {
-                        *stats
-                            .import_failures
-                            .entry(lhc_engine::engine::snake(&failure.rule))
-                            .or_default() += 1;
-                    }
-                }
-                _ => {}
-            },
+            }
             _ => {}
         }
     }
