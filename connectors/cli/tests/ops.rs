@@ -42,32 +42,9 @@ fn probes_metrics_alerts_and_dashboard() {
     let log = dir.path().join("log");
     let cloud = stub_cloud(Arc::new(AtomicBool::new(true)));
     let port = free_port();
-    let node = Command::new(env!("CARGO_BIN_EXE_lhc"))
-        .args([
-            "connector",
-            "run",
-            "--connector",
-            A,
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--cloud-url",
-            &format!("http://127.0.0.1:{cloud}/health"),
-            "--health-interval",
-            "300ms",
-            "--tick-interval",
-            "300ms",
-            "--commit-interval",
-            "50ms",
-            "--fsync",
-            "never",
-            "--data",
-            dir.path().join("node").to_str().unwrap(),
-            "--log",
-            log.to_str().unwrap(),
-            "--log-format",
-            "json",
-        ])
-        .stdout(Stdio::null())
+    let cloud_url = format!("http://127.0.0.1:{cloud}/health");
+    let node = node_command(A, port, &log, &dir.path().join("node"), &cloud_url)
+        .args(["--log-format", "json"])
         .stderr(Stdio::piped())
         .env_remove("RUST_LOG")
         .spawn()
