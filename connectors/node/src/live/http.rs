@@ -139,15 +139,20 @@ async fn dashboard_page() -> Response {
         .into_response()
 }
 
-fn dashboard_json(shared: &Shared) -> Value {
+/// The dashboard's data as JSON text, serialized once under the locks.
+fn dashboard_json(shared: &Shared) -> String {
     let engine = shared.engine.read().expect("engine lock");
     let history = shared.dashboard.lock().expect("dashboard");
-    serde_json::to_value(history.state(&engine, &shared.config.connector)).expect("serializes")
+    serde_json::to_string(&history.state(&engine, &shared.config.connector)).expect("serializes")
 }
 
 /// The dashboard's data once, as JSON.
-async fn dashboard_state(State(shared): State<AppState>) -> Json<Value> {
-    Json(dashboard_json(&shared))
+async fn dashboard_state(State(shared): State<AppState>) -> Response {
+    (
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        dashboard_json(&shared),
+    )
+        .into_response()
 }
 
 /// The dashboard's data as server-sent events: one `state` event at once, then one each
@@ -178,7 +183,7 @@ async fn dashboard_events(State(shared): State<AppState>) -> Result<Response, Ap
                 }
             }
             applied.borrow_and_update();
-            let data = dashboard_json(&shared).to_string();
+            let data = dashboard_json(&shared);
             // A page that lost the node (restart, network) tries again within a second.
             let event = Event::default()
                 .event("state")
