@@ -7,7 +7,27 @@
 
 use lhc_engine::{DecodeError, Engine, Output, Record};
 
-use crate::source::{Source, SourceError};
+use crate::source::{Decoded, Source, SourceError};
+
+/// Where a replay takes its records from: a [`Source`], or a source with changes applied
+/// (`whatif`).
+pub trait Records {
+    /// The next record with its offset; `None` at the end.
+    fn next_record(&mut self) -> Result<Option<Decoded>, SourceError>;
+
+    /// Told that the record last handed out was quarantined by the engine.
+    fn note_quarantined(&mut self) {}
+}
+
+impl Records for Source {
+    fn next_record(&mut self) -> Result<Option<Decoded>, SourceError> {
+        Source::next_record(self)
+    }
+
+    fn note_quarantined(&mut self) {
+        Source::note_quarantined(self);
+    }
+}
 
 /// Whether the replay goes on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -54,8 +74,8 @@ pub trait Observer {
 
 /// Applies every record of `source` to `engine`, showing each to `observer`; returns the
 /// records applied.
-pub fn drive<O: Observer>(
-    source: &mut Source,
+pub fn drive<R: Records + ?Sized, O: Observer>(
+    source: &mut R,
     engine: &mut Engine,
     observer: &mut O,
 ) -> Result<u64, O::Error> {

@@ -132,7 +132,7 @@ pub struct SyncForensics {
 
 /// What the forensics collect along the replay.
 #[derive(Default)]
-struct Found {
+pub(crate) struct Found {
     /// Config changes by version.
     changes: BTreeMap<u64, Change>,
     /// Offset → time of the records a failure can name (config changes, storage faults).
@@ -230,7 +230,7 @@ impl Observer for Found {
     fn after(&mut self, step: After<'_>) -> Result<(), SourceError> {
         let engine = step.engine;
         let outputs = step.outputs;
-        for o in outputs.drain(..) {
+        for o in outputs.iter() {
             match &o {
                 Output::Event(e) => {
                     let Some(EventKind::ImportFailed(data)) = e.kind() else {
@@ -332,24 +332,31 @@ impl Observer for Found {
 pub fn sync_forensics(source: &mut Source) -> Result<SyncForensics, SourceError> {
     let mut found = Found::default();
     crate::drive::drive(source, &mut Engine::new(), &mut found)?;
-    let Found {
-        failures,
-        mut repeats,
-        stale,
-        decided_on_stale,
-        causes,
-        ..
-    } = found;
-    let root_causes = root_causes(causes);
-    repeats.retain(|_, n| *n > 1);
-    Ok(SyncForensics {
-        source: source.describe().to_string(),
-        root_causes,
-        failures,
-        repeats,
-        stale_decisions: stale,
-        decided_on_stale,
-    })
+    Ok(found.finish(source.describe().to_string()))
+}
+
+impl Found {
+    /// The forensics of what was observed.
+    pub(crate) fn finish(self, source: String) -> SyncForensics {
+        let Found {
+            failures,
+            mut repeats,
+            stale,
+            decided_on_stale,
+            causes,
+            ..
+        } = self;
+        let root_causes = root_causes(causes);
+        repeats.retain(|_, n| *n > 1);
+        SyncForensics {
+            source,
+            root_causes,
+            failures,
+            repeats,
+            stale_decisions: stale,
+            decided_on_stale,
+        }
+    }
 }
 
 /// The root causes, most harmful first; ties in the order they were introduced.

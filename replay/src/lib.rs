@@ -13,6 +13,7 @@ pub mod report;
 pub mod run;
 pub mod sim;
 pub mod source;
+pub mod whatif;
 
 pub use drive::{drive, Flow, Observer};
 pub use forensics::{sync_forensics, SyncForensics};
@@ -22,3 +23,4 @@ pub use report::{outage_report, Episode, OutageReport};
 pub use run::{replay, ChainLink, Divergence, ReplayOptions, ReplaySummary};
 pub use sim::{BadConfig, Scenario, SimError, SimOptions, Simulator};
 pub use source::{Source, SourceError, SourceSpec};
+pub use whatif::{whatif, Plan, WhatIf, WhatIfError};

@@ -267,37 +267,44 @@ struct Open {
 pub fn outage_report(source: &mut Source) -> Result<OutageReport, SourceError> {
     let mut reporter = Reporter::default();
     crate::drive::drive(source, &mut Engine::new(), &mut reporter)?;
-    let Reporter {
-        records,
-        first_ts,
-        last_ts,
-        mut open,
-        mut done,
-        versions,
-        ..
-    } = reporter;
-    let end = last_ts.unwrap_or_default();
-    for (_, mut o) in std::mem::take(&mut open) {
-        close_lanes(&mut o, end);
-        o.episode.duration_s = end.seconds_since(o.episode.start);
-        done.push(o.episode);
+    Ok(reporter.finish(source.describe().to_string()))
+}
+
+impl Reporter {
+    /// The report of what was observed, the open episodes closed at the last record.
+    pub(crate) fn finish(self, source: String) -> OutageReport {
+        let Reporter {
+            records,
+            first_ts,
+            last_ts,
+            mut open,
+            mut done,
+            versions,
+            ..
+        } = self;
+        let end = last_ts.unwrap_or_default();
+        for (_, mut o) in std::mem::take(&mut open) {
+            close_lanes(&mut o, end);
+            o.episode.duration_s = end.seconds_since(o.episode.start);
+            done.push(o.episode);
+        }
+        done.sort_by(|a, b| (a.start, &a.zone).cmp(&(b.start, &b.zone)));
+        for episode in &mut done {
+            episode.annotations.sort_by_key(|a| a.ts);
+        }
+        OutageReport {
+            source,
+            records,
+            span: first_ts.zip(last_ts),
+            episodes: done,
+            config_versions: versions,
+        }
     }
-    done.sort_by(|a, b| (a.start, &a.zone).cmp(&(b.start, &b.zone)));
-    for episode in &mut done {
-        episode.annotations.sort_by_key(|a| a.ts);
-    }
-    Ok(OutageReport {
-        source: source.describe().to_string(),
-        records,
-        span: first_ts.zip(last_ts),
-        episodes: done,
-        config_versions: versions,
-    })
 }
 
 /// The report as a replay observer.
 #[derive(Default)]
-struct Reporter {
+pub(crate) struct Reporter {
     records: u64,
     first_ts: Option<Ts>,
     last_ts: Option<Ts>,
@@ -347,8 +354,8 @@ impl Observer for Reporter {
             self.first_ts.get_or_insert(ts);
             self.last_ts = Some(ts);
         }
-        for o in outputs.drain(..) {
-            self.observe(engine, &o);
+        for o in outputs.iter() {
+            self.observe(engine, o);
         }
         // Registration samples, once a minute of log time, for open episodes.
         if let Some(ts) = self.ts {

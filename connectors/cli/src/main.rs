@@ -16,7 +16,7 @@ mod progress;
 mod render;
 mod time;
 
-use commands::{connector, demo, forensics, lint, log, query, replay, report, simulate};
+use commands::{connector, demo, forensics, lint, log, query, replay, report, simulate, whatif};
 
 /// Citrix Local Host Cache, re-implemented as an event-sourced, log-driven engine.
 ///
@@ -79,6 +79,10 @@ enum Command {
     /// Reports computed by replaying a log (outage episodes; JSON, summary, HTML).
     #[command(subcommand)]
     Report(report::ReportCommand),
+    /// What if: replay the log as it happened and with changes (a parameter, a site or
+    /// group setting, added or dropped records, the bad config changes removed), and show
+    /// the decisions, episodes, elections and failed imports that would have differed.
+    Whatif(whatif::WhatIfArgs),
     /// Forensics computed by replaying a log (config sync failures: 505).
     #[command(subcommand)]
     Forensics(forensics::ForensicsCommand),
@@ -138,6 +142,7 @@ fn main() -> ExitCode {
         Command::Simulate(args) => simulate::run(args, quiet),
         Command::Query(args) => query::run(args, quiet),
         Command::Report(command) => report::run(command, quiet),
+        Command::Whatif(args) => whatif::run(args, quiet),
         Command::Forensics(command) => forensics::run(command, quiet),
         Command::Lint(args) => lint::run(args, quiet),
         Command::Replay(args) => replay::run(args, quiet),

@@ -11,3 +11,4 @@ pub mod query;
 pub mod replay;
 pub mod report;
 pub mod simulate;
+pub mod whatif;

@@ -3,6 +3,7 @@
 
 pub mod axis;
 pub mod outage;
+pub mod whatif;
 
 use std::path::Path;
 

@@ -1,0 +1,332 @@
+//! `lhc whatif`: replay a log as it happened and with changes, and show what would have
+//! been different (see docs/whatif.md). The comparison is `lhc_replay::whatif`'s; this
+//! module parses the changes, prints and writes the page.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Mutex;
+
+use anyhow::Context;
+use lhc_replay::whatif::{thousands, WhatIf};
+use lhc_replay::Plan;
+
+use crate::args::{Format, FormatArgs, SourceArgs};
+use crate::render::duration;
+
+/// Options of `lhc whatif`.
+#[derive(clap::Args)]
+#[command(after_long_help = "Examples:\n  \
+    lhc whatif lhc-demo/log --without-bad-changes\n  \
+    lhc whatif site.jsonl --site reuse_machines_without_shutdown_in_outage_allowed=true \\\n      \
+    --group pooled-w11:reuse_machines_without_shutdown_in_outage=true\n  \
+    lhc whatif site.jsonl --drop 'connector.lifecycle connector=cc1.z2.example event=start'\n  \
+    lhc whatif site.jsonl --set onprem_outage_s=30\n  \
+    lhc whatif site.jsonl --patch extra-connector.jsonl\n\n\
+    Observations (health checks, probes, heartbeats, sessions, launch requests) are replayed \
+    as recorded; only the engine's decisions change. Nothing is written to the log.")]
+pub struct WhatIfArgs {
+    /// A JSONL file or an embedded log directory [default: lhc-data/log].
+    #[arg(value_name = "PATH", conflicts_with = "kafka")]
+    path: Option<PathBuf>,
+    /// Use Kafka: bootstrap servers, host:port[,host:port...] (name the site with
+    /// --site NAME).
+    #[arg(long, value_name = "BROKERS")]
+    kafka: Option<String>,
+    /// Kafka topic holding the site logs.
+    #[arg(long, value_name = "TOPIC", default_value = lhc_log::kafka::DEFAULT_TOPIC)]
+    topic: String,
+    /// Longest wait for a Kafka broker before giving up with an error.
+    #[arg(long, value_name = "SECONDS", default_value_t = 30)]
+    kafka_timeout: u64,
+    /// An engine parameter (SPEC §9) from the start, like onprem_outage_s=30 (repeatable).
+    #[arg(long = "set", value_name = "PARAM=VALUE")]
+    params: Vec<String>,
+    /// A site setting from the start, like lhc_enabled=false: every upsert of the site
+    /// object in the log carries it (repeatable). Without `=`, with --kafka: the site name
+    /// (the message key of its records), as in the other commands.
+    #[arg(long, value_name = "KEY=VALUE")]
+    site: Vec<String>,
+    /// A delivery-group setting from the start, like
+    /// pooled:reuse_machines_without_shutdown_in_outage=true: every upsert of the group
+    /// carries it (repeatable).
+    #[arg(long, value_name = "GROUP:KEY=VALUE")]
+    group: Vec<String>,
+    /// Extra records (JSONL: config changes, admin commands, lifecycle events, probes...)
+    /// merged into the log at their ts; a config.change may leave out its version
+    /// (repeatable).
+    #[arg(long, value_name = "FILE")]
+    patch: Vec<PathBuf>,
+    /// Give every --patch record this time instead of its own (RFC 3339, UTC).
+    #[arg(long, value_name = "TIME", requires = "patch")]
+    at: Option<String>,
+    /// Remove the records matching TYPE [FIELD=VALUE ...] (a value ending in * matches a
+    /// prefix), like 'config.change version=7' (repeatable).
+    #[arg(long = "drop", value_name = "FILTER")]
+    drops: Vec<String>,
+    /// Remove the config ops that introduced every failed import (505), as `lhc forensics
+    /// sync` names them: "had the bad change not been made".
+    #[arg(long)]
+    without_bad_changes: bool,
+    /// Write a self-contained HTML page of the comparison here.
+    #[arg(long, value_name = "FILE.html")]
+    out: Option<PathBuf>,
+    /// Changed decisions listed on the terminal (all are in JSON and HTML).
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    limit: usize,
+    #[command(flatten)]
+    format: FormatArgs,
+}
+
+impl WhatIfArgs {
+    /// The source: `--site NAME` (no `=`) is the Kafka site, as in the other commands.
+    fn source(&self) -> anyhow::Result<SourceArgs> {
+        let names: Vec<&String> = self.site.iter().filter(|s| !s.contains('=')).collect();
+        if names.len() > 1 {
+            anyhow::bail!("--site NAME given twice ({}): one site per what-if", {
+                let n: Vec<&str> = names.iter().map(|s| s.as_str()).collect();
+                n.join(", ")
+            });
+        }
+        let site = names.first().map(|s| s.to_string());
+        if site.is_some() && self.kafka.is_none() {
+            anyhow::bail!(
+                "--site {}: a site setting is KEY=VALUE (like \
+                 reuse_machines_without_shutdown_in_outage_allowed=true); a site name \
+                 goes with --kafka",
+                site.unwrap_or_default()
+            );
+        }
+        Ok(SourceArgs {
+            path: self.path.clone(),
+            kafka: crate::args::KafkaArgs {
+                kafka: self.kafka.clone(),
+                topic: self.topic.clone(),
+                site,
+                kafka_timeout: self.kafka_timeout,
+            },
+        })
+    }
+}
+
+/// Parses the changes; every invalid one is refused here, naming it.
+fn plan(args: &WhatIfArgs) -> anyhow::Result<Plan> {
+    let mut plan = Plan::default();
+    for p in &args.params {
+        plan.set_param(p)?;
+    }
+    for s in args.site.iter().filter(|s| s.contains('=')) {
+        plan.set_site(s)?;
+    }
+    for g in &args.group {
+        plan.set_group(g)?;
+    }
+    let at = args
+        .at
+        .as_deref()
+        .map(|t| crate::time::parse_instant(t, None))
+        .transpose()
+        .context("--at")?;
+    for path in &args.patch {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading --patch {}", path.display()))?;
+        plan.add_patch(&path.display().to_string(), &text, at)?;
+    }
+    for d in &args.drops {
+        plan.drop_records(d)?;
+    }
+    if plan.is_empty() && !args.without_bad_changes {
+        anyhow::bail!(
+            "no change given: add --set, --site, --group, --patch, --drop or \
+             --without-bad-changes (see lhc whatif --help)"
+        );
+    }
+    Ok(plan)
+}
+
+/// Runs `lhc whatif`.
+pub fn run(args: WhatIfArgs, quiet: bool) -> anyhow::Result<ExitCode> {
+    let plan = plan(&args)?;
+    let source_args = args.source()?;
+    if let (Some(path), Some(input)) = (&args.out, source_args.input_path()) {
+        crate::args::refuse_overwrite(path, &[&input])?;
+    }
+    // Opened here first, so a missing log is refused with the usual message; the spinner
+    // counts the records of that first replay.
+    let (source, bar) = source_args.open_with_progress("replaying twice", quiet)?;
+    let first = Mutex::new(Some(source));
+    let open = || -> Result<lhc_replay::Source, lhc_replay::SourceError> {
+        if let Some(source) = first.lock().expect("not poisoned").take() {
+            return Ok(source);
+        }
+        source_args.open().map_err(|e| lhc_replay::SourceError::Io {
+            path: source_args.input_path().unwrap_or_default(),
+            source: std::io::Error::other(format!("{e:#}")),
+        })
+    };
+    let result = lhc_replay::whatif(open, &plan, args.without_bad_changes);
+    bar.finish_and_clear();
+    let whatif = result?;
+    if whatif.before.records == 0 {
+        anyhow::bail!("{} holds no records", whatif.source);
+    }
+    match args.format.get() {
+        Format::Table => print!("{}", summary(&whatif, args.limit)),
+        Format::Json => println!("{}", serde_json::to_string_pretty(&whatif)?),
+        Format::Jsonl => {
+            for c in &whatif.changed {
+                println!("{}", serde_json::to_string(c)?);
+            }
+        }
+    }
+    if let Some(path) = &args.out {
+        crate::render::write_page(path, &crate::render::whatif::page(&whatif), quiet)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The terminal summary.
+pub fn summary(w: &WhatIf, limit: usize) -> String {
+    let mut t = String::new();
+    let _ = writeln!(t, "what if — {}", w.source);
+    for c in &w.changes {
+        let _ = writeln!(t, "  change  {c}");
+    }
+    for n in &w.notes {
+        let _ = writeln!(t, "  note    {n}");
+    }
+    let _ = writeln!(
+        t,
+        "\nas it happened: {} records, digest {}\nwhat-if:        {} records, digest {}",
+        thousands(w.before.records),
+        w.before.digest,
+        thousands(w.after.records),
+        w.after.digest
+    );
+    let _ = writeln!(t, "\n{}", w.verdict);
+    let _ = writeln!(
+        t,
+        "\n{:<32} {:>12} {:>12}",
+        "launches", "as happened", "what-if"
+    );
+    let row = |t: &mut String, name: &str, b: u64, a: u64| {
+        let _ = writeln!(t, "{name:<32} {:>12} {:>12}", thousands(b), thousands(a));
+    };
+    row(
+        &mut t,
+        "launches (users)",
+        w.before.launches,
+        w.after.launches,
+    );
+    row(&mut t, "  refused", w.before.refused, w.after.refused);
+    row(
+        &mut t,
+        "users affected",
+        w.before.users_affected.len() as u64,
+        w.after.users_affected.len() as u64,
+    );
+    row(&mut t, "attempts", w.before.attempts, w.after.attempts);
+    for total in &w.totals {
+        row(
+            &mut t,
+            &format!("  {}", total.outcome),
+            total.before,
+            total.after,
+        );
+    }
+    for z in &w.zones {
+        let (b, a) = (&z.before, &z.after);
+        let _ = writeln!(
+            t,
+            "\nzone {:<27} {:>12} {:>12}",
+            z.zone, "as happened", "what-if"
+        );
+        row(&mut t, "LHC episodes", b.episodes, a.episodes);
+        let span = |t: &mut String, name: &str, b: i64, a: i64| {
+            let _ = writeln!(t, "{name:<32} {:>12} {:>12}", duration(b), duration(a));
+        };
+        span(&mut t, "in LHC mode", b.lhc_s, a.lhc_s);
+        span(&mut t, "  brokering", b.brokering_s, a.brokering_s);
+        span(&mut t, "  without a broker", b.no_broker_s, a.no_broker_s);
+        let _ = writeln!(
+            t,
+            "{:<32} {:>12} {:>12}",
+            "brokers",
+            b.brokers.len(),
+            a.brokers.len()
+        );
+        row(&mut t, "election changes (3504)", b.elections, a.elections);
+        row(
+            &mut t,
+            "failed imports (505)",
+            b.import_failures,
+            a.import_failures,
+        );
+        row(
+            &mut t,
+            "decided on a stale snapshot",
+            b.decided_on_stale,
+            a.decided_on_stale,
+        );
+        row(&mut t, "attempts brokered", b.brokered, a.brokered);
+        row(&mut t, "attempts rejected", b.rejected, a.rejected);
+        if b.brokers != a.brokers {
+            let _ = writeln!(
+                t,
+                "  brokers as happened: {}\n  brokers in what-if:  {}",
+                b.brokers.join(", "),
+                a.brokers.join(", ")
+            );
+        }
+    }
+    if !w.changed.is_empty() {
+        let _ = writeln!(
+            t,
+            "\n{} request(s) decided differently{}:",
+            thousands(w.changed.len() as u64),
+            if w.changed.len() > limit {
+                format!(" (first {limit}; --limit, --format json or --out for all)")
+            } else {
+                String::new()
+            }
+        );
+        for c in w.changed.iter().take(limit) {
+            let side = |o: &Option<lhc_replay::whatif::Outcome>| match o {
+                None => "(no request)".to_string(),
+                Some(o) => format!(
+                    "{} via {}{}",
+                    o.outcome,
+                    o.via,
+                    o.machine
+                        .as_deref()
+                        .map(|m| format!(" on {m}"))
+                        .unwrap_or_default()
+                ),
+            };
+            let _ = writeln!(
+                t,
+                "  {} {:<7} {} {} {} at {}: {} → {}",
+                c.ts,
+                c.change,
+                c.request,
+                c.user,
+                c.resource,
+                c.connector,
+                side(&c.before),
+                side(&c.after)
+            );
+        }
+    }
+    if !w.flagged_machines.is_empty() {
+        let _ = writeln!(
+            t,
+            "\n{} machine(s) flagged: their recorded sessions follow decisions the what-if \
+             changed (sessions are replayed as recorded; see docs/whatif.md)",
+            w.flagged_machines.len()
+        );
+        for m in w.flagged_machines.iter().take(limit) {
+            let _ = writeln!(t, "  {} ({}): {}", m.machine, m.requests.join(", "), m.why);
+        }
+    }
+    t
+}

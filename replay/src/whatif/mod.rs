@@ -1,0 +1,704 @@
+//! What if: the recorded log replayed twice — as it happened, and with changes (engine
+//! parameters, site or group settings, added records, dropped records, the bad config ops
+//! removed) — and the difference in launch decisions, LHC episodes, elections and failed
+//! imports.
+//!
+//! Invariant: observations are replayed as recorded on both sides; only the engine's
+//! decisions can differ, so every difference comes from the changes. The "as it happened"
+//! side is a plain replay: its digest is the one `lhc replay --digest` prints. Nothing is
+//! written to the source.
+
+mod plan;
+mod side;
+mod stream;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use lhc_engine::config::ObjectKind;
+use lhc_engine::Ts;
+use serde::Serialize;
+
+pub use plan::{Filter, PatchRecord, Plan, Setting};
+pub use side::{replay_side, Decision, Side, ZoneCounts};
+pub use stream::{Modified, Seen};
+
+use crate::source::{Source, SourceError};
+
+/// Why a what-if could not be computed.
+#[derive(Debug, thiserror::Error)]
+pub enum WhatIfError {
+    /// A change is invalid, or does not fit this log; `item` names it.
+    #[error("{item}: {why}")]
+    Bad {
+        /// The change at fault, as given (or the patch line).
+        item: String,
+        /// What is wrong, and what to do.
+        why: String,
+    },
+    /// The source could not be read.
+    #[error(transparent)]
+    Source(#[from] SourceError),
+}
+
+impl WhatIfError {
+    pub(crate) fn bad(item: impl Into<String>, why: String) -> Self {
+        WhatIfError::Bad {
+            item: item.into(),
+            why,
+        }
+    }
+}
+
+/// What we do with session events that followed a decision the what-if changed.
+pub const SESSION_POLICY: &str = "Observations are replayed as recorded, on both sides: \
+session events and VDA heartbeats are kept even where they followed a decision the what-if \
+made differently, because they are what the machines reported and lhc cannot invent the \
+sessions that did not happen. A launch the what-if brokers anew holds its machine as a \
+pending launch until it expires (no session for it was recorded); a session the log records \
+after a launch the what-if refused still appears. The machines where this matters are \
+flagged.";
+
+/// One side's totals.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SideSummary {
+    /// State digest after the last record.
+    pub digest: String,
+    /// Records applied.
+    pub records: u64,
+    /// Records quarantined.
+    pub quarantined: u64,
+    /// Launch attempts decided.
+    pub attempts: u64,
+    /// Launches users made (retries folded into their first attempt).
+    pub launches: u64,
+    /// Of those, refused (the last attempt rejected).
+    pub refused: u64,
+    /// Users who saw a launch refused, sorted.
+    pub users_affected: Vec<String>,
+}
+
+/// A launch decision on one side.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Outcome {
+    /// "brokered" or the rejection reason.
+    pub outcome: String,
+    /// "cloud" or "lhc".
+    pub via: String,
+    /// The machine chosen.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub machine: Option<String>,
+}
+
+/// A request decided differently.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ChangedDecision {
+    /// The request id.
+    pub request: String,
+    /// When.
+    pub ts: Ts,
+    /// Who.
+    pub user: String,
+    /// What.
+    pub resource: String,
+    /// The connector asked.
+    pub connector: String,
+    /// Its zone.
+    pub zone: String,
+    /// "better" (now brokered), "worse" (now refused), "changed" (another machine,
+    /// reason or broker), "removed" or "added" (the request exists on one side only).
+    pub change: &'static str,
+    /// As it happened.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub before: Option<Outcome>,
+    /// In the what-if.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub after: Option<Outcome>,
+}
+
+/// One zone on one side.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ZoneSummary {
+    /// LHC episodes.
+    pub episodes: u64,
+    /// Seconds in LHC mode (to the end of the log for an episode still going).
+    pub lhc_s: i64,
+    /// Seconds of those with a connector brokering.
+    pub brokering_s: i64,
+    /// Seconds in LHC mode with nobody brokering.
+    pub no_broker_s: i64,
+    /// Connectors that brokered in LHC mode, sorted.
+    pub brokers: Vec<String>,
+    /// Election view changes (3504).
+    pub elections: u64,
+    /// Failed imports (505).
+    pub import_failures: u64,
+    /// LHC launches decided on a stale snapshot.
+    pub decided_on_stale: u64,
+    /// Launch attempts brokered through the zone's connectors.
+    pub brokered: u64,
+    /// Launch attempts rejected.
+    pub rejected: u64,
+}
+
+/// One zone before and after.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ZoneCompare {
+    /// Zone id.
+    pub zone: String,
+    /// As it happened.
+    pub before: ZoneSummary,
+    /// In the what-if.
+    pub after: ZoneSummary,
+}
+
+/// A machine whose recorded sessions and the what-if's decisions disagree.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct FlaggedMachine {
+    /// The VDA.
+    pub machine: String,
+    /// The requests concerned.
+    pub requests: Vec<String>,
+    /// Why, in words.
+    pub why: String,
+}
+
+/// Attempts per outcome on both sides.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Total {
+    /// "brokered" or a reason code.
+    pub outcome: String,
+    /// As it happened.
+    pub before: u64,
+    /// In the what-if.
+    pub after: u64,
+}
+
+/// The whole what-if report.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct WhatIf {
+    /// What was replayed.
+    pub source: String,
+    /// The changes, in words.
+    pub changes: Vec<String>,
+    /// What the changes did to the log (records dropped, versions moved...).
+    pub notes: Vec<String>,
+    /// What happens to session events after a changed decision.
+    pub session_policy: &'static str,
+    /// As it happened.
+    pub before: SideSummary,
+    /// In the what-if.
+    pub after: SideSummary,
+    /// Requests now brokered that were refused.
+    pub better: u64,
+    /// Requests now refused that were brokered.
+    pub worse: u64,
+    /// Requests decided otherwise (machine, reason, broker) or on one side only.
+    pub other: u64,
+    /// Every request decided differently, in time order.
+    pub changed: Vec<ChangedDecision>,
+    /// Attempts per outcome.
+    pub totals: Vec<Total>,
+    /// Each zone before and after.
+    pub zones: Vec<ZoneCompare>,
+    /// Machines whose recorded sessions follow a decision the what-if changed.
+    pub flagged_machines: Vec<FlaggedMachine>,
+    /// The answer in one paragraph.
+    pub verdict: String,
+}
+
+/// The what-if side: the source with `plan` applied, replayed. Returns the side and what
+/// the stream saw (to check the plan against the log).
+pub fn replay_modified(source: Source, plan: &Plan) -> Result<(Side, Seen), WhatIfError> {
+    let description = source.describe().to_string();
+    let mut modified = Modified::new(source, plan);
+    let side = replay_side(&mut modified, &description, false)?;
+    Ok((side, modified.finish()))
+}
+
+/// Checks what the stream saw against the plan: every change must have found its target.
+/// Returns notes on what the changes did.
+pub fn check(plan: &Plan, seen: &Seen, after: &Side) -> Result<Vec<String>, WhatIfError> {
+    if let Some((origin, index)) = seen.refused.first() {
+        let why = after
+            .quarantined
+            .get(*index)
+            .map(|(_, e)| e.clone())
+            .unwrap_or_default();
+        return Err(WhatIfError::bad(
+            origin,
+            format!("the engine cannot apply it here: {why}"),
+        ));
+    }
+    for (i, (group, setting)) in plan.groups.iter().enumerate() {
+        if seen.group_upserts[i] == 0 {
+            let known: Vec<&str> = seen.groups.iter().map(String::as_str).collect();
+            let hint = seen
+                .groups
+                .iter()
+                .find(|g| g.eq_ignore_ascii_case(group))
+                .map(|g| format!(" (ids are exact: did you mean {g}?)"))
+                .unwrap_or_default();
+            return Err(WhatIfError::bad(
+                format!("--group {group}:{}", setting.key),
+                format!(
+                    "no delivery group {group:?} in this log{hint}; its groups: {}",
+                    if known.is_empty() {
+                        "none".to_string()
+                    } else {
+                        known.join(", ")
+                    }
+                ),
+            ));
+        }
+    }
+    if !plan.site.is_empty() && seen.site_upserts == 0 {
+        return Err(WhatIfError::bad(
+            "--site",
+            "this log holds no config.change: there is no site to change".into(),
+        ));
+    }
+    for (filter, n) in plan.drops.iter().zip(&seen.dropped) {
+        if *n == 0 {
+            return Err(WhatIfError::bad(
+                format!("--drop '{}'", filter.text),
+                "matched no record of this log (values are exact; end one with * to match a \
+                 prefix)"
+                    .into(),
+            ));
+        }
+    }
+    let mut notes = Vec::new();
+    for (filter, n) in plan.drops.iter().zip(&seen.dropped) {
+        notes.push(format!("--drop '{}' removed {n} record(s)", filter.text));
+    }
+    if seen.ops_dropped > 0 {
+        notes.push(format!(
+            "{} config op(s) that introduced failed imports removed",
+            seen.ops_dropped
+        ));
+    }
+    if let Some((first, by)) = seen.versions_shifted {
+        notes.push(format!(
+            "patched config changes took new versions: the log's versions from {first} on are \
+             {by} higher in the what-if"
+        ));
+    }
+    if !plan.patch.is_empty() {
+        notes.push(format!(
+            "{} patch record(s) merged by time; each carries the offset of the log record it \
+             precedes",
+            plan.patch.len()
+        ));
+    }
+    Ok(notes)
+}
+
+/// The ops that introduced every failed import, from the forensics of the "as it happened"
+/// side (storage faults are observations, not changes: they stay).
+pub fn bad_ops(plan: &mut Plan, before: &Side) -> Vec<String> {
+    let mut notes = Vec::new();
+    let Some(forensics) = &before.forensics else {
+        return notes;
+    };
+    let mut storage = 0;
+    let mut removed = Vec::new();
+    for cause in &forensics.root_causes {
+        let (Some(version), Some(kind)) = (
+            cause.introduced_by.version,
+            ObjectKind::from_name(&cause.kind),
+        ) else {
+            storage += 1;
+            continue;
+        };
+        if plan
+            .drop_ops
+            .insert((cause.introduced_by.offset, kind, cause.id.clone()))
+        {
+            removed.push(format!(
+                "{} {} (version {version}, offset {}: {})",
+                cause.kind, cause.id, cause.introduced_by.offset, cause.rule
+            ));
+        }
+    }
+    if !removed.is_empty() {
+        plan.described.push(format!(
+            "the config changes that introduced the failed imports not made ({})",
+            removed.join("; ")
+        ));
+    }
+    if forensics.root_causes.is_empty() {
+        notes.push("no import failed in this log: there is no bad change to remove".into());
+    }
+    if storage > 0 {
+        notes.push(format!(
+            "{storage} failure cause(s) from storage faults kept: they are observations, \
+             not changes"
+        ));
+    }
+    notes
+}
+
+/// Runs a what-if on the source `open` gives (called once per side). With
+/// `without_bad_changes`, the "as it happened" side runs first to find the bad ops;
+/// otherwise both sides run at once, on two threads.
+pub fn whatif<F>(open: F, plan: &Plan, without_bad_changes: bool) -> Result<WhatIf, WhatIfError>
+where
+    F: Fn() -> Result<Source, SourceError> + Sync,
+{
+    let (before, after, seen, plan, mut notes) = if without_bad_changes {
+        let mut source = open()?;
+        let description = source.describe().to_string();
+        let before = replay_side(&mut source, &description, true)?;
+        let mut plan = plan.clone();
+        let notes = bad_ops(&mut plan, &before);
+        let (after, seen) = replay_modified(open()?, &plan)?;
+        (before, after, seen, plan, notes)
+    } else {
+        let (before, modified) = std::thread::scope(|scope| {
+            let baseline = scope.spawn(|| -> Result<Side, WhatIfError> {
+                let mut source = open()?;
+                let description = source.describe().to_string();
+                Ok(replay_side(&mut source, &description, false)?)
+            });
+            let modified = open()
+                .map_err(WhatIfError::from)
+                .and_then(|s| replay_modified(s, plan));
+            let before = baseline.join().expect("the baseline replay does not panic");
+            (before, modified)
+        });
+        let (after, seen) = modified?;
+        (before?, after, seen, plan.clone(), Vec::new())
+    };
+    notes.extend(check(&plan, &seen, &after)?);
+    Ok(compare(&plan, notes, &before, &after))
+}
+
+/// Each launch (by its first attempt's id): (time, user, outcome of its last attempt).
+fn finals(side: &Side) -> BTreeMap<&str, (Ts, &str, &str, &str)> {
+    let mut out: BTreeMap<&str, (Ts, &str, &str, &str)> = BTreeMap::new();
+    for (request, d) in &side.decisions {
+        let root = d.retry_of.as_deref().unwrap_or(request);
+        let entry = out
+            .entry(root)
+            .or_insert((d.ts, request, d.user.as_str(), d.outcome.as_str()));
+        if (d.ts, request.as_str()) >= (entry.0, entry.1) {
+            *entry = (d.ts, request, d.user.as_str(), d.outcome.as_str());
+        }
+    }
+    out
+}
+
+fn summary(side: &Side) -> SideSummary {
+    let finals = finals(side);
+    let refused: Vec<_> = finals.values().filter(|f| f.3 != "brokered").collect();
+    let users: BTreeSet<&str> = refused.iter().map(|f| f.2).collect();
+    SideSummary {
+        digest: side.digest.clone(),
+        records: side.records,
+        quarantined: side.quarantined.len() as u64,
+        attempts: side.decisions.len() as u64,
+        launches: finals.len() as u64,
+        refused: refused.len() as u64,
+        users_affected: users.into_iter().map(str::to_string).collect(),
+    }
+}
+
+fn zone_summary(side: &Side, zone: &str) -> ZoneSummary {
+    let mut z = ZoneSummary::default();
+    let mut brokers = BTreeSet::new();
+    for e in side.report.episodes.iter().filter(|e| e.zone == zone) {
+        z.episodes += 1;
+        z.lhc_s += e.duration_s;
+        z.no_broker_s += e
+            .no_broker
+            .iter()
+            .map(|b| b.to.seconds_since(b.from))
+            .sum::<i64>();
+        let mut spans: Vec<(Ts, Ts)> = Vec::new();
+        for (connector, lane) in &e.lanes {
+            for s in lane.iter().filter(|s| s.brokering) {
+                brokers.insert(connector.clone());
+                spans.push((s.from, s.to));
+            }
+        }
+        spans.sort();
+        let mut end: Option<Ts> = None;
+        for (from, to) in spans {
+            let from = end.map_or(from, |e| e.max(from));
+            if to > from {
+                z.brokering_s += to.seconds_since(from);
+            }
+            end = Some(end.map_or(to, |e| e.max(to)));
+        }
+    }
+    z.brokers = brokers.into_iter().collect();
+    if let Some(counts) = side.zones.get(zone) {
+        z.elections = counts.elections;
+        z.import_failures = counts.import_failures;
+        z.decided_on_stale = counts.decided_on_stale;
+    }
+    for d in side.decisions.values().filter(|d| d.zone == zone) {
+        if d.brokered() {
+            z.brokered += 1;
+        } else {
+            z.rejected += 1;
+        }
+    }
+    z
+}
+
+fn outcome(d: &Decision) -> Outcome {
+    Outcome {
+        outcome: d.outcome.clone(),
+        via: d.via.clone(),
+        machine: d.machine.clone(),
+    }
+}
+
+/// The comparison of two sides.
+pub fn compare(plan: &Plan, notes: Vec<String>, before: &Side, after: &Side) -> WhatIf {
+    let mut changed = Vec::new();
+    let requests: BTreeSet<&String> = before
+        .decisions
+        .keys()
+        .chain(after.decisions.keys())
+        .collect();
+    for request in requests {
+        let (b, a) = (before.decisions.get(request), after.decisions.get(request));
+        let change = match (b, a) {
+            (Some(b), Some(a)) if outcome(b) == outcome(a) => continue,
+            (Some(b), Some(a)) if !b.brokered() && a.brokered() => "better",
+            (Some(b), Some(a)) if b.brokered() && !a.brokered() => "worse",
+            (Some(_), Some(_)) => "changed",
+            (Some(_), None) => "removed",
+            (None, Some(_)) => "added",
+            (None, None) => continue,
+        };
+        let d = a.or(b).expect("one side has it");
+        changed.push(ChangedDecision {
+            request: request.clone(),
+            ts: d.ts,
+            user: d.user.clone(),
+            resource: d.resource.clone(),
+            connector: d.connector.clone(),
+            zone: d.zone.clone(),
+            change,
+            before: b.map(outcome),
+            after: a.map(outcome),
+        });
+    }
+    changed.sort_by(|x, y| (x.ts, &x.request).cmp(&(y.ts, &y.request)));
+    let count = |kind: &str| changed.iter().filter(|c| c.change == kind).count() as u64;
+    let (better, worse) = (count("better"), count("worse"));
+    let other = changed.len() as u64 - better - worse;
+
+    let mut totals: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
+    for d in before.decisions.values() {
+        totals.entry(d.outcome.as_str()).or_default().0 += 1;
+    }
+    for d in after.decisions.values() {
+        totals.entry(d.outcome.as_str()).or_default().1 += 1;
+    }
+    let mut totals: Vec<Total> = totals
+        .into_iter()
+        .map(|(k, (b, a))| Total {
+            outcome: k.to_string(),
+            before: b,
+            after: a,
+        })
+        .collect();
+    // Brokered first, then the reasons in code order.
+    totals.sort_by_key(|t| (t.outcome != "brokered", t.outcome.clone()));
+
+    let zone_ids: BTreeSet<&str> = [before, after]
+        .iter()
+        .flat_map(|s| {
+            s.report
+                .episodes
+                .iter()
+                .map(|e| e.zone.as_str())
+                .chain(s.zones.keys().map(String::as_str))
+                .chain(s.decisions.values().map(|d| d.zone.as_str()))
+        })
+        .filter(|z| !z.is_empty())
+        .collect();
+    let zones: Vec<ZoneCompare> = zone_ids
+        .into_iter()
+        .map(|z| ZoneCompare {
+            zone: z.to_string(),
+            before: zone_summary(before, z),
+            after: zone_summary(after, z),
+        })
+        .collect();
+
+    let mut flagged: BTreeMap<String, (Vec<String>, BTreeSet<&'static str>)> = BTreeMap::new();
+    for c in &changed {
+        let machine = |o: &Option<Outcome>| o.as_ref().and_then(|o| o.machine.clone());
+        let (mb, ma) = (machine(&c.before), machine(&c.after));
+        if mb == ma {
+            continue;
+        }
+        if let Some(m) = mb {
+            let e = flagged.entry(m).or_default();
+            e.0.push(c.request.clone());
+            e.1.insert("sessions recorded on it may come from a launch the what-if sent elsewhere or refused");
+        }
+        if let Some(m) = ma {
+            let e = flagged.entry(m).or_default();
+            e.0.push(c.request.clone());
+            e.1.insert("the what-if sent a launch here that the log holds no session for");
+        }
+    }
+    let flagged_machines = flagged
+        .into_iter()
+        .map(|(machine, (requests, why))| FlaggedMachine {
+            machine,
+            requests,
+            why: why.into_iter().collect::<Vec<_>>().join("; "),
+        })
+        .collect();
+
+    let (sb, sa) = (summary(before), summary(after));
+    let verdict = verdict(plan, &sb, better, worse, other, before, after, &zones);
+    WhatIf {
+        source: before.report.source.clone(),
+        changes: plan.described.clone(),
+        notes,
+        session_policy: SESSION_POLICY,
+        before: sb,
+        after: sa,
+        better,
+        worse,
+        other,
+        changed,
+        totals,
+        zones,
+        flagged_machines,
+        verdict,
+    }
+}
+
+/// A count with thousands separators.
+pub fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn minutes(s: i64) -> String {
+    if s % 60 == 0 || s >= 600 {
+        format!("{} min", (s + 30) / 60)
+    } else {
+        format!("{s} s")
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn verdict(
+    plan: &Plan,
+    sb: &SideSummary,
+    better: u64,
+    worse: u64,
+    other: u64,
+    before: &Side,
+    after: &Side,
+    zones: &[ZoneCompare],
+) -> String {
+    let what = if plan.described.is_empty() {
+        "With no change".to_string()
+    } else {
+        format!("With {}", plan.described.join("; "))
+    };
+    // Launches users saw refused, and what became of them.
+    let fb = finals(before);
+    let fa = finals(after);
+    let rescued = fb
+        .iter()
+        .filter(|(root, f)| f.3 != "brokered" && fa.get(*root).is_some_and(|a| a.3 == "brokered"))
+        .count() as u64;
+    let lost = fb
+        .iter()
+        .filter(|(root, f)| f.3 == "brokered" && fa.get(*root).is_some_and(|a| a.3 != "brokered"))
+        .count() as u64;
+    let mut text = format!(
+        "{what}, {} of the {} launches users saw refused would have been brokered, and {} \
+         launch{} brokered as it happened would have been refused",
+        thousands(rescued),
+        thousands(sb.refused),
+        thousands(lost),
+        if lost == 1 { "" } else { "es" },
+    );
+    text.push_str(&format!(
+        " ({} attempt decision{} better, {} worse, {} otherwise different).",
+        thousands(better),
+        if better == 1 { "" } else { "s" },
+        thousands(worse),
+        thousands(other)
+    ));
+    for z in zones {
+        let (b, a) = (&z.before, &z.after);
+        let mut parts = Vec::new();
+        if b.episodes != a.episodes || b.lhc_s != a.lhc_s {
+            parts.push(format!(
+                "LHC mode {} ({} episode(s)) → {} ({})",
+                minutes(b.lhc_s),
+                b.episodes,
+                minutes(a.lhc_s),
+                a.episodes
+            ));
+        }
+        if b.no_broker_s != a.no_broker_s {
+            parts.push(format!(
+                "time without a broker {} → {}",
+                minutes(b.no_broker_s),
+                minutes(a.no_broker_s)
+            ));
+        }
+        if b.brokers != a.brokers {
+            parts.push(format!(
+                "brokers {} → {}",
+                list(&b.brokers),
+                list(&a.brokers)
+            ));
+        }
+        if b.elections != a.elections {
+            parts.push(format!(
+                "election changes {} → {}",
+                b.elections, a.elections
+            ));
+        }
+        if b.import_failures != a.import_failures {
+            parts.push(format!(
+                "failed imports (505) {} → {}",
+                b.import_failures, a.import_failures
+            ));
+        }
+        if b.decided_on_stale != a.decided_on_stale {
+            parts.push(format!(
+                "launches decided on a stale snapshot {} → {}",
+                b.decided_on_stale, a.decided_on_stale
+            ));
+        }
+        if !parts.is_empty() {
+            text.push_str(&format!(" Zone {}: {}.", z.zone, parts.join("; ")));
+        }
+    }
+    if better == 0 && worse == 0 && other == 0 && before.digest == after.digest {
+        text.push_str(" The final state is the same on both sides.");
+    }
+    text
+}
+
+fn list(items: &[String]) -> String {
+    if items.is_empty() {
+        "none".into()
+    } else {
+        items.join(", ")
+    }
+}
