@@ -592,7 +592,9 @@ pub fn thousands(n: u64) -> String {
 }
 
 fn minutes(s: i64) -> String {
-    if s % 60 == 0 || s >= 600 {
+    if s == 0 {
+        "0 s".into()
+    } else if s % 60 == 0 || s >= 600 {
         format!("{} min", (s + 30) / 60)
     } else {
         format!("{s} s")

@@ -252,7 +252,7 @@ impl Plan {
         let types: BTreeSet<&str> = added.iter().map(|p| p.record.type_name()).collect();
         self.described.push(format!(
             "{} record(s) added from {name}{} ({})",
-            added.len(),
+            super::thousands(added.len() as u64),
             at.map(|t| format!(" at {t}")).unwrap_or_default(),
             types.into_iter().collect::<Vec<_>>().join(", ")
         ));

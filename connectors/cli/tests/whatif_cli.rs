@@ -1,0 +1,434 @@
+//! `lhc whatif` on scenario logs, each change kind with its expected difference worked out
+//! by hand from the scenario and the spec rule it exercises (docs/whatif.md).
+
+mod common;
+
+use common::{lhc, ok, refused, root, simulate};
+use serde_json::Value;
+
+fn scenario(name: &str) -> String {
+    root()
+        .join("engine/tests/scenarios")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+/// The what-if as JSON.
+fn whatif(args: &[&str]) -> Value {
+    let mut all = vec!["whatif", "-q", "--format", "json"];
+    all.extend_from_slice(args);
+    let (out, _) = ok(lhc(&all));
+    serde_json::from_str(&out).unwrap()
+}
+
+/// `lhc replay --digest` of a source: the digest the "as it happened" side must show.
+fn replay_digest(source: &[&str]) -> String {
+    let mut args = vec!["replay", "--digest", "--no-outputs"];
+    args.extend_from_slice(source);
+    let out = lhc(&args);
+    assert!(out.status.success());
+    let err = String::from_utf8(out.stderr).unwrap();
+    err.split_whitespace().nth(1).unwrap().to_string()
+}
+
+fn zone<'a>(w: &'a Value, id: &str) -> &'a Value {
+    w["zones"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|z| z["zone"] == id)
+        .unwrap_or_else(|| panic!("zone {id} in {w}"))
+}
+
+fn changed(w: &Value) -> Vec<(String, String, String)> {
+    w["changed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["request"].as_str().unwrap().to_string(),
+                c["change"].as_str().unwrap().to_string(),
+                c["after"]["machine"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect()
+}
+
+/// R-LAUNCH-6: a pooled launch in LHC mode needs both the site permission and the group
+/// flag. In r-launch-6, "lhc-pooled" (group dg-pooled, no flag) and "lhc-reuse-group-only"
+/// (dg-reuse, flag set) are both refused because the site does not allow reuse. Allowing
+/// it at the site rescues only the second (on the group's one machine, m-reuse-1);
+/// setting dg-pooled's flag too rescues the first on m-pool-1 (the first registered free
+/// machine of the pool in FQDN order). Nothing gets worse.
+#[test]
+fn reuse_flags_turn_pooled_rejections_into_brokered_launches() {
+    let log = scenario("r-launch-6.jsonl");
+    let site = whatif(&[
+        &log,
+        "--site",
+        "reuse_machines_without_shutdown_in_outage_allowed=true",
+    ]);
+    assert_eq!(
+        changed(&site),
+        vec![(
+            "lhc-reuse-group-only".into(),
+            "better".into(),
+            "m-reuse-1.z1.example".into()
+        )]
+    );
+    assert_eq!(site["before"]["digest"], replay_digest(&[&log]));
+    assert_ne!(site["after"]["digest"], site["before"]["digest"]);
+    let both = whatif(&[
+        &log,
+        "--site",
+        "reuse_machines_without_shutdown_in_outage_allowed=true",
+        "--group",
+        "dg-pooled:reuse_machines_without_shutdown_in_outage=true",
+    ]);
+    assert_eq!(
+        changed(&both),
+        vec![
+            (
+                "lhc-pooled".into(),
+                "better".into(),
+                "m-pool-1.z1.example".into()
+            ),
+            (
+                "lhc-reuse-group-only".into(),
+                "better".into(),
+                "m-reuse-1.z1.example".into()
+            ),
+        ]
+    );
+    assert_eq!(
+        (both["better"].as_u64(), both["worse"].as_u64()),
+        (Some(2), Some(0))
+    );
+    assert_eq!(both["before"]["refused"], 2);
+    assert_eq!(both["after"]["refused"], 0);
+    assert_eq!(both["after"]["users_affected"], serde_json::json!([]));
+    let totals: Vec<(String, u64, u64)> = both["totals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                t["outcome"].as_str().unwrap().into(),
+                t["before"].as_u64().unwrap(),
+                t["after"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        totals,
+        vec![
+            ("brokered".into(), 1, 3),
+            ("pooled_unavailable_in_outage".into(), 2, 0)
+        ]
+    );
+    // The machines the what-if sent launches to hold no recorded session for them.
+    let flagged: Vec<&str> = both["flagged_machines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["machine"].as_str().unwrap())
+        .collect();
+    assert_eq!(flagged, ["m-pool-1.z1.example", "m-reuse-1.z1.example"]);
+    assert!(both["session_policy"]
+        .as_str()
+        .unwrap()
+        .contains("replayed as recorded"));
+    let verdict = both["verdict"].as_str().unwrap();
+    assert!(
+        verdict.contains("2 of the 2 launches users saw refused would have been brokered")
+            && verdict.contains("0 launches brokered as it happened would have been refused"),
+        "{verdict}"
+    );
+}
+
+/// R-CSS-4: a config change adding a machine of a group that does not exist fails every
+/// import from then on (505) and leaves the connectors on the previous snapshot, so every
+/// LHC launch of the outage is decided on a stale snapshot. Without that change (by
+/// `--without-bad-changes`, or by dropping version 2 by hand) imports succeed: no 505,
+/// no stale decision. The launches themselves are decided alike (the bad machine was never
+/// usable either way).
+#[test]
+fn dropping_the_bad_change_removes_every_505_and_the_stale_snapshot_decisions() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("bad.jsonl");
+    let log = log.to_str().unwrap();
+    simulate(
+        log,
+        7,
+        40,
+        60,
+        2,
+        &["--bad-config", "dangling@20m", "--outage", "30m+40m"],
+    );
+    let auto = whatif(&[log, "--without-bad-changes"]);
+    let by_hand = whatif(&[log, "--drop", "config.change version=2"]);
+    for w in [&auto, &by_hand] {
+        for z in ["z1", "z2"] {
+            let (b, a) = (&zone(w, z)["before"], &zone(w, z)["after"]);
+            assert!(b["import_failures"].as_u64().unwrap() > 0, "{z}: {b}");
+            assert!(b["decided_on_stale"].as_u64().unwrap() > 0, "{z}: {b}");
+            assert_eq!(a["import_failures"], 0, "{z}");
+            assert_eq!(a["decided_on_stale"], 0, "{z}");
+            assert_eq!(a["lhc_s"], b["lhc_s"], "the outage itself is unchanged");
+        }
+        assert_eq!(w["changed"], serde_json::json!([]));
+        assert_eq!(w["before"]["digest"], replay_digest(&[log]));
+    }
+    let change = auto["changes"][0].as_str().unwrap();
+    assert!(
+        change.contains("new-vda-2.sim.example") && change.contains("dangling_reference"),
+        "{change}"
+    );
+    assert!(by_hand["notes"][0]
+        .as_str()
+        .unwrap()
+        .contains("removed 1 record(s)"));
+}
+
+/// The R-CSS-4 scenario's 505s come from four bad changes and one storage fault. Without
+/// the bad changes only the storage fault's failed import remains: a disk failing is an
+/// observation, not a change, and the report says it kept it.
+#[test]
+fn without_bad_changes_keeps_the_storage_fault() {
+    let w = whatif(&[&scenario("r-css-4.jsonl"), "--without-bad-changes"]);
+    let z1 = zone(&w, "z1");
+    assert_eq!(z1["before"]["import_failures"], 4);
+    assert_eq!(z1["after"]["import_failures"], 1);
+    let notes = w["notes"].to_string();
+    assert!(notes.contains("storage faults kept"), "{notes}");
+}
+
+/// R-ELECT-2 with one more connector: cc-0.z1 sorts before cc-a, cc-b and cc-c, answers
+/// its peers' probes and sees the same outages as cc-b, so every connector elects it and
+/// it alone brokers both episodes. cc-a's stop at 09:19:50 no longer matters: the 81 s
+/// without a broker (peers noticing the stop, then cc-a re-entering LHC mode) are gone.
+#[test]
+fn an_extra_connector_changes_the_election() {
+    let log = scenario("outage-3-connectors.jsonl");
+    let mut patch = vec![serde_json::json!({
+        "ts": "2026-01-05T09:00:00.000Z", "type": "config.change",
+        "ops": [{"op": "upsert", "kind": "connector", "id": "cc-0.z1.example",
+                 "data": {"zone": "z1"}}]
+    })
+    .to_string()];
+    for line in std::fs::read_to_string(&log).unwrap().lines() {
+        let r: Value = serde_json::from_str(line).unwrap();
+        if r["type"] != "health.check" || r["connector"] != "cc-b.z1.example" {
+            continue;
+        }
+        // Half a second after cc-b's check: the patch stays in time order.
+        let ts = format!("{}.500Z", &r["ts"].as_str().unwrap()[..19]);
+        let mut push = |v: Value| patch.push(v.to_string());
+        push(serde_json::json!({"ts": ts, "type": "health.check",
+            "connector": "cc-0.z1.example", "ok": r["ok"]}));
+        push(serde_json::json!({"ts": ts, "type": "storefront.heartbeat",
+            "connector": "cc-0.z1.example", "storefront": "sf1.example"}));
+        for peer in ["cc-a.z1.example", "cc-b.z1.example", "cc-c.z1.example"] {
+            push(serde_json::json!({"ts": ts, "type": "peer.probe",
+                "connector": peer, "peer": "cc-0.z1.example", "ok": true}));
+            push(serde_json::json!({"ts": ts, "type": "peer.probe",
+                "connector": "cc-0.z1.example", "peer": peer, "ok": true}));
+        }
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("extra-connector.jsonl");
+    std::fs::write(&file, patch.join("\n") + "\n").unwrap();
+    let w = whatif(&[&log, "--patch", file.to_str().unwrap()]);
+    let z1 = zone(&w, "z1");
+    assert_eq!(
+        z1["before"]["brokers"],
+        serde_json::json!(["cc-a.z1.example", "cc-b.z1.example"])
+    );
+    assert_eq!(
+        z1["after"]["brokers"],
+        serde_json::json!(["cc-0.z1.example"])
+    );
+    assert_eq!(z1["before"]["no_broker_s"], 81);
+    assert_eq!(z1["after"]["no_broker_s"], 0);
+    assert_eq!(z1["after"]["brokering_s"], z1["after"]["lhc_s"]);
+    assert_eq!(z1["before"]["lhc_s"], z1["after"]["lhc_s"]);
+    assert_ne!(z1["before"]["elections"], z1["after"]["elections"]);
+    assert_eq!(
+        w["after"]["records"].as_u64().unwrap(),
+        w["before"]["records"].as_u64().unwrap() + patch.len() as u64
+    );
+}
+
+/// R-STATE-10 / R-ELECT-5: in outage-3-connectors the elected broker cc-a stops at
+/// 09:19:50 in LHC mode and starts at 09:25:00. The zone is without a broker 11 s until
+/// its peers' probes fail and they elect cc-b, then 59 s after the restart until cc-a is
+/// back in LHC mode (its first failed check, 09:26:01): 70 s, plus 11 s in the second
+/// episode. Had cc-a not stopped, it brokers on through the first episode (its peers'
+/// failed probes, recorded, only make them elect cc-b in their own view): 11 s remain.
+#[test]
+fn dropping_a_connectors_stop() {
+    let log = scenario("outage-3-connectors.jsonl");
+    let w = whatif(&[
+        &log,
+        "--drop",
+        "connector.lifecycle connector=cc-a.z1.example event=stop",
+    ]);
+    let z1 = zone(&w, "z1");
+    assert_eq!(z1["before"]["no_broker_s"], 81);
+    assert_eq!(z1["after"]["no_broker_s"], 11);
+    assert_eq!(z1["before"]["episodes"], z1["after"]["episodes"]);
+    assert_eq!(w["after"]["records"], 1748);
+    assert!(w["verdict"]
+        .as_str()
+        .unwrap()
+        .contains("time without a broker 81 s → 11 s"));
+}
+
+/// SPEC §9 / R-STATE-3: second_check_s is how long after a first failed check a failed
+/// check confirms the outage. Checks come once a minute in outage-3-connectors, so at 150 s
+/// the outage is confirmed by the fourth failed check instead of the second: each of the
+/// two episodes starts two minutes later and lasts 240 s less.
+#[test]
+fn an_engine_parameter_from_the_start() {
+    let w = whatif(&[
+        &scenario("outage-3-connectors.jsonl"),
+        "--set",
+        "second_check_s=150",
+    ]);
+    let z1 = zone(&w, "z1");
+    assert_eq!(z1["before"]["lhc_s"], 4680);
+    assert_eq!(z1["after"]["lhc_s"], 4680 - 240);
+    assert_eq!(w["changes"][0], "engine parameter second_check_s = 150");
+}
+
+/// Invalid changes are refused with the item named, before anything is reported; the
+/// source log is never written.
+#[test]
+fn invalid_changes_are_refused_naming_the_item_and_the_log_is_untouched() {
+    let log = scenario("r-launch-6.jsonl");
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("log");
+    ok(lhc(&[
+        "log",
+        "import",
+        &log,
+        "--log",
+        dir.to_str().unwrap(),
+        "-q",
+    ]));
+    let dir = dir.to_str().unwrap();
+    let files = |d: &str| -> Vec<(String, Vec<u8>)> {
+        let mut v: Vec<_> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                (
+                    e.file_name().to_string_lossy().into_owned(),
+                    std::fs::read(e.path()).unwrap(),
+                )
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let before = files(dir);
+    let err = refused(
+        lhc(&[
+            "whatif",
+            dir,
+            "--group",
+            "dg-pool:reuse_machines_without_shutdown_in_outage=true",
+        ]),
+        "no delivery group \"dg-pool\"",
+    );
+    assert!(
+        err.contains("dg-pooled") && err.contains("--group dg-pool:"),
+        "{err}"
+    );
+    refused(
+        lhc(&["whatif", dir, "--drop", "config.change version=9"]),
+        "--drop 'config.change version=9': matched no record",
+    );
+    refused(
+        lhc(&["whatif", dir, "--set", "second_check=30"]),
+        "unknown parameter; one of: second_check_s",
+    );
+    refused(
+        lhc(&["whatif", dir, "--site", "reuse=true"]),
+        "--site reuse=true: unknown field `reuse`",
+    );
+    refused(lhc(&["whatif", dir]), "no change given");
+    let patch = tmp.path().join("p.jsonl");
+    std::fs::write(
+        &patch,
+        "{\"ts\":\"2026-01-05T09:10:00Z\",\"type\":\"clock.tick\"}\n\
+         {\"ts\":\"2026-01-05T09:05:00Z\",\"type\":\"clock.tick\"}\n",
+    )
+    .unwrap();
+    refused(
+        lhc(&["whatif", dir, "--patch", patch.to_str().unwrap()]),
+        "p.jsonl line 2: its ts 2026-01-05T09:05:00.000Z is older than line 1's",
+    );
+    std::fs::write(
+        &patch,
+        "{\"ts\":\"2026-01-05T09:10:00Z\",\"type\":\"connector.lifecycle\",\
+         \"connector\":\"cc-x.z1.example\",\"event\":\"stop\"}\n",
+    )
+    .unwrap();
+    refused(
+        lhc(&["whatif", dir, "--patch", patch.to_str().unwrap()]),
+        "p.jsonl line 1: the engine cannot apply it here: field `connector`: unknown connector",
+    );
+    // A valid what-if on the embedded log: JSON, HTML, and the log unchanged.
+    let html = tmp.path().join("w.html");
+    let (out, _) = ok(lhc(&[
+        "whatif",
+        dir,
+        "-q",
+        "--site",
+        "reuse_machines_without_shutdown_in_outage_allowed=true",
+        "--out",
+        html.to_str().unwrap(),
+    ]));
+    assert!(
+        out.contains("lhc-reuse-group-only") && out.contains("better"),
+        "{out}"
+    );
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(
+        page.contains("lhc-reuse-group-only") && page.contains("Sessions after a changed decision")
+    );
+    assert!(!page.contains("<script") && !page.contains("http://") && !page.contains("https://"));
+    assert_eq!(files(dir), before, "the source log was written");
+    let setting = "reuse_machines_without_shutdown_in_outage_allowed=true";
+    let (embedded, file) = (
+        whatif(&[dir, "--site", setting]),
+        whatif(&[&log, "--site", setting]),
+    );
+    for key in ["changed", "zones", "before", "after", "verdict"] {
+        assert_eq!(embedded[key], file[key], "{key}");
+    }
+}
+
+/// The same what-if from a Kafka partition (librdkafka's mock cluster) as from the file.
+#[test]
+fn whatif_reads_a_site_from_kafka() {
+    let cluster = lhc_log::MockKafka::new(1).unwrap();
+    cluster.create_topic("lhc.events", 1).unwrap();
+    let brokers = cluster.bootstrap_servers();
+    let log = scenario("r-launch-6.jsonl");
+    ok(lhc(&[
+        "log", "import", &log, "--kafka", &brokers, "--site", "site-a", "-q",
+    ]));
+    let setting = "reuse_machines_without_shutdown_in_outage_allowed=true";
+    let from_kafka = whatif(&["--kafka", &brokers, "--site", "site-a", "--site", setting]);
+    let from_file = whatif(&[&log, "--site", setting]);
+    assert_eq!(from_kafka["changed"], from_file["changed"]);
+    assert_eq!(
+        from_kafka["before"]["digest"],
+        from_file["before"]["digest"]
+    );
+    assert_eq!(from_kafka["after"]["digest"], from_file["after"]["digest"]);
+}
