@@ -180,7 +180,9 @@ fn quick_benchmarks_run_and_report_their_ratios() {
     assert!(node.contains("start to serving /healthz"), "{node}");
     let (replay, _) = ok(lhc(&["bench", "replay", "--quick"]));
     assert!(
-        replay.contains("ratio replay / decode") && replay.contains("peak RSS"),
+        replay.contains("ratio replay / decode")
+            && replay.contains("peak RSS")
+            && replay.contains("ratio whatif / replay"),
         "{replay}"
     );
     let (import, _) = ok(lhc(&["bench", "import", "--quick"]));

@@ -11,17 +11,23 @@
 mod plan;
 mod side;
 mod stream;
+mod tee;
 
 use std::collections::{BTreeMap, BTreeSet};
+
+use lhc_engine::output::Reason;
+use rustc_hash::FxHashMap;
 
 use lhc_engine::config::ObjectKind;
 use lhc_engine::Ts;
 use serde::Serialize;
 
 pub use plan::{Filter, PatchRecord, Plan, Setting};
-pub use side::{replay_side, Decision, Side, ZoneCounts};
+pub use side::{replay_side, Decision, Decisions, Names, Side, ZoneCounts};
 pub use stream::{Modified, Seen};
+pub use tee::{Follow, Tee};
 
+use crate::drive::Records;
 use crate::source::{Source, SourceError};
 
 /// Why a what-if could not be computed.
@@ -206,12 +212,15 @@ pub struct WhatIf {
     pub verdict: String,
 }
 
-/// The what-if side: the source with `plan` applied, replayed. Returns the side and what
+/// The what-if side: the records with `plan` applied, replayed. Returns the side and what
 /// the stream saw (to check the plan against the log).
-pub fn replay_modified(source: Source, plan: &Plan) -> Result<(Side, Seen), WhatIfError> {
-    let description = source.describe().to_string();
-    let mut modified = Modified::new(source, plan);
-    let side = replay_side(&mut modified, &description, false)?;
+pub fn replay_modified<R: Records>(
+    records: R,
+    description: &str,
+    plan: &Plan,
+) -> Result<(Side, Seen), WhatIfError> {
+    let mut modified = Modified::new(records, plan);
+    let side = replay_side(&mut modified, description, false)?;
     Ok((side, modified.finish()))
 }
 
@@ -338,51 +347,52 @@ pub fn bad_ops(plan: &mut Plan, before: &Side) -> Vec<String> {
     notes
 }
 
-/// Runs a what-if on the source `open` gives (called once per side). With
-/// `without_bad_changes`, the "as it happened" side runs first to find the bad ops;
-/// otherwise both sides run at once, on two threads.
+/// Runs a what-if on the source `open` gives. Both sides run at once on two threads from
+/// one read of the source ([`Tee`]). With `without_bad_changes` the "as it happened" side
+/// runs first, alone, to find the bad ops (a 505 can name a change made any time before
+/// it), then the what-if reads the source again, unless there is nothing to remove.
 pub fn whatif<F>(open: F, plan: &Plan, without_bad_changes: bool) -> Result<WhatIf, WhatIfError>
 where
-    F: Fn() -> Result<Source, SourceError> + Sync,
+    F: Fn() -> Result<Source, SourceError>,
 {
-    let (before, after, seen, plan, mut notes) = if without_bad_changes {
-        let mut source = open()?;
-        let description = source.describe().to_string();
+    let mut source = open()?;
+    let description = source.describe().to_string();
+    if without_bad_changes {
         let before = replay_side(&mut source, &description, true)?;
+        drop(source);
         let mut plan = plan.clone();
-        let notes = bad_ops(&mut plan, &before);
-        let (after, seen) = replay_modified(open()?, &plan)?;
-        (before, after, seen, plan, notes)
-    } else {
-        let (before, modified) = std::thread::scope(|scope| {
-            let baseline = scope.spawn(|| -> Result<Side, WhatIfError> {
-                let mut source = open()?;
-                let description = source.describe().to_string();
-                Ok(replay_side(&mut source, &description, false)?)
-            });
-            let modified = open()
-                .map_err(WhatIfError::from)
-                .and_then(|s| replay_modified(s, plan));
-            let before = baseline.join().expect("the baseline replay does not panic");
-            (before, modified)
-        });
-        let (after, seen) = modified?;
-        (before?, after, seen, plan.clone(), Vec::new())
-    };
-    notes.extend(check(&plan, &seen, &after)?);
-    Ok(compare(&plan, notes, &before, &after))
+        let mut notes = bad_ops(&mut plan, &before);
+        if plan.is_empty() {
+            // Nothing to remove and nothing else asked: the what-if is the log itself.
+            return Ok(compare(&plan, notes, &before, &before));
+        }
+        let (after, seen) = replay_modified(open()?, &description, &plan)?;
+        notes.extend(check(&plan, &seen, &after)?);
+        return Ok(compare(&plan, notes, &before, &after));
+    }
+    let (send, receive) = std::sync::mpsc::sync_channel(8);
+    let (before, modified) = std::thread::scope(|scope| {
+        let follower = scope.spawn(|| replay_modified(Follow::new(receive), &description, plan));
+        let before = replay_side(&mut Tee::new(source, send), &description, false);
+        let modified = follower.join().expect("the what-if replay does not panic");
+        (before, modified)
+    });
+    let before = before?;
+    let (after, seen) = modified?;
+    let notes = check(plan, &seen, &after)?;
+    Ok(compare(plan, notes, &before, &after))
 }
 
-/// Each launch (by its first attempt's id): (time, user, outcome of its last attempt).
-fn finals(side: &Side) -> BTreeMap<&str, (Ts, &str, &str, &str)> {
-    let mut out: BTreeMap<&str, (Ts, &str, &str, &str)> = BTreeMap::new();
-    for (request, d) in &side.decisions {
+/// Each launch (by its first attempt's id): (time and id of its last attempt, user id,
+/// whether that attempt was brokered).
+fn finals(side: &Side) -> FxHashMap<&str, (Ts, &str, u32, bool)> {
+    let mut out: FxHashMap<&str, (Ts, &str, u32, bool)> = FxHashMap::default();
+    for (request, d) in &side.decisions.list {
         let root = d.retry_of.as_deref().unwrap_or(request);
-        let entry = out
-            .entry(root)
-            .or_insert((d.ts, request, d.user.as_str(), d.outcome.as_str()));
+        let last = (d.ts, request.as_str(), d.user, d.brokered());
+        let entry = out.entry(root).or_insert(last);
         if (d.ts, request.as_str()) >= (entry.0, entry.1) {
-            *entry = (d.ts, request, d.user.as_str(), d.outcome.as_str());
+            *entry = last;
         }
     }
     out
@@ -390,15 +400,19 @@ fn finals(side: &Side) -> BTreeMap<&str, (Ts, &str, &str, &str)> {
 
 fn summary(side: &Side) -> SideSummary {
     let finals = finals(side);
-    let refused: Vec<_> = finals.values().filter(|f| f.3 != "brokered").collect();
-    let users: BTreeSet<&str> = refused.iter().map(|f| f.2).collect();
+    let names = &side.decisions.names;
+    let users: BTreeSet<&str> = finals
+        .values()
+        .filter(|f| !f.3)
+        .map(|f| names.name(f.2))
+        .collect();
     SideSummary {
         digest: side.digest.clone(),
         records: side.records,
         quarantined: side.quarantined.len() as u64,
         attempts: side.decisions.len() as u64,
         launches: finals.len() as u64,
-        refused: refused.len() as u64,
+        refused: finals.values().filter(|f| !f.3).count() as u64,
         users_affected: users.into_iter().map(str::to_string).collect(),
     }
 }
@@ -409,11 +423,7 @@ fn zone_summary(side: &Side, zone: &str) -> ZoneSummary {
     for e in side.report.episodes.iter().filter(|e| e.zone == zone) {
         z.episodes += 1;
         z.lhc_s += e.duration_s;
-        z.no_broker_s += e
-            .no_broker
-            .iter()
-            .map(|b| b.to.seconds_since(b.from))
-            .sum::<i64>();
+        z.no_broker_s += e.no_broker.iter().map(|b| b.to.seconds_since(b.from)).sum::<i64>();
         let mut spans: Vec<(Ts, Ts)> = Vec::new();
         for (connector, lane) in &e.lanes {
             for s in lane.iter().filter(|s| s.brokering) {
@@ -437,7 +447,8 @@ fn zone_summary(side: &Side, zone: &str) -> ZoneSummary {
         z.import_failures = counts.import_failures;
         z.decided_on_stale = counts.decided_on_stale;
     }
-    for d in side.decisions.values().filter(|d| d.zone == zone) {
+    let names = &side.decisions.names;
+    for (_, d) in side.decisions.list.iter().filter(|(_, d)| names.name(d.zone) == zone) {
         if d.brokered() {
             z.brokered += 1;
         } else {
@@ -447,62 +458,82 @@ fn zone_summary(side: &Side, zone: &str) -> ZoneSummary {
     z
 }
 
-fn outcome(d: &Decision) -> Outcome {
+fn outcome(side: &Side, d: &Decision) -> Outcome {
     Outcome {
-        outcome: d.outcome.clone(),
-        via: d.via.clone(),
-        machine: d.machine.clone(),
+        outcome: d.outcome(),
+        via: lhc_engine::engine::snake(&d.via),
+        machine: d.machine.map(|m| side.decisions.names.name(m).to_string()),
     }
+}
+
+/// Whether two sides decided a request alike (names compared as text: each side has its
+/// own ids).
+fn alike(before: &Side, b: &Decision, after: &Side, a: &Decision) -> bool {
+    fn machine<'a>(s: &'a Side, d: &Decision) -> Option<&'a str> {
+        d.machine.map(|m| s.decisions.names.name(m))
+    }
+    (b.reason, b.rejected, b.via) == (a.reason, a.rejected, a.via)
+        && machine(before, b) == machine(after, a)
 }
 
 /// The comparison of two sides.
 pub fn compare(plan: &Plan, notes: Vec<String>, before: &Side, after: &Side) -> WhatIf {
     let mut changed = Vec::new();
-    let requests: BTreeSet<&String> = before
-        .decisions
-        .keys()
-        .chain(after.decisions.keys())
-        .collect();
-    for request in requests {
-        let (b, a) = (before.decisions.get(request), after.decisions.get(request));
-        let change = match (b, a) {
-            (Some(b), Some(a)) if outcome(b) == outcome(a) => continue,
-            (Some(b), Some(a)) if !b.brokered() && a.brokered() => "better",
-            (Some(b), Some(a)) if b.brokered() && !a.brokered() => "worse",
-            (Some(_), Some(_)) => "changed",
-            (Some(_), None) => "removed",
-            (None, Some(_)) => "added",
-            (None, None) => continue,
+    let mut row = |request: &str, b: Option<&Decision>, a: Option<&Decision>, change| {
+        let (side, d) = match (a, b) {
+            (Some(a), _) => (after, a),
+            (None, Some(b)) => (before, b),
+            (None, None) => return,
         };
-        let d = a.or(b).expect("one side has it");
+        let name = |id| side.decisions.names.name(id).to_string();
         changed.push(ChangedDecision {
-            request: request.clone(),
+            request: request.to_string(),
             ts: d.ts,
-            user: d.user.clone(),
-            resource: d.resource.clone(),
-            connector: d.connector.clone(),
-            zone: d.zone.clone(),
+            user: name(d.user),
+            resource: name(d.resource),
+            connector: name(d.connector),
+            zone: name(d.zone),
             change,
-            before: b.map(outcome),
-            after: a.map(outcome),
+            before: b.map(|b| outcome(before, b)),
+            after: a.map(|a| outcome(after, a)),
         });
+    };
+    for (request, b) in &before.decisions.list {
+        let a = after.decisions.get(request);
+        let change = match a {
+            Some(a) if alike(before, b, after, a) => continue,
+            Some(a) if !b.brokered() && a.brokered() => "better",
+            Some(a) if b.brokered() && !a.brokered() => "worse",
+            Some(_) => "changed",
+            None => "removed",
+        };
+        row(request, Some(b), a, change);
+    }
+    for (request, a) in &after.decisions.list {
+        if before.decisions.get(request).is_none() {
+            row(request, None, Some(a), "added");
+        }
     }
     changed.sort_by(|x, y| (x.ts, &x.request).cmp(&(y.ts, &y.request)));
     let count = |kind: &str| changed.iter().filter(|c| c.change == kind).count() as u64;
     let (better, worse) = (count("better"), count("worse"));
     let other = changed.len() as u64 - better - worse;
 
-    let mut totals: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
-    for d in before.decisions.values() {
-        totals.entry(d.outcome.as_str()).or_default().0 += 1;
+    let mut tally: FxHashMap<(Option<Reason>, bool), (u64, u64)> = FxHashMap::default();
+    for (_, d) in &before.decisions.list {
+        tally.entry((d.reason, d.rejected)).or_default().0 += 1;
     }
-    for d in after.decisions.values() {
-        totals.entry(d.outcome.as_str()).or_default().1 += 1;
+    for (_, d) in &after.decisions.list {
+        tally.entry((d.reason, d.rejected)).or_default().1 += 1;
     }
-    let mut totals: Vec<Total> = totals
+    let mut totals: Vec<Total> = tally
         .into_iter()
-        .map(|(k, (b, a))| Total {
-            outcome: k.to_string(),
+        .map(|((reason, rejected), (b, a))| Total {
+            outcome: match (reason, rejected) {
+                (Some(r), _) => lhc_engine::engine::snake(&r),
+                (None, true) => "rejected".into(),
+                (None, false) => "brokered".into(),
+            },
             before: b,
             after: a,
         })
@@ -518,7 +549,12 @@ pub fn compare(plan: &Plan, notes: Vec<String>, before: &Side, after: &Side) -> 
                 .iter()
                 .map(|e| e.zone.as_str())
                 .chain(s.zones.keys().map(String::as_str))
-                .chain(s.decisions.values().map(|d| d.zone.as_str()))
+                .chain(
+                    s.decisions
+                        .list
+                        .iter()
+                        .map(|(_, d)| s.decisions.names.name(d.zone)),
+                )
         })
         .filter(|z| !z.is_empty())
         .collect();
@@ -622,11 +658,11 @@ fn verdict(
     let fa = finals(after);
     let rescued = fb
         .iter()
-        .filter(|(root, f)| f.3 != "brokered" && fa.get(*root).is_some_and(|a| a.3 == "brokered"))
+        .filter(|(root, f)| !f.3 && fa.get(*root).is_some_and(|a| a.3))
         .count() as u64;
     let lost = fb
         .iter()
-        .filter(|(root, f)| f.3 == "brokered" && fa.get(*root).is_some_and(|a| a.3 != "brokered"))
+        .filter(|(root, f)| f.3 && fa.get(*root).is_some_and(|a| !a.3))
         .count() as u64;
     let mut text = format!(
         "{what}, {} of the {} launches users saw refused would have been brokered, and {} \

@@ -7,9 +7,11 @@
 
 use std::collections::BTreeMap;
 
+use compact_str::CompactString;
 use lhc_engine::event::EventKind;
-use lhc_engine::output::{Outcome, Via};
+use lhc_engine::output::{Outcome, Reason, Via};
 use lhc_engine::{Engine, Output, Record, Ts};
+use rustc_hash::FxHashMap;
 use serde::Serialize;
 
 use crate::drive::{After, Before, Flow, Observer, Records};
@@ -17,35 +19,109 @@ use crate::forensics::{Found, SyncForensics};
 use crate::report::{OutageReport, Reporter};
 use crate::source::SourceError;
 
-/// One launch decision, with the request it answered.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+/// One launch decision, with the request it answered. Names are ids in the side's
+/// [`Names`]: a 12-hour site holds some 400,000 decisions per side, and the same few
+/// thousand connectors, users, resources and machines.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Decision {
     /// Request time.
     pub ts: Ts,
     /// Connector asked.
-    pub connector: String,
+    pub connector: u32,
     /// Zone of that connector.
-    pub zone: String,
+    pub zone: u32,
     /// Who launched.
-    pub user: String,
+    pub user: u32,
     /// What.
-    pub resource: String,
-    /// "brokered", or the rejection reason.
-    pub outcome: String,
-    /// "cloud" or "lhc".
-    pub via: String,
+    pub resource: u32,
+    /// Why it was rejected (`None`: brokered).
+    pub reason: Option<Reason>,
+    /// Rejected without a reason code (not expected; kept apart from brokered).
+    pub rejected: bool,
+    /// Cloud or LHC.
+    pub via: Via,
     /// The machine chosen.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub machine: Option<String>,
+    pub machine: Option<u32>,
     /// The first attempt's request id, when StoreFront retried.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub retry_of: Option<String>,
+    pub retry_of: Option<CompactString>,
 }
 
 impl Decision {
     /// Whether a machine was chosen.
     pub fn brokered(&self) -> bool {
-        self.outcome == "brokered"
+        self.reason.is_none() && !self.rejected
+    }
+
+    /// "brokered", or the reason code.
+    pub fn outcome(&self) -> String {
+        match (self.reason, self.rejected) {
+            (Some(r), _) => lhc_engine::engine::snake(&r),
+            (None, true) => "rejected".into(),
+            (None, false) => "brokered".into(),
+        }
+    }
+}
+
+/// Names by id, each stored once.
+#[derive(Debug, Default)]
+pub struct Names {
+    ids: FxHashMap<CompactString, u32>,
+    names: Vec<CompactString>,
+}
+
+impl Names {
+    /// The id of `name`, given a new one if unseen.
+    pub fn id(&mut self, name: &str) -> u32 {
+        if let Some(id) = self.ids.get(name) {
+            return *id;
+        }
+        let id = self.names.len() as u32;
+        self.names.push(name.into());
+        self.ids.insert(name.into(), id);
+        id
+    }
+
+    /// The name of `id`.
+    pub fn name(&self, id: u32) -> &str {
+        &self.names[id as usize]
+    }
+}
+
+/// Every launch decision of a side, in log order, and an index by request id.
+#[derive(Debug, Default)]
+pub struct Decisions {
+    /// (request id, decision), in the order decided.
+    pub list: Vec<(CompactString, Decision)>,
+    index: FxHashMap<CompactString, usize>,
+    /// The names the decisions use.
+    pub names: Names,
+}
+
+impl Decisions {
+    /// The decision of `request`, if there was one.
+    pub fn get(&self, request: &str) -> Option<&Decision> {
+        self.index.get(request).map(|i| &self.list[*i].1)
+    }
+
+    /// Decisions in all.
+    pub fn len(&self) -> usize {
+        self.list.len()
+    }
+
+    /// Whether none was made.
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+
+    fn insert(&mut self, request: &str, decision: Decision) {
+        // A request id decided twice (a duplicate in the log) keeps its last decision.
+        match self.index.get(request) {
+            Some(i) => self.list[*i].1 = decision,
+            None => {
+                self.index.insert(request.into(), self.list.len());
+                self.list.push((request.into(), decision));
+            }
+        }
     }
 }
 
@@ -70,7 +146,7 @@ pub struct Side {
     /// Records quarantined: (offset, error), in order.
     pub quarantined: Vec<(u64, String)>,
     /// Every launch decision, by request id.
-    pub decisions: BTreeMap<String, Decision>,
+    pub decisions: Decisions,
     /// Per zone counts.
     pub zones: BTreeMap<String, ZoneCounts>,
     /// The outage report of this replay.
@@ -85,7 +161,7 @@ struct Watcher {
     found: Option<Found>,
     /// The launch request being applied: (request, user, resource, retry_of).
     launch: Option<(String, String, String, Option<String>)>,
-    decisions: BTreeMap<String, Decision>,
+    decisions: Decisions,
     zones: BTreeMap<String, ZoneCounts>,
     quarantined: Vec<(u64, String)>,
 }
@@ -161,25 +237,24 @@ impl Watcher {
                         self.zones.entry(zone.clone()).or_default().decided_on_stale += 1;
                     }
                 }
-                let outcome = match (d.outcome, d.reason) {
-                    (Outcome::Brokered, _) => "brokered".to_string(),
-                    (Outcome::Rejected, Some(reason)) => lhc_engine::engine::snake(&reason),
-                    (Outcome::Rejected, None) => "rejected".to_string(),
+                let (reason, rejected) = match d.outcome {
+                    Outcome::Brokered => (None, false),
+                    Outcome::Rejected => (d.reason, d.reason.is_none()),
                 };
-                self.decisions.insert(
-                    d.request.clone(),
-                    Decision {
-                        ts: d.ts,
-                        connector: d.connector.clone(),
-                        zone,
-                        user,
-                        resource,
-                        outcome,
-                        via: lhc_engine::engine::snake(&d.via),
-                        machine: d.machine.clone(),
-                        retry_of,
-                    },
-                );
+                let names = &mut self.decisions.names;
+                let decision = Decision {
+                    ts: d.ts,
+                    connector: names.id(&d.connector),
+                    zone: names.id(&zone),
+                    user: names.id(&user),
+                    resource: names.id(&resource),
+                    reason,
+                    rejected,
+                    via: d.via,
+                    machine: d.machine.as_deref().map(|m| names.id(m)),
+                    retry_of: retry_of.map(CompactString::from),
+                };
+                self.decisions.insert(&d.request, decision);
             }
             Output::Event(e) if e.event_id == 505 || e.event_id == 3504 => {
                 let zone = zone_of(&e.connector);
@@ -209,7 +284,7 @@ pub fn replay_side<R: Records + ?Sized>(
         reporter: Reporter::default(),
         found: forensics.then(Found::default),
         launch: None,
-        decisions: BTreeMap::new(),
+        decisions: Decisions::default(),
         zones: BTreeMap::new(),
         quarantined: Vec::new(),
     };
