@@ -16,7 +16,7 @@ mod tee;
 use std::collections::{BTreeMap, BTreeSet};
 
 use lhc_engine::output::Reason;
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use lhc_engine::config::ObjectKind;
 use lhc_engine::Ts;
@@ -111,7 +111,9 @@ pub struct ChangedDecision {
     /// Its zone.
     pub zone: String,
     /// "better" (now brokered), "worse" (now refused), "changed" (another machine,
-    /// reason or broker), "removed" or "added" (the request exists on one side only).
+    /// reason or broker), "moot" (a StoreFront retry the what-if would not have needed: an
+    /// earlier attempt of its launch is now brokered), "removed" or "added" (the request
+    /// exists on one side only).
     pub change: &'static str,
     /// As it happened.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -198,8 +200,13 @@ pub struct WhatIf {
     pub better: u64,
     /// Requests now refused that were brokered.
     pub worse: u64,
-    /// Requests decided otherwise (machine, reason, broker) or on one side only.
+    /// Requests decided otherwise (machine, reason, broker), moot retries, or requests on
+    /// one side only.
     pub other: u64,
+    /// Launches users saw refused (last attempt rejected) that the what-if brokers.
+    pub rescued: u64,
+    /// Launches brokered as it happened that the what-if refuses.
+    pub lost: u64,
     /// Every request decided differently, in time order.
     pub changed: Vec<ChangedDecision>,
     /// Attempts per outcome.
@@ -383,19 +390,37 @@ where
     Ok(compare(plan, notes, &before, &after))
 }
 
-/// Each launch (by its first attempt's id): (time and id of its last attempt, user id,
-/// whether that attempt was brokered).
+/// Each launch (by its first attempt's id): (time and id of the attempt that ended it, user
+/// id, whether it was brokered). A launch ends at its first brokered attempt (StoreFront
+/// stops there), else at its last attempt.
 fn finals(side: &Side) -> FxHashMap<&str, (Ts, &str, u32, bool)> {
     let mut out: FxHashMap<&str, (Ts, &str, u32, bool)> = FxHashMap::default();
+    // In log order: an attempt after the brokered one changes nothing.
     for (request, d) in &side.decisions.list {
         let root = d.retry_of.as_deref().unwrap_or(request);
-        let last = (d.ts, request.as_str(), d.user, d.brokered());
-        let entry = out.entry(root).or_insert(last);
-        if (d.ts, request.as_str()) >= (entry.0, entry.1) {
-            *entry = last;
+        let this = (d.ts, request.as_str(), d.user, d.brokered());
+        let entry = out.entry(root).or_insert(this);
+        if !entry.3 {
+            *entry = this;
         }
     }
     out
+}
+
+/// Attempts made after an attempt of the same launch was brokered: StoreFront would not
+/// have sent them (they are in the log because that attempt was refused as it happened).
+fn moot(side: &Side) -> FxHashSet<&str> {
+    let mut brokered: FxHashSet<&str> = FxHashSet::default();
+    let mut moot = FxHashSet::default();
+    for (request, d) in &side.decisions.list {
+        let root = d.retry_of.as_deref().unwrap_or(request);
+        if brokered.contains(root) {
+            moot.insert(request.as_str());
+        } else if d.brokered() {
+            brokered.insert(root);
+        }
+    }
+    moot
 }
 
 fn summary(side: &Side) -> SideSummary {
@@ -423,7 +448,11 @@ fn zone_summary(side: &Side, zone: &str) -> ZoneSummary {
     for e in side.report.episodes.iter().filter(|e| e.zone == zone) {
         z.episodes += 1;
         z.lhc_s += e.duration_s;
-        z.no_broker_s += e.no_broker.iter().map(|b| b.to.seconds_since(b.from)).sum::<i64>();
+        z.no_broker_s += e
+            .no_broker
+            .iter()
+            .map(|b| b.to.seconds_since(b.from))
+            .sum::<i64>();
         let mut spans: Vec<(Ts, Ts)> = Vec::new();
         for (connector, lane) in &e.lanes {
             for s in lane.iter().filter(|s| s.brokering) {
@@ -448,7 +477,12 @@ fn zone_summary(side: &Side, zone: &str) -> ZoneSummary {
         z.decided_on_stale = counts.decided_on_stale;
     }
     let names = &side.decisions.names;
-    for (_, d) in side.decisions.list.iter().filter(|(_, d)| names.name(d.zone) == zone) {
+    for (_, d) in side
+        .decisions
+        .list
+        .iter()
+        .filter(|(_, d)| names.name(d.zone) == zone)
+    {
         if d.brokered() {
             z.brokered += 1;
         } else {
@@ -477,7 +511,7 @@ fn alike(before: &Side, b: &Decision, after: &Side, a: &Decision) -> bool {
 }
 
 /// The comparison of two sides.
-pub fn compare(plan: &Plan, notes: Vec<String>, before: &Side, after: &Side) -> WhatIf {
+pub fn compare(plan: &Plan, mut notes: Vec<String>, before: &Side, after: &Side) -> WhatIf {
     let mut changed = Vec::new();
     let mut row = |request: &str, b: Option<&Decision>, a: Option<&Decision>, change| {
         let (side, d) = match (a, b) {
@@ -498,10 +532,12 @@ pub fn compare(plan: &Plan, notes: Vec<String>, before: &Side, after: &Side) -> 
             after: a.map(|a| outcome(after, a)),
         });
     };
+    let moot = moot(after);
     for (request, b) in &before.decisions.list {
         let a = after.decisions.get(request);
         let change = match a {
             Some(a) if alike(before, b, after, a) => continue,
+            Some(_) if moot.contains(request.as_str()) => "moot",
             Some(a) if !b.brokered() && a.brokered() => "better",
             Some(a) if b.brokered() && !a.brokered() => "worse",
             Some(_) => "changed",
@@ -515,6 +551,20 @@ pub fn compare(plan: &Plan, notes: Vec<String>, before: &Side, after: &Side) -> 
         }
     }
     changed.sort_by(|x, y| (x.ts, &x.request).cmp(&(y.ts, &y.request)));
+    let stopped =
+        |o: &Option<Outcome>| o.as_ref().is_some_and(|o| o.outcome == "connector_stopped");
+    let sent_to_stopped = changed
+        .iter()
+        .filter(|c| stopped(&c.after) && !stopped(&c.before) && c.before.is_some())
+        .count();
+    if sent_to_stopped > 0 {
+        notes.push(format!(
+            "{} request(s) reached a connector the what-if keeps stopped: they are refused \
+             connector_stopped (StoreFront would then have tried another controller, which the \
+             log cannot tell)",
+            thousands(sent_to_stopped as u64)
+        ));
+    }
     let count = |kind: &str| changed.iter().filter(|c| c.change == kind).count() as u64;
     let (better, worse) = (count("better"), count("worse"));
     let other = changed.len() as u64 - better - worse;
@@ -595,7 +645,24 @@ pub fn compare(plan: &Plan, notes: Vec<String>, before: &Side, after: &Side) -> 
         .collect();
 
     let (sb, sa) = (summary(before), summary(after));
-    let verdict = verdict(plan, &sb, better, worse, other, before, after, &zones);
+    // Launches users saw refused, and what became of them.
+    let (fb, fa) = (finals(before), finals(after));
+    let rescued = fb
+        .iter()
+        .filter(|(root, f)| !f.3 && fa.get(*root).is_some_and(|a| a.3))
+        .count() as u64;
+    let lost = fb
+        .iter()
+        .filter(|(root, f)| f.3 && fa.get(*root).is_some_and(|a| !a.3))
+        .count() as u64;
+    let verdict = verdict(
+        plan,
+        &sb,
+        (rescued, lost),
+        (better, worse, other),
+        before.digest == after.digest,
+        &zones,
+    );
     WhatIf {
         source: before.report.source.clone(),
         changes: plan.described.clone(),
@@ -606,6 +673,8 @@ pub fn compare(plan: &Plan, notes: Vec<String>, before: &Side, after: &Side) -> 
         better,
         worse,
         other,
+        rescued,
+        lost,
         changed,
         totals,
         zones,
@@ -637,15 +706,12 @@ fn minutes(s: i64) -> String {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 fn verdict(
     plan: &Plan,
     sb: &SideSummary,
-    better: u64,
-    worse: u64,
-    other: u64,
-    before: &Side,
-    after: &Side,
+    (rescued, lost): (u64, u64),
+    (better, worse, other): (u64, u64, u64),
+    same_state: bool,
     zones: &[ZoneCompare],
 ) -> String {
     let what = if plan.described.is_empty() {
@@ -653,17 +719,6 @@ fn verdict(
     } else {
         format!("With {}", plan.described.join("; "))
     };
-    // Launches users saw refused, and what became of them.
-    let fb = finals(before);
-    let fa = finals(after);
-    let rescued = fb
-        .iter()
-        .filter(|(root, f)| !f.3 && fa.get(*root).is_some_and(|a| a.3))
-        .count() as u64;
-    let lost = fb
-        .iter()
-        .filter(|(root, f)| f.3 && fa.get(*root).is_some_and(|a| !a.3))
-        .count() as u64;
     let mut text = format!(
         "{what}, {} of the {} launches users saw refused would have been brokered, and {} \
          launch{} brokered as it happened would have been refused",
@@ -727,7 +782,7 @@ fn verdict(
             text.push_str(&format!(" Zone {}: {}.", z.zone, parts.join("; ")));
         }
     }
-    if better == 0 && worse == 0 && other == 0 && before.digest == after.digest {
+    if better == 0 && worse == 0 && other == 0 && same_state {
         text.push_str(" The final state is the same on both sides.");
     }
     text

@@ -156,6 +156,7 @@ fn simulated(dir: &Path, quiet: bool) -> anyhow::Result<ExitCode> {
     };
     let outage = lhc_replay::outage_report(&mut open()?)?;
     let sync = lhc_replay::sync_forensics(&mut open()?)?;
+    let helped = most_helpful_whatif(&log_dir, &open)?;
     let outage_html = dir.join("outage-report.html");
     let sync_html = dir.join("sync-forensics.html");
     std::fs::write(&outage_html, crate::render::outage::page(&outage, None))?;
@@ -191,6 +192,15 @@ fn simulated(dir: &Path, quiet: bool) -> anyhow::Result<ExitCode> {
          brokered nothing until the cloud returned — the seeds' advice not to power on a \
          connector that was off before the outage."
     );
+    let (command, whatif, tried) = helped;
+    println!("\n== What would have helped most (lhc whatif) ==");
+    println!("  {command}\n\n{}", whatif.verdict);
+    println!("\nAlso tried:");
+    for (other, rescued, lost) in tried {
+        println!(
+            "  {other}\n    rescues {rescued} refused launch(es), refuses {lost} that were brokered"
+        );
+    }
     println!(
         "\nHTML reports: {} and {}\nDone in {:.1} s. Next: `lhc query {} --at 2026-01-05T09:50:00Z`, \
          `lhc replay {} --format table | less`.",
@@ -204,6 +214,65 @@ fn simulated(dir: &Path, quiet: bool) -> anyhow::Result<ExitCode> {
 }
 
 /// Refuses to delete anything that is not an lhc log directory.
+/// The candidate what-ifs of the demo's scenario, each a fix an admin could have made, and
+/// the one that would have rescued most refused launches (fewest made worse on a tie):
+/// its command line, its comparison, and the others' command lines with their rescues.
+fn most_helpful_whatif(
+    log_dir: &Path,
+    open: &dyn Fn() -> anyhow::Result<lhc_replay::Source>,
+) -> anyhow::Result<(String, lhc_replay::WhatIf, Vec<(String, u64, u64)>)> {
+    use lhc_replay::whatif::{bad_ops, check, compare, replay_modified, replay_side};
+    let mut source = open()?;
+    let description = source.describe().to_string();
+    let before = replay_side(&mut source, &description, true)?;
+    let log = log_dir.display();
+    let reuse = "reuse_machines_without_shutdown_in_outage";
+    let mut candidates: Vec<(String, lhc_replay::Plan)> = Vec::new();
+    let mut plan = lhc_replay::Plan::default();
+    bad_ops(&mut plan, &before);
+    candidates.push((format!("lhc whatif {log} --without-bad-changes"), plan));
+    let mut plan = lhc_replay::Plan::default();
+    // Not powering cc1.z2 on: its start and its peers' probes of it (which elected it)
+    // never happened.
+    let start = "connector.lifecycle connector=cc1.z2.sim.example event=start";
+    let probes = "peer.probe peer=cc1.z2.sim.example";
+    plan.drop_records(start)?;
+    plan.drop_records(probes)?;
+    candidates.push((
+        format!("lhc whatif {log} --drop '{start}' \\\n      --drop '{probes}'"),
+        plan,
+    ));
+    let mut plan = lhc_replay::Plan::default();
+    plan.set_site(&format!("{reuse}_allowed=true"))?;
+    plan.set_group(&format!("pool-z1:{reuse}=true"))?;
+    plan.set_group(&format!("pool-z2:{reuse}=true"))?;
+    candidates.push((
+        format!(
+            "lhc whatif {log} --site {reuse}_allowed=true --group pool-z1:{reuse}=true \\\n      \
+             --group pool-z2:{reuse}=true"
+        ),
+        plan,
+    ));
+    let mut results = Vec::new();
+    for (command, plan) in candidates {
+        let (after, seen) = replay_modified(open()?, &description, &plan)?;
+        let notes = check(&plan, &seen, &after)?;
+        results.push((command, compare(&plan, notes, &before, &after)));
+    }
+    let best = results
+        .iter()
+        .enumerate()
+        .max_by_key(|(i, (_, w))| (w.rescued, std::cmp::Reverse(w.lost), std::cmp::Reverse(*i)))
+        .map(|(i, _)| i)
+        .expect("three candidates");
+    let (command, whatif) = results.remove(best);
+    let tried = results
+        .into_iter()
+        .map(|(c, w)| (c, w.rescued, w.lost))
+        .collect();
+    Ok((command, whatif, tried))
+}
+
 fn remove_previous_log(dir: &Path) -> anyhow::Result<()> {
     if !dir.exists() {
         return Ok(());

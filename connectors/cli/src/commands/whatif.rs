@@ -325,7 +325,15 @@ pub fn summary(w: &WhatIf, limit: usize) -> String {
             w.flagged_machines.len()
         );
         for m in w.flagged_machines.iter().take(limit) {
-            let _ = writeln!(t, "  {} ({}): {}", m.machine, m.requests.join(", "), m.why);
+            let shown: Vec<&str> = m.requests.iter().take(5).map(String::as_str).collect();
+            let more = match m.requests.len() {
+                n if n > 5 => format!(" and {} more", n - 5),
+                _ => String::new(),
+            };
+            let _ = writeln!(t, "  {} ({}{more}): {}", m.machine, shown.join(", "), m.why);
+        }
+        if w.flagged_machines.len() > limit {
+            let _ = writeln!(t, "  … {} more", w.flagged_machines.len() - limit);
         }
     }
     t
