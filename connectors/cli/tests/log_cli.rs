@@ -382,6 +382,22 @@ fn demo_simulates_an_outage_and_writes_the_reports() {
             let page = std::fs::read_to_string(dir.join(report)).unwrap();
             assert!(page.starts_with("<!DOCTYPE html>"), "{report}");
         }
+        // It ends by suggesting the what-if that would have helped most: in this scenario
+        // the pooled desktops refused in the outage, rescued by the reuse flags (the bad
+        // change broke no launch; keeping cc1.z2 off sends its requests to a stopped
+        // connector).
+        let suggestion = stdout
+            .split("== What would have helped most (lhc whatif) ==")
+            .nth(1)
+            .expect("a what-if suggested");
+        assert!(
+            suggestion.contains("--group pool-z1:reuse_machines_without_shutdown_in_outage=true")
+                && suggestion.contains(
+                    "938 of the 1,694 launches users saw refused would have been brokered"
+                )
+                && suggestion.contains("--without-bad-changes\n    rescues 0"),
+            "{suggestion}"
+        );
     }
 }
 

@@ -432,3 +432,78 @@ fn whatif_reads_a_site_from_kafka() {
     );
     assert_eq!(from_kafka["after"]["digest"], from_file["after"]["digest"]);
 }
+
+/// Keeping a connector off that was powered on during the outage (its start and its peers'
+/// probes of it dropped): the requests StoreFront sent to it are refused
+/// `connector_stopped`, which the report notes; the zone gets its broker back, so first
+/// attempts it refused `not_elected` are brokered, and the StoreFront retries that followed
+/// them become moot — each moot request is a retry whose launch is brokered earlier.
+#[test]
+fn retries_after_a_now_brokered_attempt_are_moot() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("stop.jsonl");
+    let log = log.to_str().unwrap();
+    simulate(
+        log,
+        2026,
+        200,
+        400,
+        2,
+        &[
+            "--connectors-per-zone",
+            "3",
+            "--stop",
+            "z2c1@10m+40m",
+            "--outage",
+            "30m+40m",
+        ],
+    );
+    let name = "cc1.z2.sim.example";
+    let w = whatif(&[
+        log,
+        "--drop",
+        &format!("connector.lifecycle connector={name} event=start"),
+        "--drop",
+        &format!("peer.probe peer={name}"),
+    ]);
+    let notes = w["notes"].to_string();
+    assert!(
+        notes.contains("reached a connector the what-if keeps stopped"),
+        "{notes}"
+    );
+    let mut retry_of = std::collections::BTreeMap::new();
+    for line in std::fs::read_to_string(log).unwrap().lines() {
+        let r: Value = serde_json::from_str(line).unwrap();
+        if let (Some(id), Some(root)) = (r["request"].as_str(), r["retry_of"].as_str()) {
+            retry_of.insert(id.to_string(), root.to_string());
+        }
+    }
+    let changed = w["changed"].as_array().unwrap();
+    let brokered_after: std::collections::BTreeSet<&str> = changed
+        .iter()
+        .filter(|c| c["after"]["outcome"] == "brokered")
+        .map(|c| c["request"].as_str().unwrap())
+        .collect();
+    let moot: Vec<&Value> = changed.iter().filter(|c| c["change"] == "moot").collect();
+    assert!(!moot.is_empty(), "no moot retry in {}", w["verdict"]);
+    for m in moot {
+        let request = m["request"].as_str().unwrap();
+        let root = &retry_of[request];
+        let earlier = changed.iter().any(|c| {
+            let id = c["request"].as_str().unwrap();
+            brokered_after.contains(id)
+                && (id == root || retry_of.get(id) == Some(root))
+                && c["ts"].as_str() <= m["ts"].as_str()
+        });
+        assert!(
+            earlier,
+            "{request} (launch {root}) is moot without an earlier brokered attempt"
+        );
+    }
+    let better = w["better"].as_u64().unwrap();
+    assert!(
+        better > 0 && w["rescued"].as_u64().unwrap() > 0,
+        "{}",
+        w["verdict"]
+    );
+}

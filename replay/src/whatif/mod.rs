@@ -550,7 +550,8 @@ pub fn compare(plan: &Plan, mut notes: Vec<String>, before: &Side, after: &Side)
             row(request, None, Some(a), "added");
         }
     }
-    changed.sort_by(|x, y| (x.ts, &x.request).cmp(&(y.ts, &y.request)));
+    // Stable: requests of one instant stay in log order.
+    changed.sort_by_key(|c| c.ts);
     let stopped =
         |o: &Option<Outcome>| o.as_ref().is_some_and(|o| o.outcome == "connector_stopped");
     let sent_to_stopped = changed

@@ -214,13 +214,16 @@ fn simulated(dir: &Path, quiet: bool) -> anyhow::Result<ExitCode> {
 }
 
 /// Refuses to delete anything that is not an lhc log directory.
+/// A what-if the demo tried: its command line, launches it rescues, launches it refuses.
+type Tried = (String, u64, u64);
+
 /// The candidate what-ifs of the demo's scenario, each a fix an admin could have made, and
 /// the one that would have rescued most refused launches (fewest made worse on a tie):
 /// its command line, its comparison, and the others' command lines with their rescues.
 fn most_helpful_whatif(
     log_dir: &Path,
     open: &dyn Fn() -> anyhow::Result<lhc_replay::Source>,
-) -> anyhow::Result<(String, lhc_replay::WhatIf, Vec<(String, u64, u64)>)> {
+) -> anyhow::Result<(String, lhc_replay::WhatIf, Vec<Tried>)> {
     use lhc_replay::whatif::{bad_ops, check, compare, replay_modified, replay_side};
     let mut source = open()?;
     let description = source.describe().to_string();
