@@ -181,10 +181,15 @@ fn dropping_the_bad_change_removes_every_505_and_the_stale_snapshot_decisions() 
         assert_eq!(w["changed"], serde_json::json!([]));
         assert_eq!(w["before"]["digest"], replay_digest(&[log]));
     }
-    let change = auto["changes"][0].as_str().unwrap();
+    assert_eq!(
+        auto["changes"][0],
+        "the 1 config op(s) that introduced the failed imports not made"
+    );
+    let notes = auto["notes"].to_string();
     assert!(
-        change.contains("new-vda-2.sim.example") && change.contains("dangling_reference"),
-        "{change}"
+        notes.contains("not made: machine new-vda-2.sim.example (version 2")
+            && notes.contains("dangling_reference"),
+        "{notes}"
     );
     assert!(by_hand["notes"][0]
         .as_str()
@@ -203,6 +208,164 @@ fn without_bad_changes_keeps_the_storage_fault() {
     assert_eq!(z1["after"]["import_failures"], 1);
     let notes = w["notes"].to_string();
     assert!(notes.contains("storage faults kept"), "{notes}");
+    // Version 5 deletes vda-9, whose upsert (version 2) is the first bad op: the delete
+    // goes with it, or the what-if's log would be invalid. So do the deletes of
+    // VDA-1.Z1.EXAMPLE and as1 (version 5), made by removed ops of version 3.
+    assert!(
+        notes.contains(
+            "6 config op(s) that introduced failed imports removed, and 3 later delete(s)"
+        ),
+        "{notes}"
+    );
+}
+
+/// A 505 names only its first failure (without CSS tracing): one change adding two
+/// machines in zones that do not exist fails every import on vda-8 first; once vda-8 is
+/// gone, on vda-9. The removal goes round until no failure names a config change.
+#[test]
+fn without_bad_changes_goes_round_until_no_import_fails() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("two-bad.jsonl");
+    let records = [
+        r#"{"ts":"2026-01-05T09:00:00Z","type":"config.change","version":1,"ops":[{"op":"upsert","kind":"site","id":"site"},{"op":"upsert","kind":"zone","id":"z1","data":{"name":"Zone 1"}},{"op":"upsert","kind":"connector","id":"cc-a.z1.example","data":{"zone":"z1"}},{"op":"upsert","kind":"delivery_group","id":"dg","data":{"kind":"multi_session"}}]}"#,
+        r#"{"ts":"2026-01-05T09:00:01Z","type":"health.check","connector":"cc-a.z1.example","ok":true}"#,
+        r#"{"ts":"2026-01-05T09:01:00Z","type":"config.change","version":2,"ops":[{"op":"upsert","kind":"machine","id":"vda-8.z1.example","data":{"zone":"z8","delivery_group":"dg"}},{"op":"upsert","kind":"machine","id":"vda-9.z1.example","data":{"zone":"z9","delivery_group":"dg"}}]}"#,
+        r#"{"ts":"2026-01-05T09:30:00Z","type":"health.check","connector":"cc-a.z1.example","ok":true}"#,
+    ];
+    std::fs::write(&log, records.join("\n") + "\n").unwrap();
+    let w = whatif(&[log.to_str().unwrap(), "--without-bad-changes"]);
+    let z1 = zone(&w, "z1");
+    assert!(
+        z1["before"]["import_failures"].as_u64().unwrap() > 1,
+        "{z1}"
+    );
+    assert_eq!(z1["after"]["import_failures"], 0, "{}", w["notes"]);
+    let notes = w["notes"].to_string();
+    assert!(
+        notes.contains("not made: machine vda-8.z1.example")
+            && notes.contains("not made: machine vda-9.z1.example"),
+        "{notes}"
+    );
+}
+
+/// The settings hold against later changes, patched ones included: a patched upsert of
+/// the site object (a heartbeat period) keeps the reuse permission.
+#[test]
+fn settings_hold_against_a_patched_site_change() {
+    let tmp = tempfile::tempdir().unwrap();
+    let patch = tmp.path().join("site.jsonl");
+    std::fs::write(
+        &patch,
+        r#"{"ts":"2026-01-05T09:02:00.000Z","type":"config.change","ops":[{"op":"upsert","kind":"site","id":"site","data":{"heartbeat_period_ms":300000}}]}"#,
+    )
+    .unwrap();
+    let w = whatif(&[
+        &scenario("r-launch-6.jsonl"),
+        "--patch",
+        patch.to_str().unwrap(),
+        "--site",
+        "reuse_machines_without_shutdown_in_outage_allowed=true",
+        "--group",
+        "dg-pooled:reuse_machines_without_shutdown_in_outage=true",
+    ]);
+    assert_eq!(w["better"], 2, "{}", w["verdict"]);
+}
+
+/// `--at` places every patch record at one instant: a forced outage on both connectors of
+/// zone 1 at 09:05, five minutes before the cloud fails in r-launch-6, enters LHC mode
+/// there at once (R-STATE-8): zone 1 spends five minutes more in LHC mode, and the
+/// "cloud-pooled" launch at 09:05:00 (brokered by the cloud as it happened) meets LHC
+/// rules instead: the pooled group without reuse refuses it.
+#[test]
+fn a_patch_at_one_instant_forces_the_outage_earlier() {
+    let tmp = tempfile::tempdir().unwrap();
+    let patch = tmp.path().join("force.jsonl");
+    std::fs::write(
+        &patch,
+        "{\"type\":\"admin.command\",\"connector\":\"cc-a.z1.example\",\"command\":\"enable_forced_outage\"}\n\
+         {\"type\":\"admin.command\",\"connector\":\"cc-b.z1.example\",\"command\":\"enable_forced_outage\"}\n",
+    )
+    .unwrap();
+    let log = scenario("r-launch-6.jsonl");
+    let patch = patch.to_str().unwrap();
+    let w = whatif(&[&log, "--patch", patch, "--at", "2026-01-05T09:04:59Z"]);
+    let z1 = zone(&w, "z1");
+    assert!(
+        z1["after"]["lhc_s"].as_i64().unwrap() > z1["before"]["lhc_s"].as_i64().unwrap(),
+        "{z1}"
+    );
+    let cloud = w["changed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["request"] == "cloud-pooled")
+        .unwrap_or_else(|| panic!("{}", w["changed"]));
+    assert_eq!(cloud["change"], "worse");
+    assert_eq!(cloud["after"]["outcome"], "pooled_unavailable_in_outage");
+    // After the log's end, the patch would stretch it: refused, naming the line.
+    refused(
+        lhc(&[
+            "whatif",
+            &log,
+            "--patch",
+            patch,
+            "--at",
+            "2027-01-01T00:00:00Z",
+        ]),
+        "force.jsonl line 1: its ts 2027-01-01T00:00:00.000Z is after the log's last record",
+    );
+}
+
+/// A drop that leaves later records without what they build on makes the log invalid:
+/// refused, naming the change and the first record it breaks.
+#[test]
+fn a_drop_that_breaks_the_log_is_refused() {
+    refused(
+        lhc(&[
+            "whatif",
+            &scenario("r-launch-6.jsonl"),
+            "--drop",
+            "config.change version=1",
+        ]),
+        "records dropped: config.change version=1: these changes make the log invalid: 323 \
+         record(s) of it could no longer be applied, the first at offset 1: field `connector`",
+    );
+}
+
+/// `--verify`: the "as it happened" side reproduces a chain `lhc replay` wrote; a chain
+/// that differs is refused with the offset.
+#[test]
+fn the_as_it_happened_side_verifies_a_recorded_chain() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = scenario("r-launch-6.jsonl");
+    let chain = tmp.path().join("chain.jsonl");
+    let chain = chain.to_str().unwrap();
+    ok(lhc(&[
+        "replay",
+        &log,
+        "-q",
+        "--no-outputs",
+        "--digest-every",
+        "50",
+        "--chain",
+        chain,
+    ]));
+    let setting = "reuse_machines_without_shutdown_in_outage_allowed=true";
+    let w = whatif(&[&log, "--site", setting, "--verify", chain]);
+    assert_eq!(w["before"]["verified"]["links"], 11, "{}", w["before"]);
+    assert!(w["before"]["verified"].get("first_difference").is_none());
+    let text = std::fs::read_to_string(chain).unwrap();
+    let bad = text.replacen(
+        "\"offset\":99,\"digest\":\"",
+        "\"offset\":99,\"digest\":\"0",
+        1,
+    );
+    assert_ne!(bad, text);
+    std::fs::write(chain, bad).unwrap();
+    refused(
+        lhc(&["whatif", &log, "--site", setting, "--verify", chain]),
+        "--verify: the replay does not reproduce the recorded chain: after offset 99",
+    );
 }
 
 /// R-ELECT-2 with one more connector: cc-0.z1 sorts before cc-a, cc-b and cc-c, answers
@@ -220,7 +383,12 @@ fn an_extra_connector_changes_the_election() {
     .to_string()];
     for line in std::fs::read_to_string(&log).unwrap().lines() {
         let r: Value = serde_json::from_str(line).unwrap();
-        if r["type"] != "health.check" || r["connector"] != "cc-b.z1.example" {
+        // cc-b's last check is the log's last minute: a patch record after the log's
+        // last record would be refused.
+        if r["type"] != "health.check"
+            || r["connector"] != "cc-b.z1.example"
+            || r["ts"].as_str() >= Some("2026-01-05T11:19")
+        {
             continue;
         }
         // Half a second after cc-b's check: the patch stays in time order.
@@ -491,7 +659,8 @@ fn retries_after_a_now_brokered_attempt_are_moot() {
         let root = &retry_of[request];
         let earlier = changed.iter().any(|c| {
             let id = c["request"].as_str().unwrap();
-            brokered_after.contains(id)
+            id != request
+                && brokered_after.contains(id)
                 && (id == root || retry_of.get(id) == Some(root))
                 && c["ts"].as_str() <= m["ts"].as_str()
         });
@@ -506,4 +675,18 @@ fn retries_after_a_now_brokered_attempt_are_moot() {
         "{}",
         w["verdict"]
     );
+    // Moot retries count in neither better nor worse.
+    let kind = |k: &str| changed.iter().filter(|c| c["change"] == k).count() as u64;
+    assert_eq!(
+        (better, w["worse"].as_u64().unwrap()),
+        (kind("better"), kind("worse"))
+    );
+    assert_eq!(
+        w["other"].as_u64().unwrap(),
+        changed.len() as u64 - kind("better") - kind("worse")
+    );
+    assert!(w["verdict"]
+        .as_str()
+        .unwrap()
+        .contains("reached a connector the what-if keeps stopped"));
 }

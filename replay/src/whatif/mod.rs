@@ -23,7 +23,7 @@ use lhc_engine::Ts;
 use serde::Serialize;
 
 pub use plan::{Filter, PatchRecord, Plan, Setting};
-pub use side::{replay_side, Decision, Decisions, Names, Side, ZoneCounts};
+pub use side::{replay_side, Decision, Decisions, Names, Side, SideOptions, Verified, ZoneCounts};
 pub use stream::{Modified, Seen};
 pub use tee::{Follow, Tee};
 
@@ -81,6 +81,9 @@ pub struct SideSummary {
     pub refused: u64,
     /// Users who saw a launch refused, sorted.
     pub users_affected: Vec<String>,
+    /// The digest chain check (`--verify`), on the "as it happened" side.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub verified: Option<Verified>,
 }
 
 /// A launch decision on one side.
@@ -219,21 +222,33 @@ pub struct WhatIf {
     pub verdict: String,
 }
 
-/// The what-if side: the records with `plan` applied, replayed. Returns the side and what
-/// the stream saw (to check the plan against the log).
+/// The what-if side: the records with `plan` applied, replayed up to the source offset
+/// `limit` (the last one the other side read). Returns the side and what the stream saw
+/// (to check the plan against the log).
 pub fn replay_modified<R: Records>(
     records: R,
     description: &str,
     plan: &Plan,
+    limit: Option<u64>,
+    forensics: bool,
 ) -> Result<(Side, Seen), WhatIfError> {
-    let mut modified = Modified::new(records, plan);
-    let side = replay_side(&mut modified, description, false)?;
+    let mut modified = Modified::new(records, plan).up_to(limit);
+    let options = SideOptions {
+        forensics,
+        verify: None,
+    };
+    let side = replay_side(&mut modified, description, &options)?;
     Ok((side, modified.finish()))
 }
 
 /// Checks what the stream saw against the plan: every change must have found its target.
 /// Returns notes on what the changes did.
-pub fn check(plan: &Plan, seen: &Seen, after: &Side) -> Result<Vec<String>, WhatIfError> {
+pub fn check(
+    plan: &Plan,
+    seen: &Seen,
+    before: &Side,
+    after: &Side,
+) -> Result<Vec<String>, WhatIfError> {
     if let Some((origin, index)) = seen.refused.first() {
         let why = after
             .quarantined
@@ -243,6 +258,39 @@ pub fn check(plan: &Plan, seen: &Seen, after: &Side) -> Result<Vec<String>, What
         return Err(WhatIfError::bad(
             origin,
             format!("the engine cannot apply it here: {why}"),
+        ));
+    }
+    if let (Some(last), Some(late)) = (
+        seen.last_source_ts,
+        plan.patch
+            .iter()
+            .find(|p| Some(p.record.ts()) > seen.last_source_ts),
+    ) {
+        return Err(WhatIfError::bad(
+            &late.origin,
+            format!(
+                "its ts {} is after the log's last record ({last}): the what-if would \
+                 stretch the log past what was recorded",
+                late.record.ts()
+            ),
+        ));
+    }
+    // Source records the what-if makes unusable: the changes broke the log (a dropped
+    // change that a later one builds on, a delete of what was never made...).
+    let was: FxHashSet<u64> = before.quarantined.iter().map(|(o, _)| *o).collect();
+    let broken: Vec<&(u64, String)> = after
+        .quarantined
+        .iter()
+        .filter(|(o, _)| !was.contains(o))
+        .collect();
+    if let Some((offset, why)) = broken.first() {
+        return Err(WhatIfError::bad(
+            plan.described.join("; "),
+            format!(
+                "these changes make the log invalid: {} record(s) of it could no longer be \
+                 applied, the first at offset {offset}: {why}",
+                broken.len()
+            ),
         ));
     }
     for (i, (group, setting)) in plan.groups.iter().enumerate() {
@@ -289,8 +337,12 @@ pub fn check(plan: &Plan, seen: &Seen, after: &Side) -> Result<Vec<String>, What
     }
     if seen.ops_dropped > 0 {
         notes.push(format!(
-            "{} config op(s) that introduced failed imports removed",
-            seen.ops_dropped
+            "{} config op(s) that introduced failed imports removed{}",
+            seen.ops_dropped,
+            match seen.deletes_dropped {
+                0 => String::new(),
+                n => format!(", and {n} later delete(s) of the objects they made"),
+            }
         ));
     }
     if let Some((first, by)) = seen.versions_shifted {
@@ -309,15 +361,79 @@ pub fn check(plan: &Plan, seen: &Seen, after: &Side) -> Result<Vec<String>, What
     Ok(notes)
 }
 
-/// The ops that introduced every failed import, from the forensics of the "as it happened"
-/// side (storage faults are observations, not changes: they stay).
-pub fn bad_ops(plan: &mut Plan, before: &Side) -> Vec<String> {
+/// What a what-if does besides applying its plan.
+#[derive(Clone, Debug, Default)]
+pub struct WhatIfOptions {
+    /// Also remove the config ops that introduced every failed import.
+    pub without_bad_changes: bool,
+    /// Verify the "as it happened" side against this digest chain (offset → digest).
+    pub verify: Option<BTreeMap<u64, String>>,
+}
+
+/// Rounds of `--without-bad-changes` at most: each removes the ops the previous round's
+/// 505s still name (a 505 names only its first failure unless CSS tracing is on).
+const BAD_CHANGE_ROUNDS: usize = 8;
+
+/// Removes the bad config ops until no failed import names a config change, or the
+/// rounds run out: returns the plan, the what-if side, what its stream saw, and notes.
+pub fn without_bad_changes<F>(
+    open: F,
+    description: &str,
+    before: &Side,
+    plan: &Plan,
+) -> Result<(Plan, Side, Seen, Vec<String>), WhatIfError>
+where
+    F: Fn() -> Result<Source, SourceError>,
+{
+    let mut plan = plan.clone();
+    let base = plan.described.clone();
+    let mut removed = Vec::new();
+    let (mut new, mut notes) = bad_causes(before);
+    let mut round = 0;
+    loop {
+        new.retain(|(key, _)| !plan.drop_ops.contains(key));
+        for (key, text) in new.drain(..) {
+            plan.drop_ops.insert(key);
+            removed.push(text);
+        }
+        plan.described = base.clone();
+        if !removed.is_empty() {
+            plan.described.push(format!(
+                "the {} config op(s) that introduced the failed imports not made",
+                removed.len()
+            ));
+        }
+        round += 1;
+        let (after, seen) = replay_modified(open()?, description, &plan, before.last_offset, true)?;
+        let (more, _) = bad_causes(&after);
+        let more: Vec<_> = more
+            .into_iter()
+            .filter(|(key, _)| !plan.drop_ops.contains(key))
+            .collect();
+        if more.is_empty() || round == BAD_CHANGE_ROUNDS {
+            if !more.is_empty() {
+                notes.push(format!(
+                    "after {round} rounds, {} more config op(s) still fail imports: see `lhc \
+                     forensics sync` on the what-if's log",
+                    more.len()
+                ));
+            }
+            notes.extend(removed.iter().map(|r| format!("not made: {r}")));
+            return Ok((plan, after, seen, notes));
+        }
+        new = more;
+    }
+}
+
+/// The ops a side's failed imports blame — ((offset, kind, id), in words) — and notes (the
+/// storage faults, which stay: a disk failing is an observation, not a change).
+fn bad_causes(side: &Side) -> (Vec<((u64, ObjectKind, String), String)>, Vec<String>) {
+    let mut causes = Vec::new();
     let mut notes = Vec::new();
-    let Some(forensics) = &before.forensics else {
-        return notes;
+    let Some(forensics) = &side.forensics else {
+        return (causes, notes);
     };
     let mut storage = 0;
-    let mut removed = Vec::new();
     for cause in &forensics.root_causes {
         let (Some(version), Some(kind)) = (
             cause.introduced_by.version,
@@ -326,24 +442,13 @@ pub fn bad_ops(plan: &mut Plan, before: &Side) -> Vec<String> {
             storage += 1;
             continue;
         };
-        if plan
-            .drop_ops
-            .insert((cause.introduced_by.offset, kind, cause.id.clone()))
-        {
-            removed.push(format!(
+        causes.push((
+            (cause.introduced_by.offset, kind, cause.id.clone()),
+            format!(
                 "{} {} (version {version}, offset {}: {})",
                 cause.kind, cause.id, cause.introduced_by.offset, cause.rule
-            ));
-        }
-    }
-    if !removed.is_empty() {
-        plan.described.push(format!(
-            "the config changes that introduced the failed imports not made ({})",
-            removed.join("; ")
+            ),
         ));
-    }
-    if forensics.root_causes.is_empty() {
-        notes.push("no import failed in this log: there is no bad change to remove".into());
     }
     if storage > 0 {
         notes.push(format!(
@@ -351,43 +456,80 @@ pub fn bad_ops(plan: &mut Plan, before: &Side) -> Vec<String> {
              not changes"
         ));
     }
-    notes
+    (causes, notes)
 }
 
 /// Runs a what-if on the source `open` gives. Both sides run at once on two threads from
 /// one read of the source ([`Tee`]). With `without_bad_changes` the "as it happened" side
 /// runs first, alone, to find the bad ops (a 505 can name a change made any time before
-/// it), then the what-if reads the source again, unless there is nothing to remove.
-pub fn whatif<F>(open: F, plan: &Plan, without_bad_changes: bool) -> Result<WhatIf, WhatIfError>
+/// it), then the what-if reads the source again (up to the same offset), a round per
+/// layer of failures, unless there is nothing to remove.
+pub fn whatif<F>(open: F, plan: &Plan, options: &WhatIfOptions) -> Result<WhatIf, WhatIfError>
 where
     F: Fn() -> Result<Source, SourceError>,
 {
     let mut source = open()?;
     let description = source.describe().to_string();
-    if without_bad_changes {
-        let before = replay_side(&mut source, &description, true)?;
+    let side_options = SideOptions {
+        forensics: options.without_bad_changes,
+        verify: options.verify.clone(),
+    };
+    if options.without_bad_changes {
+        let before = replay_side(&mut source, &description, &side_options)?;
         drop(source);
-        let mut plan = plan.clone();
-        let mut notes = bad_ops(&mut plan, &before);
-        if plan.is_empty() {
-            // Nothing to remove and nothing else asked: the what-if is the log itself.
-            return Ok(compare(&plan, notes, &before, &before));
+        verified(&before)?;
+        let (causes, _) = bad_causes(&before);
+        let mut notes = Vec::new();
+        if causes.is_empty() {
+            notes
+                .push("no config change failed an import: there is no bad change to remove".into());
+            if plan.is_empty() {
+                // Nothing to remove and nothing else asked: the what-if is the log itself.
+                return Ok(compare(plan, notes, &before, &before));
+            }
         }
-        let (after, seen) = replay_modified(open()?, &description, &plan)?;
-        notes.extend(check(&plan, &seen, &after)?);
+        let (plan, after, seen, more) = without_bad_changes(&open, &description, &before, plan)?;
+        notes.extend(more);
+        notes.extend(check(&plan, &seen, &before, &after)?);
         return Ok(compare(&plan, notes, &before, &after));
     }
     let (send, receive) = std::sync::mpsc::sync_channel(8);
     let (before, modified) = std::thread::scope(|scope| {
-        let follower = scope.spawn(|| replay_modified(Follow::new(receive), &description, plan));
-        let before = replay_side(&mut Tee::new(source, send), &description, false);
+        let follower =
+            scope.spawn(|| replay_modified(Follow::new(receive), &description, plan, None, false));
+        let before = replay_side(&mut Tee::new(source, send), &description, &side_options);
         let modified = follower.join().expect("the what-if replay does not panic");
         (before, modified)
     });
     let before = before?;
+    verified(&before)?;
     let (after, seen) = modified?;
-    let notes = check(plan, &seen, &after)?;
+    let notes = check(plan, &seen, &before, &after)?;
     Ok(compare(plan, notes, &before, &after))
+}
+
+/// Refuses a replay that does not reproduce the recorded digest chain.
+fn verified(before: &Side) -> Result<(), WhatIfError> {
+    let Some(v) = &before.verified else {
+        return Ok(());
+    };
+    if let Some((offset, expected, actual)) = &v.first_difference {
+        return Err(WhatIfError::bad(
+            "--verify",
+            format!(
+                "the replay does not reproduce the recorded chain: after offset {offset} the \
+                 chain says {expected}, the replay {actual}; a what-if on this log would not \
+                 start from what happened (was it recorded by another version of lhc?)"
+            ),
+        ));
+    }
+    if v.links == 0 {
+        return Err(WhatIfError::bad(
+            "--verify",
+            "no digest of the chain is at an offset of this log: it is another log's chain".into(),
+        ));
+    }
+    Ok(())
 }
 
 /// Each launch (by its first attempt's id): (time and id of the attempt that ended it, user
@@ -439,6 +581,7 @@ fn summary(side: &Side) -> SideSummary {
         launches: finals.len() as u64,
         refused: finals.values().filter(|f| !f.3).count() as u64,
         users_affected: users.into_iter().map(str::to_string).collect(),
+        verified: side.verified.clone(),
     }
 }
 
@@ -656,7 +799,7 @@ pub fn compare(plan: &Plan, mut notes: Vec<String>, before: &Side, after: &Side)
         .iter()
         .filter(|(root, f)| f.3 && fa.get(*root).is_some_and(|a| !a.3))
         .count() as u64;
-    let verdict = verdict(
+    let mut verdict = verdict(
         plan,
         &sb,
         (rescued, lost),
@@ -664,6 +807,14 @@ pub fn compare(plan: &Plan, mut notes: Vec<String>, before: &Side, after: &Side)
         before.digest == after.digest,
         &zones,
     );
+    if sent_to_stopped > 0 {
+        verdict.push_str(&format!(
+            " Of the requests now refused, {} reached a connector the what-if keeps stopped: \
+             StoreFront would have tried another controller, which the log cannot tell, so \
+             read them as an upper bound.",
+            thousands(sent_to_stopped as u64)
+        ));
+    }
     WhatIf {
         source: before.report.source.clone(),
         changes: plan.described.clone(),

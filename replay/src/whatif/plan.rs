@@ -106,6 +106,12 @@ impl Plan {
         if s.key == "ts" {
             return Err(WhatIfError::bad(&item, "`ts` is not a parameter".into()));
         }
+        if s.value.is_null() {
+            return Err(WhatIfError::bad(
+                &item,
+                "a parameter needs a value in whole seconds".into(),
+            ));
+        }
         Params::default()
             .apply(&params)
             .map_err(|e| WhatIfError::bad(&item, e))?;

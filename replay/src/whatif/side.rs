@@ -136,6 +136,28 @@ pub struct ZoneCounts {
     pub decided_on_stale: u64,
 }
 
+/// What a side computes besides the comparison.
+#[derive(Clone, Debug, Default)]
+pub struct SideOptions {
+    /// Keep the sync forensics (to find the bad changes).
+    pub forensics: bool,
+    /// Check the state digest at these offsets (a chain written by `lhc replay
+    /// --digest-every`): the replay reproduces the recorded one.
+    pub verify: Option<BTreeMap<u64, String>>,
+}
+
+/// How a digest chain compared with a replay.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Verified {
+    /// Links compared.
+    pub links: u64,
+    /// Links of the chain past the end of the replay.
+    pub unreached: u64,
+    /// The first link that differs: (offset, digest in the chain, digest of the replay).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_difference: Option<(u64, String, String)>,
+}
+
 /// What one replay produced.
 #[derive(Debug)]
 pub struct Side {
@@ -143,6 +165,10 @@ pub struct Side {
     pub digest: String,
     /// Records applied.
     pub records: u64,
+    /// Offset of the last record applied.
+    pub last_offset: Option<u64>,
+    /// The digest chain check, when asked for.
+    pub verified: Option<Verified>,
     /// Records quarantined: (offset, error), in order.
     pub quarantined: Vec<(u64, String)>,
     /// Every launch decision, by request id.
@@ -164,6 +190,9 @@ struct Watcher {
     decisions: Decisions,
     zones: BTreeMap<String, ZoneCounts>,
     quarantined: Vec<(u64, String)>,
+    last_offset: Option<u64>,
+    verify: Option<BTreeMap<u64, String>>,
+    verified: Verified,
 }
 
 impl Observer for Watcher {
@@ -192,8 +221,16 @@ impl Observer for Watcher {
 
     fn after(&mut self, step: After<'_>) -> Result<(), SourceError> {
         let engine = step.engine;
+        self.last_offset = Some(step.offset);
         for output in step.outputs.iter() {
             self.observe(engine, step.offset, output);
+        }
+        if let Some(expected) = self.verify.as_ref().and_then(|v| v.get(&step.offset)) {
+            self.verified.links += 1;
+            let digest = engine.digest();
+            if self.verified.first_difference.is_none() && digest != *expected {
+                self.verified.first_difference = Some((step.offset, expected.clone(), digest));
+            }
         }
         if let Some(found) = self.found.as_mut() {
             found.after(After {
@@ -278,11 +315,18 @@ impl Watcher {
 pub fn replay_side<R: Records + ?Sized>(
     records: &mut R,
     description: &str,
-    forensics: bool,
+    options: &SideOptions,
 ) -> Result<Side, SourceError> {
     let mut watcher = Watcher {
         reporter: Reporter::default(),
-        found: forensics.then(Found::default),
+        found: options.forensics.then(Found::default),
+        last_offset: None,
+        verify: options.verify.clone(),
+        verified: Verified {
+            links: 0,
+            unreached: 0,
+            first_difference: None,
+        },
         launch: None,
         decisions: Decisions::default(),
         zones: BTreeMap::new(),
@@ -297,11 +341,20 @@ pub fn replay_side<R: Records + ?Sized>(
         decisions,
         zones,
         quarantined,
+        last_offset,
+        verify,
+        mut verified,
         ..
     } = watcher;
+    let verified = verify.map(|chain| {
+        verified.unreached = chain.range(last_offset.map_or(0, |o| o + 1)..).count() as u64;
+        verified
+    });
     Ok(Side {
         digest,
         records: records_applied,
+        last_offset,
+        verified,
         quarantined,
         decisions,
         zones,

@@ -24,6 +24,8 @@ pub struct Seen {
     pub dropped: Vec<u64>,
     /// Config ops removed for `--without-bad-changes`.
     pub ops_dropped: u64,
+    /// Later deletes of objects whose upsert was removed, removed with it.
+    pub deletes_dropped: u64,
     /// Delivery groups the log upserts.
     pub groups: BTreeSet<String>,
     /// Upserts of the site object rewritten or added.
@@ -39,6 +41,8 @@ pub struct Seen {
     pub versions_shifted: Option<(u64, u64)>,
     /// Records handed out.
     pub records: u64,
+    /// Time of the last source record read.
+    pub last_source_ts: Option<Ts>,
 }
 
 /// A source with the plan applied.
@@ -63,6 +67,11 @@ pub struct Modified<'a, R> {
     last_added: Option<String>,
     /// Offset of the last source record handed out.
     last_source: Option<u64>,
+    /// Objects whose upsert a removed op made: a later delete of one goes too.
+    unmade: BTreeSet<(ObjectKind, String)>,
+    /// The last source offset to read (the one the "as it happened" side read last), so
+    /// a live log read twice gives both sides the same records.
+    limit: Option<u64>,
     /// What was seen.
     pub seen: Seen,
 }
@@ -82,6 +91,8 @@ impl<'a, R: Records> Modified<'a, R> {
             shift: 0,
             last_added: None,
             last_source: None,
+            unmade: BTreeSet::new(),
+            limit: None,
             seen: Seen {
                 dropped: vec![0; plan.drops.len()],
                 group_upserts: vec![0; plan.groups.len()],
@@ -90,12 +101,22 @@ impl<'a, R: Records> Modified<'a, R> {
         }
     }
 
+    /// Reads no source record past `offset`.
+    pub fn up_to(mut self, offset: Option<u64>) -> Self {
+        self.limit = offset;
+        self
+    }
+
     /// The next source record that is not dropped.
     fn fill(&mut self) -> Result<(), SourceError> {
         while self.peeked.is_none() && !self.ended {
             match self.source.next_record()? {
+                Some((offset, _)) if self.limit.is_some_and(|l| offset > l) => {
+                    self.ended = true;
+                }
                 None => self.ended = true,
                 Some((offset, Ok(record))) => {
+                    self.seen.last_source_ts = Some(record.ts());
                     if let Some(i) = self.plan.drops.iter().position(|f| f.matches(&record)) {
                         self.seen.dropped[i] += 1;
                         continue;
@@ -139,56 +160,40 @@ impl<'a, R: Records> Modified<'a, R> {
                         let (kind, id) = op_target(op);
                         drop_ops.contains(&(offset, kind, id.to_string()))
                     };
-                    if change.ops.iter().any(named) {
-                        change.ops.retain(|op| !named(op));
-                    } else {
+                    let any_named = change.ops.iter().any(named);
+                    let unmade = &mut self.unmade;
+                    change.ops.retain(|op| {
                         // No op names the failing object: the change broke it by deleting
                         // what it refers to.
-                        change.ops.retain(|op| !matches!(op, ConfigOp::Delete(_)));
-                    }
+                        let drop = if any_named {
+                            named(op)
+                        } else {
+                            matches!(op, ConfigOp::Delete(_))
+                        };
+                        if drop {
+                            if let ConfigOp::Upsert(o) = op {
+                                unmade.insert((o.kind(), o.id().to_string()));
+                            }
+                        }
+                        !drop
+                    });
                 }
                 self.seen.ops_dropped += (before - change.ops.len()) as u64;
-                if !self.first_change_seen && !self.plan.site.is_empty() {
-                    let has_site = change
-                        .ops
-                        .iter()
-                        .any(|op| matches!(op, ConfigOp::Upsert(ConfigObject::Site { .. })));
-                    if !has_site {
-                        change.ops.insert(
-                            0,
-                            ConfigOp::Upsert(ConfigObject::Site {
-                                id: "site".into(),
-                                data: SiteData::default(),
-                            }),
-                        );
-                    }
-                }
-                self.first_change_seen = true;
-                for op in &mut change.ops {
-                    let ConfigOp::Upsert(object) = op else {
-                        continue;
-                    };
-                    match object {
-                        ConfigObject::Site { data, .. } if !self.plan.site.is_empty() => {
-                            for s in &self.plan.site {
-                                *data = with_setting(data, s).expect("checked in the plan");
-                            }
-                            self.seen.site_upserts += 1;
+                if !self.unmade.is_empty() {
+                    // A later delete of an object whose upsert was removed would name what
+                    // the what-if never made: it goes too (a re-creation ends that).
+                    let before = change.ops.len();
+                    let unmade = &mut self.unmade;
+                    change.ops.retain(|op| match op {
+                        ConfigOp::Delete(r) => !unmade.remove(&(r.kind, r.id.clone())),
+                        ConfigOp::Upsert(o) => {
+                            unmade.remove(&(o.kind(), o.id().to_string()));
+                            true
                         }
-                        ConfigObject::DeliveryGroup { id, data } => {
-                            self.seen.groups.insert(id.clone());
-                            for (i, (group, s)) in self.plan.groups.iter().enumerate() {
-                                if group == id {
-                                    // A value of the wrong type for this group's kind is
-                                    // impossible: the plan checked it against the type.
-                                    *data = with_setting(data, s).expect("checked in the plan");
-                                    self.seen.group_upserts[i] += 1;
-                                }
-                            }
-                        }
-                        _ => {}
-                    }
+                    });
+                    self.seen.deletes_dropped += (before - change.ops.len()) as u64;
                 }
+                self.settings(&mut change.ops);
                 if self.shift > 0 {
                     self.seen
                         .versions_shifted
@@ -213,11 +218,59 @@ impl<'a, R: Records> Modified<'a, R> {
         }
     }
 
-    /// A patch record ready to apply (a `config.change` takes the next version).
+    /// The `--site` and `--group` settings on a change's upserts (source or patched: a
+    /// later change never undoes them); the first change gets the site object if it lacks
+    /// it.
+    fn settings(&mut self, ops: &mut Vec<ConfigOp>) {
+        if !self.first_change_seen && !self.plan.site.is_empty() {
+            let has_site = ops
+                .iter()
+                .any(|op| matches!(op, ConfigOp::Upsert(ConfigObject::Site { .. })));
+            if !has_site {
+                ops.insert(
+                    0,
+                    ConfigOp::Upsert(ConfigObject::Site {
+                        id: "site".into(),
+                        data: SiteData::default(),
+                    }),
+                );
+            }
+        }
+        self.first_change_seen = true;
+        for op in ops.iter_mut() {
+            let ConfigOp::Upsert(object) = op else {
+                continue;
+            };
+            match object {
+                ConfigObject::Site { data, .. } if !self.plan.site.is_empty() => {
+                    for s in &self.plan.site {
+                        *data = with_setting(data, s).expect("checked in the plan");
+                    }
+                    self.seen.site_upserts += 1;
+                }
+                ConfigObject::DeliveryGroup { id, data } => {
+                    self.seen.groups.insert(id.clone());
+                    for (i, (group, s)) in self.plan.groups.iter().enumerate() {
+                        if group == id {
+                            // The plan checked the value against the type, whatever the
+                            // group's kind.
+                            *data = with_setting(data, s).expect("checked in the plan");
+                            self.seen.group_upserts[i] += 1;
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// A patch record ready to apply (a `config.change` takes the next version and the
+    /// plan's settings).
     fn added(&mut self, record: &Record) -> Record {
         match record {
             Record::ConfigChange(change) => {
                 let mut change = change.clone();
+                self.settings(&mut change.ops);
                 change.version = self.last_version + 1;
                 self.last_version = change.version;
                 self.shift += 1;

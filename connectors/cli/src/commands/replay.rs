@@ -155,7 +155,8 @@ pub fn run(args: ReplayArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn read_chain(path: &PathBuf) -> anyhow::Result<BTreeMap<u64, String>> {
+/// Reads a digest chain (JSONL of offset and digest) written by `--digest-every`.
+pub fn read_chain(path: &PathBuf) -> anyhow::Result<BTreeMap<u64, String>> {
     let file = File::open(path).with_context(|| format!("cannot open chain {}", path.display()))?;
     let mut chain = BTreeMap::new();
     for (i, line) in BufReader::new(file).lines().enumerate() {

@@ -68,6 +68,11 @@ pub struct WhatIfArgs {
     /// sync` names them: "had the bad change not been made".
     #[arg(long)]
     without_bad_changes: bool,
+    /// Check that the "as it happened" side reproduces this digest chain (written by `lhc
+    /// replay --digest-every N --chain FILE`, or when the log was recorded): refused if it
+    /// does not.
+    #[arg(long, value_name = "CHAIN")]
+    verify: Option<PathBuf>,
     /// Write a self-contained HTML page of the comparison here.
     #[arg(long, value_name = "FILE.html")]
     out: Option<PathBuf>,
@@ -164,7 +169,15 @@ pub fn run(args: WhatIfArgs, quiet: bool) -> anyhow::Result<ExitCode> {
             source: std::io::Error::other(format!("{e:#}")),
         })
     };
-    let result = lhc_replay::whatif(open, &plan, args.without_bad_changes);
+    let options = lhc_replay::whatif::WhatIfOptions {
+        without_bad_changes: args.without_bad_changes,
+        verify: args
+            .verify
+            .as_ref()
+            .map(crate::commands::replay::read_chain)
+            .transpose()?,
+    };
+    let result = lhc_replay::whatif(open, &plan, &options);
     bar.finish_and_clear();
     let whatif = result?;
     if whatif.before.records == 0 {
@@ -203,6 +216,18 @@ pub fn summary(w: &WhatIf, limit: usize) -> String {
         thousands(w.after.records),
         w.after.digest
     );
+    if let Some(v) = &w.before.verified {
+        let _ = writeln!(
+            t,
+            "as it happened: reproduces the recorded digest chain ({} link(s) checked{})",
+            v.links,
+            if v.unreached > 0 {
+                format!(", {} past the end of the log", v.unreached)
+            } else {
+                String::new()
+            }
+        );
+    }
     let _ = writeln!(t, "\n{}", w.verdict);
     let _ = writeln!(
         t,
@@ -317,6 +342,7 @@ pub fn summary(w: &WhatIf, limit: usize) -> String {
             );
         }
     }
+    let _ = writeln!(t, "\nsessions: {}", w.session_policy);
     if !w.flagged_machines.is_empty() {
         let _ = writeln!(
             t,
