@@ -425,9 +425,12 @@ where
     }
 }
 
+/// A config op by the offset of its change, its object's kind and id.
+type BadOp = (u64, ObjectKind, String);
+
 /// The ops a side's failed imports blame — ((offset, kind, id), in words) — and notes (the
 /// storage faults, which stay: a disk failing is an observation, not a change).
-fn bad_causes(side: &Side) -> (Vec<((u64, ObjectKind, String), String)>, Vec<String>) {
+fn bad_causes(side: &Side) -> (Vec<(BadOp, String)>, Vec<String>) {
     let mut causes = Vec::new();
     let mut notes = Vec::new();
     let Some(forensics) = &side.forensics else {
