@@ -286,7 +286,27 @@ pub fn refuse_overwrite(
     let Some(out) = resolve(output) else {
         return Ok(());
     };
+    // The same file under another name (a hard link): compared by device and inode.
+    let same_file = |a: &std::path::Path, b: &std::path::Path| {
+        use std::os::unix::fs::MetadataExt;
+        match (std::fs::metadata(a), std::fs::metadata(b)) {
+            (Ok(a), Ok(b)) => a.is_file() && a.dev() == b.dev() && a.ino() == b.ino(),
+            _ => false,
+        }
+    };
     for input in inputs {
+        let linked = same_file(output, input)
+            || (input.is_dir()
+                && std::fs::read_dir(input)
+                    .is_ok_and(|entries| entries.flatten().any(|e| same_file(output, &e.path()))));
+        if linked {
+            bail!(
+                "{} is a link to {} (or a file of it): writing there would destroy what is \
+                 being read; choose another path",
+                output.display(),
+                input.display()
+            );
+        }
         let Ok(input) = input.canonicalize() else {
             continue;
         };

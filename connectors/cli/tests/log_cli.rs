@@ -395,7 +395,7 @@ fn demo_simulates_an_outage_and_writes_the_reports() {
                 && suggestion.contains(
                     "938 of the 1,694 launches users saw refused would have been brokered"
                 )
-                && suggestion.contains("--without-bad-changes\n    rescues 0"),
+                && suggestion.contains("--without-bad-changes\n       rescues 0"),
             "{suggestion}"
         );
     }

@@ -690,3 +690,75 @@ fn retries_after_a_now_brokered_attempt_are_moot() {
         .unwrap()
         .contains("reached a connector the what-if keeps stopped"));
 }
+
+/// What a careless or hostile user tried: a hard link to the log as --out, a pipe read
+/// twice, a setting given twice, a full stdout, a request id the log holds twice. Each is
+/// refused with exit 2 and a message, or counted right; the log is never written.
+#[test]
+fn careless_inputs_are_refused_cleanly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("o.jsonl");
+    std::fs::copy(scenario("r-launch-6.jsonl"), &log).unwrap();
+    let link = tmp.path().join("link.html");
+    std::fs::hard_link(&log, &link).unwrap();
+    let before = std::fs::read(&log).unwrap();
+    let log_s = log.to_str().unwrap();
+    refused(
+        lhc(&[
+            "whatif",
+            log_s,
+            "--set",
+            "second_check_s=5",
+            "--out",
+            link.to_str().unwrap(),
+        ]),
+        "is a link to",
+    );
+    assert_eq!(std::fs::read(&log).unwrap(), before);
+    refused(
+        lhc(&[
+            "whatif",
+            log_s,
+            "--set",
+            "second_check_s=5",
+            "--set",
+            "second_check_s=6",
+        ]),
+        "second_check_s is set twice",
+    );
+    refused(
+        lhc(&["whatif", "/dev/stdin", "--without-bad-changes"]),
+        "reads /dev/stdin twice",
+    );
+    let full = std::fs::File::create("/dev/full").unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_lhc"))
+        .args(["whatif", log_s, "--set", "second_check_s=5"])
+        .stdout(full)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", common::stderr(&out));
+    assert!(common::stderr(&out).contains("writing the what-if to stdout"));
+    // The log's launch requests patched in again at their own times: every request id is
+    // then decided twice, and every attempt is counted ("id#2"), none merged.
+    let twice = tmp.path().join("twice.jsonl");
+    let text = std::fs::read_to_string(&log).unwrap();
+    let launches: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("\"launch.request\""))
+        .collect();
+    std::fs::write(&twice, launches.join("\n") + "\n").unwrap();
+    let w = whatif(&[log_s, "--patch", twice.to_str().unwrap()]);
+    assert_eq!(w["before"]["attempts"], 3);
+    assert_eq!(w["after"]["attempts"], 6, "{}", w["after"]);
+    let added: Vec<&str> = w["changed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["change"] == "added")
+        .map(|c| c["request"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        added,
+        ["cloud-pooled#2", "lhc-pooled#2", "lhc-reuse-group-only#2"]
+    );
+}

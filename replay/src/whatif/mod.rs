@@ -347,8 +347,9 @@ pub fn check(
     }
     if let Some((first, by)) = seen.versions_shifted {
         notes.push(format!(
-            "patched config changes took new versions: the log's versions from {first} on are \
-             {by} higher in the what-if"
+            "patched config changes took new versions: each of the log's later versions is \
+             one higher per patched change before it (from version {first} on, up to {by} \
+             higher)"
         ));
     }
     if !plan.patch.is_empty() {
@@ -492,6 +493,16 @@ where
             }
         }
         let (plan, after, seen, more) = without_bad_changes(&open, &description, &before, plan)?;
+        if seen.last_source_offset < before.last_offset {
+            return Err(WhatIfError::bad(
+                "--without-bad-changes",
+                format!(
+                    "{description} could not be read again up to offset {} (read twice: a \
+                     pipe gives its records once); save it to a file first",
+                    before.last_offset.unwrap_or_default()
+                ),
+            ));
+        }
         notes.extend(more);
         notes.extend(check(&plan, &seen, &before, &after)?);
         return Ok(compare(&plan, notes, &before, &after));

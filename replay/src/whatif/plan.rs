@@ -72,7 +72,7 @@ pub struct Plan {
 fn setting(text: &str, what: &str) -> Result<Setting, WhatIfError> {
     let Some((key, value)) = text.split_once('=') else {
         return Err(WhatIfError::bad(
-            format!("{what} {text}"),
+            format!("{what} {text}").replace(": ", ":"),
             "expected KEY=VALUE".to_string(),
         ));
     };
@@ -115,6 +115,12 @@ impl Plan {
         Params::default()
             .apply(&params)
             .map_err(|e| WhatIfError::bad(&item, e))?;
+        if self.params.iter().any(|p| p.key == s.key) {
+            return Err(WhatIfError::bad(
+                &item,
+                format!("{} is set twice: give it once", s.key),
+            ));
+        }
         self.described
             .push(format!("engine parameter {} = {}", s.key, s.value));
         self.params.push(s);
@@ -126,6 +132,12 @@ impl Plan {
         let s = setting(text, "--site")?;
         let item = format!("--site {text}");
         with_setting(&SiteData::default(), &s).map_err(|e| WhatIfError::bad(&item, e))?;
+        if self.site.iter().any(|p| p.key == s.key) {
+            return Err(WhatIfError::bad(
+                &item,
+                format!("{} is set twice: give it once", s.key),
+            ));
+        }
         self.described
             .push(format!("site setting {} = {}", s.key, s.value));
         self.site.push(s);
@@ -141,7 +153,17 @@ impl Plan {
         if group.is_empty() {
             return Err(WhatIfError::bad(&item, "the group id is empty".into()));
         }
-        let s = setting(rest, "--group")?;
+        let s = setting(rest, &format!("--group {group}:"))?;
+        if self
+            .groups
+            .iter()
+            .any(|(g, p)| g == group && p.key == s.key)
+        {
+            return Err(WhatIfError::bad(
+                &item,
+                format!("{} of {group} is set twice: give it once", s.key),
+            ));
+        }
         let sample = DeliveryGroupData {
             kind: DeliveryGroupKind::SingleSessionPooled,
             power_managed: true,

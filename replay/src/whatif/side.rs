@@ -114,14 +114,16 @@ impl Decisions {
     }
 
     fn insert(&mut self, request: &str, decision: Decision) {
-        // A request id decided twice (a duplicate in the log) keeps its last decision.
-        match self.index.get(request) {
-            Some(i) => self.list[*i].1 = decision,
-            None => {
-                self.index.insert(request.into(), self.list.len());
-                self.list.push((request.into(), decision));
-            }
+        // A request id the log holds twice: the second is "id#2", and so on, so both
+        // sides number the same requests alike and none is lost.
+        let mut key = CompactString::from(request);
+        let mut n = 1;
+        while self.index.contains_key(&key) {
+            n += 1;
+            key = compact_str::format_compact!("{request}#{n}");
         }
+        self.index.insert(key.clone(), self.list.len());
+        self.list.push((key, decision));
     }
 }
 

@@ -39,6 +39,8 @@ pub struct Seen {
     /// Config versions moved up to make room for patched changes: (first source version
     /// moved, by how much at the end).
     pub versions_shifted: Option<(u64, u64)>,
+    /// Offset of the last source record read.
+    pub last_source_offset: Option<u64>,
     /// Records handed out.
     pub records: u64,
     /// Time of the last source record read.
@@ -116,6 +118,7 @@ impl<'a, R: Records> Modified<'a, R> {
                 }
                 None => self.ended = true,
                 Some((offset, Ok(record))) => {
+                    self.seen.last_source_offset = Some(offset);
                     self.seen.last_source_ts = Some(record.ts());
                     if let Some(i) = self.plan.drops.iter().position(|f| f.matches(&record)) {
                         self.seen.dropped[i] += 1;
@@ -123,7 +126,10 @@ impl<'a, R: Records> Modified<'a, R> {
                     }
                     self.peeked = Some((offset, Ok(record)));
                 }
-                Some(other) => self.peeked = Some(other),
+                Some(other) => {
+                    self.seen.last_source_offset = Some(other.0);
+                    self.peeked = Some(other);
+                }
             }
         }
         Ok(())

@@ -3,6 +3,7 @@
 //! module parses the changes, prints and writes the page.
 
 use std::fmt::Write as _;
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Mutex;
@@ -76,7 +77,8 @@ pub struct WhatIfArgs {
     /// Write a self-contained HTML page of the comparison here.
     #[arg(long, value_name = "FILE.html")]
     out: Option<PathBuf>,
-    /// Changed decisions listed on the terminal (all are in JSON and HTML).
+    /// Changed decisions listed on the terminal (all are in --format json; the HTML page
+    /// lists the first 2,000).
     #[arg(long, value_name = "N", default_value_t = 20)]
     limit: usize,
     #[command(flatten)]
@@ -151,11 +153,34 @@ fn plan(args: &WhatIfArgs) -> anyhow::Result<Plan> {
 
 /// Runs `lhc whatif`.
 pub fn run(args: WhatIfArgs, quiet: bool) -> anyhow::Result<ExitCode> {
-    let plan = plan(&args)?;
     let source_args = args.source()?;
-    if let (Some(path), Some(input)) = (&args.out, source_args.input_path()) {
-        crate::args::refuse_overwrite(path, &[&input])?;
+    let plan = plan(&args)?;
+    let mut inputs: Vec<&std::path::Path> = args.patch.iter().map(PathBuf::as_path).collect();
+    let input = source_args.input_path();
+    inputs.extend(input.as_deref());
+    inputs.extend(args.verify.as_deref());
+    if let Some(path) = &args.out {
+        crate::args::refuse_overwrite(path, &inputs)?;
     }
+    if let (true, Some(input)) = (args.without_bad_changes, &input) {
+        // Read twice: a pipe or a FIFO would give the second read nothing (or wait
+        // forever for a writer).
+        let kind = std::fs::metadata(input).map(|m| m.file_type());
+        if kind.is_ok_and(|k| !k.is_file() && !k.is_dir()) {
+            anyhow::bail!(
+                "--without-bad-changes reads {} twice, and it is not a regular file or a log \
+                 directory (a pipe?): save it to a file first",
+                input.display()
+            );
+        }
+    }
+    // The page is written to a temporary file beside it first: a path that cannot be
+    // written fails now, before the replays, and the page replaces FILE in one rename.
+    let page = args
+        .out
+        .as_deref()
+        .map(crate::render::PendingPage::create)
+        .transpose()?;
     // Opened here first, so a missing log is refused with the usual message; the spinner
     // counts the records of that first replay.
     let (source, bar) = source_args.open_with_progress("replaying twice", quiet)?;
@@ -183,30 +208,64 @@ pub fn run(args: WhatIfArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     if whatif.before.records == 0 {
         anyhow::bail!("{} holds no records", whatif.source);
     }
-    match args.format.get() {
-        Format::Table => print!("{}", summary(&whatif, args.limit)),
-        Format::Json => println!("{}", serde_json::to_string_pretty(&whatif)?),
-        Format::Jsonl => {
-            for c in &whatif.changed {
-                println!("{}", serde_json::to_string(c)?);
-            }
-        }
+    if whatif.before.quarantined == whatif.before.records {
+        anyhow::bail!(
+            "none of the {} record(s) of {} could be applied: every one was quarantined (is \
+             it a site log? `lhc lint` or `lhc replay` names why)",
+            whatif.before.records,
+            whatif.source
+        );
     }
-    if let Some(path) = &args.out {
-        crate::render::write_page(path, &crate::render::whatif::page(&whatif), quiet)?;
+    let text = match args.format.get() {
+        Format::Table => summary(&whatif, args.limit),
+        Format::Json => serde_json::to_string_pretty(&whatif)? + "\n",
+        Format::Jsonl => whatif
+            .changed
+            .iter()
+            .map(|c| serde_json::to_string(c).map(|l| l + "\n"))
+            .collect::<Result<String, _>>()?,
+    };
+    if let Some(page) = page {
+        page.finish(&crate::render::whatif::page(&whatif), quiet)?;
     }
+    // A closed or full stdout is an error to report, not a panic.
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .context("writing the what-if to stdout")?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Text from the log for the terminal: control characters escaped, so a name cannot move
+/// the cursor, recolour the terminal or forge a line.
+fn clean(raw: &str) -> std::borrow::Cow<'_, str> {
+    if raw.chars().any(char::is_control) {
+        raw.chars()
+            .flat_map(char::escape_default)
+            .collect::<String>()
+            .into()
+    } else {
+        raw.into()
+    }
 }
 
 /// The terminal summary.
 pub fn summary(w: &WhatIf, limit: usize) -> String {
     let mut t = String::new();
-    let _ = writeln!(t, "what if — {}", w.source);
+    let _ = writeln!(t, "what if — {}", clean(&w.source));
     for c in &w.changes {
-        let _ = writeln!(t, "  change  {c}");
+        let _ = writeln!(t, "  change  {}", clean(c));
     }
     for n in &w.notes {
-        let _ = writeln!(t, "  note    {n}");
+        let _ = writeln!(t, "  note    {}", clean(n));
+    }
+    if w.before.quarantined > 0 {
+        let _ = writeln!(
+            t,
+            "  note    {} record(s) of the log are quarantined on both sides (`lhc lint` lists \
+             them)",
+            thousands(w.before.quarantined)
+        );
     }
     let _ = writeln!(
         t,
@@ -264,7 +323,9 @@ pub fn summary(w: &WhatIf, limit: usize) -> String {
         let _ = writeln!(
             t,
             "\nzone {:<27} {:>12} {:>12}",
-            z.zone, "as happened", "what-if"
+            clean(&z.zone),
+            "as happened",
+            "what-if"
         );
         row(&mut t, "LHC episodes", b.episodes, a.episodes);
         let span = |t: &mut String, name: &str, b: i64, a: i64| {
@@ -296,11 +357,15 @@ pub fn summary(w: &WhatIf, limit: usize) -> String {
         row(&mut t, "attempts brokered", b.brokered, a.brokered);
         row(&mut t, "attempts rejected", b.rejected, a.rejected);
         if b.brokers != a.brokers {
+            let names = |v: &[String]| match v.len() {
+                0 => "none".to_string(),
+                _ => clean(&v.join(", ")).into_owned(),
+            };
             let _ = writeln!(
                 t,
                 "  brokers as happened: {}\n  brokers in what-if:  {}",
-                b.brokers.join(", "),
-                a.brokers.join(", ")
+                names(&b.brokers),
+                names(&a.brokers)
             );
         }
     }
@@ -333,12 +398,12 @@ pub fn summary(w: &WhatIf, limit: usize) -> String {
                 "  {} {:<7} {} {} {} at {}: {} → {}",
                 c.ts,
                 c.change,
-                c.request,
-                c.user,
-                c.resource,
-                c.connector,
-                side(&c.before),
-                side(&c.after)
+                clean(&c.request),
+                clean(&c.user),
+                clean(&c.resource),
+                clean(&c.connector),
+                clean(&side(&c.before)),
+                clean(&side(&c.after))
             );
         }
     }
@@ -356,7 +421,13 @@ pub fn summary(w: &WhatIf, limit: usize) -> String {
                 n if n > 5 => format!(" and {} more", n - 5),
                 _ => String::new(),
             };
-            let _ = writeln!(t, "  {} ({}{more}): {}", m.machine, shown.join(", "), m.why);
+            let _ = writeln!(
+                t,
+                "  {} ({}{more}): {}",
+                clean(&m.machine),
+                clean(&shown.join(", ")),
+                m.why
+            );
         }
         if w.flagged_machines.len() > limit {
             let _ = writeln!(t, "  … {} more", w.flagged_machines.len() - limit);

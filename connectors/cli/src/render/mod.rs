@@ -55,6 +55,64 @@ pub fn write_page(path: &Path, html: &str, quiet: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A page to be written at `path`: a temporary file beside it is created at once (so a
+/// path that cannot be written fails before any work), filled and renamed over `path` at
+/// the end (so a reader never sees half a page, and a hard link to another file at `path`
+/// is replaced, never written through). Dropped unfinished, it removes its file.
+pub struct PendingPage {
+    path: std::path::PathBuf,
+    temp: std::path::PathBuf,
+    file: Option<std::fs::File>,
+}
+
+impl PendingPage {
+    /// Creates the temporary file beside `path`.
+    pub fn create(path: &Path) -> anyhow::Result<PendingPage> {
+        if path.is_dir() {
+            anyhow::bail!("--out {} is a directory: give a file name", path.display());
+        }
+        let name = path
+            .file_name()
+            .with_context(|| format!("--out {}: no file name", path.display()))?;
+        let temp = path.with_file_name(format!(
+            ".{}.{}.tmp",
+            name.to_string_lossy(),
+            std::process::id()
+        ));
+        let file = std::fs::File::create(&temp)
+            .with_context(|| format!("cannot write {} (--out)", path.display()))?;
+        Ok(PendingPage {
+            path: path.to_path_buf(),
+            temp,
+            file: Some(file),
+        })
+    }
+
+    /// Writes `html` and puts it in place; says so unless quiet.
+    pub fn finish(mut self, html: &str, quiet: bool) -> anyhow::Result<()> {
+        use std::io::Write as _;
+        let mut file = self.file.take().expect("finished once");
+        file.write_all(html.as_bytes())
+            .and_then(|()| file.sync_all())
+            .with_context(|| format!("writing {}", self.path.display()))?;
+        drop(file);
+        std::fs::rename(&self.temp, &self.path)
+            .with_context(|| format!("writing {}", self.path.display()))?;
+        if !quiet {
+            eprintln!("wrote {}", self.path.display());
+        }
+        Ok(())
+    }
+}
+
+impl Drop for PendingPage {
+    fn drop(&mut self) {
+        if self.file.is_some() {
+            let _ = std::fs::remove_file(&self.temp);
+        }
+    }
+}
+
 /// Bytes of the files directly in `dir`.
 pub fn dir_size(dir: &Path) -> u64 {
     std::fs::read_dir(dir)
