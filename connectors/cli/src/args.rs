@@ -295,10 +295,16 @@ pub fn refuse_overwrite(
         }
     };
     for input in inputs {
-        let linked = same_file(output, input)
-            || (input.is_dir()
-                && std::fs::read_dir(input)
-                    .is_ok_and(|entries| entries.flatten().any(|e| same_file(output, &e.path()))));
+        // By name first (the clearer message), then by inode.
+        let by_name = input
+            .canonicalize()
+            .is_ok_and(|i| out == i || (i.is_dir() && out.starts_with(&i)));
+        let linked = !by_name
+            && (same_file(output, input)
+                || (input.is_dir()
+                    && std::fs::read_dir(input).is_ok_and(|entries| {
+                        entries.flatten().any(|e| same_file(output, &e.path()))
+                    })));
         if linked {
             bail!(
                 "{} is a link to {} (or a file of it): writing there would destroy what is \
