@@ -82,6 +82,17 @@ fn setting(text: &str, what: &str) -> Result<Setting, WhatIfError> {
     Ok(Setting { key, value })
 }
 
+/// Refuses a key given twice: which value should win is the user's to say.
+fn once(given: &[Setting], s: &Setting, item: &str) -> Result<(), WhatIfError> {
+    if given.iter().any(|p| p.key == s.key) {
+        return Err(WhatIfError::bad(
+            item,
+            format!("{} is set twice: give it once", s.key),
+        ));
+    }
+    Ok(())
+}
+
 /// `data` with `setting` applied, through its JSON form so the type's own rules (unknown
 /// field, wrong type) give the error.
 pub(crate) fn with_setting<T: Serialize + DeserializeOwned>(
@@ -115,12 +126,7 @@ impl Plan {
         Params::default()
             .apply(&params)
             .map_err(|e| WhatIfError::bad(&item, e))?;
-        if self.params.iter().any(|p| p.key == s.key) {
-            return Err(WhatIfError::bad(
-                &item,
-                format!("{} is set twice: give it once", s.key),
-            ));
-        }
+        once(&self.params, &s, &item)?;
         self.described
             .push(format!("engine parameter {} = {}", s.key, s.value));
         self.params.push(s);
@@ -132,12 +138,7 @@ impl Plan {
         let s = setting(text, "--site")?;
         let item = format!("--site {text}");
         with_setting(&SiteData::default(), &s).map_err(|e| WhatIfError::bad(&item, e))?;
-        if self.site.iter().any(|p| p.key == s.key) {
-            return Err(WhatIfError::bad(
-                &item,
-                format!("{} is set twice: give it once", s.key),
-            ));
-        }
+        once(&self.site, &s, &item)?;
         self.described
             .push(format!("site setting {} = {}", s.key, s.value));
         self.site.push(s);

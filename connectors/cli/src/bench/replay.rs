@@ -92,39 +92,23 @@ pub fn run(bench: ReplayBench) -> anyhow::Result<ExitCode> {
 
     // The replay, as a user runs it, in a child process so its peak memory is its own.
     let exe = std::env::current_exe().context("finding the lhc binary")?;
-    let mut replay_s = f64::MAX;
-    let mut peak_kb = 0i64;
-    for _ in 0..2 {
-        let started = Instant::now();
-        let status = Command::new(&exe)
-            .args(["replay", "--no-outputs", "-q"])
-            .arg(&file)
-            .stdout(Stdio::null())
-            .status()
-            .context("running lhc replay")?;
-        if !status.success() {
-            bail!("lhc replay failed: {status}");
-        }
-        replay_s = replay_s.min(started.elapsed().as_secs_f64());
-        peak_kb = peak_kb.max(children_peak_rss_kb());
-    }
+    let replay_s = best_of_two(&exe, &["replay", "--no-outputs", "-q"], &file)?;
+    // Read now: the what-if's children come next.
+    let peak_kb = children_peak_rss_kb();
     // A what-if (both sides, one read of the log) against the same file: the bar
     // is 2.5 times a plain replay.
-    let mut whatif_s = f64::MAX;
-    for _ in 0..2 {
-        let started = Instant::now();
-        let status = Command::new(&exe)
-            .args(["whatif", "-q", "--format", "json", "--site"])
-            .arg("reuse_machines_without_shutdown_in_outage_allowed=true")
-            .arg(&file)
-            .stdout(Stdio::null())
-            .status()
-            .context("running lhc whatif")?;
-        if !status.success() {
-            bail!("lhc whatif failed: {status}");
-        }
-        whatif_s = whatif_s.min(started.elapsed().as_secs_f64());
-    }
+    let whatif_s = best_of_two(
+        &exe,
+        &[
+            "whatif",
+            "-q",
+            "--format",
+            "json",
+            "--site",
+            "reuse_machines_without_shutdown_in_outage_allowed=true",
+        ],
+        &file,
+    )?;
     let decode_rate = records as f64 / decode_s;
     let replay_rate = records as f64 / replay_s;
     println!("{:<48} {:>12} {:>10}", "measure", "records/s", "seconds");
@@ -150,6 +134,29 @@ pub fn run(bench: ReplayBench) -> anyhow::Result<ExitCode> {
         whatif_s / replay_s
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// The shorter of two runs of `lhc ARGS FILE`, seconds.
+fn best_of_two(
+    exe: &std::path::Path,
+    args: &[&str],
+    file: &std::path::Path,
+) -> anyhow::Result<f64> {
+    let mut best = f64::MAX;
+    for _ in 0..2 {
+        let started = Instant::now();
+        let status = Command::new(exe)
+            .args(args)
+            .arg(file)
+            .stdout(Stdio::null())
+            .status()
+            .with_context(|| format!("running lhc {}", args[0]))?;
+        if !status.success() {
+            bail!("lhc {} failed: {status}", args[0]);
+        }
+        best = best.min(started.elapsed().as_secs_f64());
+    }
+    Ok(best)
 }
 
 /// Largest resident set of any waited-for child so far, KiB (Linux reports KiB).
