@@ -762,3 +762,25 @@ fn careless_inputs_are_refused_cleanly() {
         ["cloud-pooled#2", "lhc-pooled#2", "lhc-reuse-group-only#2"]
     );
 }
+
+/// `--set` with a patch record older than the log's first record: the parameters record
+/// goes first, at the earliest time, so neither is refused for going back in time.
+#[test]
+fn parameters_go_before_a_patch_older_than_the_log() {
+    let tmp = tempfile::tempdir().unwrap();
+    let patch = tmp.path().join("early.jsonl");
+    std::fs::write(
+        &patch,
+        r#"{"ts":"2026-01-05T08:00:00Z","type":"clock.tick"}"#.to_string() + "\n",
+    )
+    .unwrap();
+    let w = whatif(&[
+        &scenario("outage-3-connectors.jsonl"),
+        "--set",
+        "second_check_s=150",
+        "--patch",
+        patch.to_str().unwrap(),
+    ]);
+    assert_eq!(zone(&w, "z1")["after"]["lhc_s"], 4680 - 240);
+    assert_eq!(w["after"]["quarantined"], 0);
+}

@@ -309,9 +309,14 @@ impl<R: Records> Records for Modified<'_, R> {
             _ => None,
         };
         if !self.params_sent {
-            // Before the first decodable record, at its time: the parameters hold from
-            // the start.
-            if let Some(ts) = peeked_ts.or(self.plan.patch.first().map(|p| p.record.ts())) {
+            // Before the first decodable record (source or patch), at its time: the
+            // parameters hold from the start.
+            let first_patch = self.plan.patch.get(self.next_patch).map(|p| p.record.ts());
+            let first = match (peeked_ts, first_patch) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            if let Some(ts) = first {
                 self.params_sent = true;
                 self.seen.records += 1;
                 self.last_added = Some("--set".into());
