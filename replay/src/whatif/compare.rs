@@ -214,8 +214,8 @@ fn moot(side: &Side) -> FxHashSet<&str> {
     moot
 }
 
-fn summary(side: &Side) -> SideSummary {
-    let finals = finals(side);
+/// A side's totals, with its launches' `finals`.
+fn summary(side: &Side, finals: &FxHashMap<&str, (Ts, &str, u32, bool)>) -> SideSummary {
     let names = &side.decisions.names;
     let users: BTreeSet<&str> = finals
         .values()
@@ -437,9 +437,10 @@ pub fn compare(plan: &Plan, mut notes: Vec<String>, before: &Side, after: &Side)
         })
         .collect();
 
-    let (sb, sa) = (summary(before), summary(after));
-    // Launches users saw refused, and what became of them.
+    // Each side's launches, once: the totals and the verdict both read them.
     let (fb, fa) = (finals(before), finals(after));
+    let (sb, sa) = (summary(before, &fb), summary(after, &fa));
+    // Launches users saw refused, and what became of them.
     let rescued = fb
         .iter()
         .filter(|(root, f)| !f.3 && fa.get(*root).is_some_and(|a| a.3))

@@ -156,7 +156,7 @@ fn simulated(dir: &Path, quiet: bool) -> anyhow::Result<ExitCode> {
     };
     let outage = lhc_replay::outage_report(&mut open()?)?;
     let sync = lhc_replay::sync_forensics(&mut open()?)?;
-    let helped = most_helpful_whatif(&log_dir, &open)?;
+    let helped = most_helpful_whatif(&log_dir)?;
     let outage_html = dir.join("outage-report.html");
     let sync_html = dir.join("sync-forensics.html");
     std::fs::write(&outage_html, crate::render::outage::page(&outage, None))?;
@@ -219,12 +219,13 @@ type Tried = (String, u64, u64);
 /// The candidate what-ifs of the demo's scenario, each a fix an admin could have made, and
 /// the one that would have rescued most refused launches (fewest made worse on a tie):
 /// its command line, its comparison, and the others' command lines with their rescues.
-fn most_helpful_whatif(
-    log_dir: &Path,
-    open: &dyn Fn() -> anyhow::Result<lhc_replay::Source>,
-) -> anyhow::Result<(String, lhc_replay::WhatIf, Vec<Tried>)> {
+fn most_helpful_whatif(log_dir: &Path) -> anyhow::Result<(String, lhc_replay::WhatIf, Vec<Tried>)> {
     use lhc_replay::whatif::{
         check, compare, replay_modified, replay_side, without_bad_changes, SideOptions,
+    };
+    // One opener for every replay here (the library's `without_bad_changes` takes it).
+    let open = || -> Result<lhc_replay::Source, lhc_replay::SourceError> {
+        lhc_replay::Source::from_log(Box::new(EmbeddedLog::open_read_only(log_dir)?))
     };
     let mut source = open()?;
     let description = source.describe().to_string();
@@ -233,18 +234,11 @@ fn most_helpful_whatif(
         verify: None,
     };
     let before = replay_side(&mut source, &description, &options)?;
-    let open_source = || -> Result<lhc_replay::Source, lhc_replay::SourceError> {
-        lhc_replay::Source::from_log(Box::new(EmbeddedLog::open_read_only(log_dir)?))
-    };
     let log = log_dir.display();
     let reuse = "reuse_machines_without_shutdown_in_outage";
     let mut results = Vec::new();
-    let (plan, after, seen, notes) = without_bad_changes(
-        open_source,
-        &description,
-        &before,
-        &lhc_replay::Plan::default(),
-    )?;
+    let (plan, after, seen, notes) =
+        without_bad_changes(open, &description, &before, &lhc_replay::Plan::default())?;
     let mut notes_all = notes;
     notes_all.extend(check(&plan, &seen, &before, &after)?);
     results.push((

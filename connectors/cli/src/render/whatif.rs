@@ -27,26 +27,35 @@ fn bars(before: u64, after: u64, max: u64) -> Markup {
     }
 }
 
-fn row(name: &str, before: u64, after: u64, max: u64) -> Markup {
+/// A table row: the two sides as text, and their bars.
+fn row_of(name: &str, texts: (String, String), values: (u64, u64), max: u64) -> Markup {
     html! {
         tr {
             td { (name) }
-            td.n { (thousands(before)) }
-            td.n { (thousands(after)) }
-            td { (bars(before, after, max)) }
+            td.n { (texts.0) }
+            td.n { (texts.1) }
+            td { (bars(values.0, values.1, max)) }
         }
     }
 }
 
+fn row(name: &str, before: u64, after: u64, max: u64) -> Markup {
+    row_of(
+        name,
+        (thousands(before), thousands(after)),
+        (before, after),
+        max,
+    )
+}
+
 fn span_row(name: &str, before: i64, after: i64, max: i64) -> Markup {
-    html! {
-        tr {
-            td { (name) }
-            td.n { (duration(before)) }
-            td.n { (duration(after)) }
-            td { (bars(before.max(0) as u64, after.max(0) as u64, max.max(1) as u64)) }
-        }
-    }
+    let (b, a) = (before.max(0) as u64, after.max(0) as u64);
+    row_of(
+        name,
+        (duration(before), duration(after)),
+        (b, a),
+        max.max(1) as u64,
+    )
 }
 
 fn outcome(o: &Option<Outcome>) -> Markup {
