@@ -21,6 +21,67 @@ pub struct KafkaArgs {
     /// Longest wait for a Kafka broker before giving up with an error.
     #[arg(long, value_name = "SECONDS", default_value_t = 30)]
     pub kafka_timeout: u64,
+    #[command(flatten)]
+    pub client: KafkaClientArgs,
+}
+
+/// librdkafka settings for secured clusters, the way kcat takes them (`-X`, `-F`).
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct KafkaClientArgs {
+    /// A librdkafka setting KEY=VALUE (repeatable), like kcat's -X:
+    /// security.protocol=SASL_SSL, sasl.mechanism=SCRAM-SHA-512, ssl.ca.location=FILE...
+    /// Wins over --kafka-config-file. See docs/kafka.md.
+    #[arg(long = "kafka-config", value_name = "KEY=VALUE")]
+    pub kafka_config: Vec<String>,
+    /// librdkafka settings from a Java properties file (KEY=VALUE lines, # comments), like
+    /// the client files Confluent Cloud, Amazon MSK and Redpanda hand out.
+    #[arg(long, value_name = "FILE")]
+    pub kafka_config_file: Option<PathBuf>,
+}
+
+impl KafkaClientArgs {
+    /// The settings, file first then flags (a later value of a key wins), each checked for
+    /// form; librdkafka checks the rest in [`KafkaOptions::check`].
+    pub fn settings(&self) -> anyhow::Result<Vec<(String, String)>> {
+        let mut settings: Vec<(String, String)> = Vec::new();
+        let mut put = |key: String, value: String| {
+            settings.retain(|(k, _)| *k != key);
+            settings.push((key, value));
+        };
+        if let Some(path) = &self.kafka_config_file {
+            let file = std::fs::File::open(path)
+                .with_context(|| format!("--kafka-config-file {}", path.display()))?;
+            let read = java_properties::read(std::io::BufReader::new(file))
+                .with_context(|| format!("--kafka-config-file {}", path.display()))?;
+            // A HashMap: sorted, so messages and the order settings are applied in never
+            // depend on hashing.
+            let mut read: Vec<(String, String)> = read.into_iter().collect();
+            read.sort();
+            for (key, value) in read {
+                put(key.trim().to_string(), value.trim().to_string());
+            }
+        }
+        for setting in &self.kafka_config {
+            let Some((key, value)) = setting.split_once('=') else {
+                bail!(
+                    "--kafka-config {setting:?}: expected KEY=VALUE, like \
+                     security.protocol=SASL_SSL"
+                );
+            };
+            if key.trim().is_empty() {
+                bail!("--kafka-config {setting:?}: the key is empty");
+            }
+            put(key.trim().to_string(), value.to_string());
+        }
+        Ok(settings)
+    }
+
+    /// Adds the settings to `options` and has librdkafka check them.
+    pub fn apply(&self, options: &mut KafkaOptions) -> anyhow::Result<()> {
+        options.extra = self.settings()?;
+        options.check()?;
+        Ok(())
+    }
 }
 
 impl KafkaArgs {
@@ -35,6 +96,7 @@ impl KafkaArgs {
         let mut options = KafkaOptions::new(brokers, site);
         options.topic = self.topic.clone();
         options.timeout = Duration::from_secs(self.kafka_timeout.max(1));
+        self.client.apply(&mut options)?;
         Ok(Some(options))
     }
 }

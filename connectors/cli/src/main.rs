@@ -172,10 +172,11 @@ fn long_version() -> &'static str {
     static TEXT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     TEXT.get_or_init(|| {
         format!(
-            "{} (commit {})\nlibrdkafka {}\nRocksDB {}",
+            "{} (commit {})\nlibrdkafka {} ({})\nRocksDB {}",
             env!("CARGO_PKG_VERSION"),
             env!("LHC_COMMIT"),
             lhc_log::kafka::library_version(),
+            lhc_log::kafka::library_features(),
             env!("LHC_ROCKSDB_VERSION"),
         )
     })

@@ -58,6 +58,52 @@ impl KafkaOptions {
         }
     }
 
+    /// Checks the extra librdkafka settings before any connection: a key lhc sets itself
+    /// is refused with the reason, and librdkafka judges the rest (unknown keys, bad values,
+    /// a CA file it cannot read), so a typo fails at start with librdkafka's own words.
+    pub fn check(&self) -> Result<(), LogError> {
+        for (key, value) in &self.extra {
+            if key == "bootstrap.servers" {
+                if value != &self.brokers {
+                    return Err(self.error(format!(
+                        "setting bootstrap.servers={value} differs from --kafka {}: give the \
+                         brokers once",
+                        self.brokers
+                    )));
+                }
+                continue;
+            }
+            if let Some((_, why)) = RESERVED.iter().find(|(k, _)| k == key) {
+                return Err(self.error(format!(
+                    "setting {key}={value}: lhc sets {key} itself ({why}); remove it"
+                )));
+            }
+        }
+        let mut config = ClientConfig::new();
+        for (key, value) in &self.extra {
+            config.set(key, value);
+        }
+        let described = |e: KafkaError| match e {
+            KafkaError::ClientConfig(_, detail, key, value) if !key.is_empty() => {
+                format!("setting {key}={value}: librdkafka says: {detail}")
+            }
+            KafkaError::ClientConfig(_, detail, _, _) | KafkaError::ClientCreation(detail) => {
+                format!("librdkafka refuses the settings: {detail}")
+            }
+            other => format!("librdkafka refuses the settings: {other}"),
+        };
+        config
+            .create_native_config()
+            .map_err(|e| self.error(described(e)))?;
+        // Some settings are judged only when a client is made (a CA file that cannot be
+        // read, a SASL mechanism this build lacks). Without bootstrap servers it connects
+        // to nothing.
+        config
+            .create::<BaseConsumer>()
+            .map(drop)
+            .map_err(|e| self.error(described(e)))
+    }
+
     fn client_config(&self) -> ClientConfig {
         let mut config = ClientConfig::new();
         config
@@ -67,10 +113,52 @@ impl KafkaOptions {
                 millis(self.timeout.min(Duration::from_secs(60))),
             )
             .set("reconnect.backoff.max.ms", "2000");
-        for (key, value) in &self.extra {
-            config.set(key, value);
-        }
         config
+    }
+}
+
+/// librdkafka settings lhc sets itself on some client, and why: a value given with
+/// `--kafka-config` would be overridden (or would break a guarantee), so it is refused.
+pub const RESERVED: [(&str, &str); 9] = [
+    (
+        "enable.idempotence",
+        "appends are idempotent so a retry never doubles a record",
+    ),
+    ("acks", "appends wait for every in-sync replica"),
+    (
+        "partitioner",
+        "a site's partition is Kafka's murmur2 of the site name",
+    ),
+    ("message.timeout.ms", "it follows --kafka-timeout"),
+    ("group.id", "readers use their own groups"),
+    (
+        "enable.auto.commit",
+        "readers keep their position themselves",
+    ),
+    (
+        "enable.auto.offset.store",
+        "readers keep their position themselves",
+    ),
+    (
+        "auto.offset.reset",
+        "a reader never skips records it cannot find",
+    ),
+    ("transactional.id", "lhc does not use Kafka transactions"),
+];
+
+/// Applies the user's librdkafka settings last, so they tune what lhc only defaults
+/// (`linger.ms`, `fetch.wait.max.ms`...); [`KafkaOptions::check`] refuses the ones lhc
+/// relies on.
+trait WithExtras {
+    fn extras(&mut self, options: &KafkaOptions) -> &mut Self;
+}
+
+impl WithExtras for ClientConfig {
+    fn extras(&mut self, options: &KafkaOptions) -> &mut ClientConfig {
+        for (key, value) in &options.extra {
+            self.set(key, value);
+        }
+        self
     }
 }
 
@@ -161,12 +249,14 @@ impl KafkaLog {
             .set("partitioner", "murmur2_random")
             .set("linger.ms", "2")
             .set("message.timeout.ms", millis(options.timeout))
+            .extras(&options)
             .create_with_context(context())
             .map_err(|e| options.error(format!("cannot create producer: {e}")))?;
         let probe: BaseConsumer<Context> = options
             .client_config()
             .set("group.id", "lhc-probe")
             .set("enable.auto.commit", "false")
+            .extras(&options)
             .create_with_context(context())
             .map_err(|e| options.error(format!("cannot create consumer: {e}")))?;
         let partitions = partition_count(&probe, &options)?;
@@ -234,6 +324,15 @@ fn partition_count(
 /// The librdkafka version linked in, like "2.10.0" (for `lhc --version`).
 pub fn library_version() -> String {
     rdkafka::util::get_rdkafka_version().1
+}
+
+/// The features built into librdkafka (`builtin.features`: ssl, sasl_scram, ...), for
+/// `lhc --version`: what a user checks before pointing lhc at a secured cluster.
+pub fn library_features() -> String {
+    ClientConfig::new()
+        .create_native_config()
+        .and_then(|c| c.get("builtin.features"))
+        .unwrap_or_else(|e| format!("unknown ({e})"))
 }
 
 /// Kafka's default partitioner (murmur2 of the key, positive, modulo the partition count), as
@@ -369,6 +468,7 @@ impl KafkaLog {
                 "socket.timeout.ms",
                 millis(self.options.timeout.max(Duration::from_secs(10))),
             )
+            .extras(&self.options)
             .create_with_context(Context {
                 brokers: self.options.brokers.clone(),
             })
@@ -417,6 +517,7 @@ impl KafkaLog {
             // A member that vanished without leaving blocks the group this long.
             .set("session.timeout.ms", "6000")
             .set("heartbeat.interval.ms", "1000")
+            .extras(&self.options)
             .create_with_context(Context {
                 brokers: self.options.brokers.clone(),
             })

@@ -40,6 +40,8 @@ pub struct WhatIfArgs {
     /// Longest wait for a Kafka broker before giving up with an error.
     #[arg(long, value_name = "SECONDS", default_value_t = 30)]
     kafka_timeout: u64,
+    #[command(flatten)]
+    kafka_client: crate::args::KafkaClientArgs,
     /// An engine parameter (SPEC §9) from the start, like onprem_outage_s=30 (repeatable).
     #[arg(long = "set", value_name = "PARAM=VALUE")]
     params: Vec<String>,
@@ -111,6 +113,7 @@ impl WhatIfArgs {
                 topic: self.topic.clone(),
                 site,
                 kafka_timeout: self.kafka_timeout,
+                client: self.kafka_client.clone(),
             },
         })
     }
