@@ -176,6 +176,7 @@ impl SiteBuilder {
     /// The configuration as one `config.change` of `version` at `ts`.
     pub fn change(&self, ts: Ts, version: u64) -> Record {
         Record::ConfigChange(ConfigChange {
+            record_id: None,
             ts,
             version,
             ops: self.ops.clone(),
@@ -190,6 +191,7 @@ pub mod records {
     /// A health check of `connector`'s control plane.
     pub fn health_check(ts: Ts, connector: &str, ok: bool) -> Record {
         Record::HealthCheck(HealthCheck {
+            record_id: None,
             ts,
             connector: connector.into(),
             ok,
@@ -200,6 +202,7 @@ pub mod records {
     /// A StoreFront heartbeat to `connector` from `storefront`.
     pub fn storefront(ts: Ts, connector: &str, storefront: &str) -> Record {
         Record::StorefrontHeartbeat(StorefrontHeartbeat {
+            record_id: None,
             ts,
             connector: connector.into(),
             storefront: storefront.into(),
@@ -209,6 +212,7 @@ pub mod records {
     /// A probe of `peer` by `connector`.
     pub fn peer_probe(ts: Ts, connector: &str, peer: &str, ok: bool) -> Record {
         Record::PeerProbe(PeerProbe {
+            record_id: None,
             ts,
             connector: connector.into(),
             peer: peer.into(),
@@ -219,6 +223,7 @@ pub mod records {
     /// A VDA heartbeat reporting `sessions` as (session id, user, state).
     pub fn heartbeat(ts: Ts, machine: &str, sessions: &[(&str, &str, SessionState)]) -> Record {
         Record::VdaHeartbeat(VdaHeartbeat {
+            record_id: None,
             ts,
             machine: machine.into(),
             sessions: sessions
@@ -235,6 +240,7 @@ pub mod records {
     /// A launch of `resource` for `user` sent to `connector` from one client.
     pub fn launch(ts: Ts, request: &str, connector: &str, user: &str, resource: &str) -> Record {
         Record::LaunchRequest(LaunchRequest {
+            record_id: None,
             ts,
             request: request.into(),
             connector: connector.into(),

@@ -200,6 +200,7 @@ struct OrderedChange {
 impl From<OrderedChange> for ConfigChange {
     fn from(c: OrderedChange) -> ConfigChange {
         ConfigChange {
+            record_id: None,
             ts: c.ts,
             version: c.version,
             ops: c.ops.into_iter().map(|o| o.0).collect(),

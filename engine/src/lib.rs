@@ -16,6 +16,7 @@ pub mod event;
 pub mod output;
 pub mod params;
 pub mod record;
+pub mod record_id;
 pub mod rows;
 pub mod schema;
 pub mod site;

@@ -9,6 +9,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::config::ConfigOp;
+use crate::record_id::RecordId;
 use crate::ts::Ts;
 
 /// One log record. The `type` field selects the variant.
@@ -113,6 +114,52 @@ impl Record {
         RECORD_TYPES[index]
     }
 
+    /// The record's unique id, when its producer gave one.
+    pub fn record_id(&self) -> Option<&RecordId> {
+        self.id_slot().as_ref()
+    }
+
+    /// Gives the record an id (the appending node does, just before it appends).
+    pub fn set_record_id(&mut self, id: RecordId) {
+        *self.id_slot_mut() = Some(id);
+    }
+
+    fn id_slot(&self) -> &Option<RecordId> {
+        match self {
+            Record::EngineParams(r) => &r.record_id,
+            Record::ConfigChange(r) => &r.record_id,
+            Record::HealthCheck(r) => &r.record_id,
+            Record::PeerProbe(r) => &r.record_id,
+            Record::StorefrontHeartbeat(r) => &r.record_id,
+            Record::ServiceStatus(r) => &r.record_id,
+            Record::ConnectorLifecycle(r) => &r.record_id,
+            Record::StorageFault(r) => &r.record_id,
+            Record::VdaHeartbeat(r) => &r.record_id,
+            Record::SessionEvent(r) => &r.record_id,
+            Record::LaunchRequest(r) => &r.record_id,
+            Record::AdminCommand(r) => &r.record_id,
+            Record::ClockTick(r) => &r.record_id,
+        }
+    }
+
+    fn id_slot_mut(&mut self) -> &mut Option<RecordId> {
+        match self {
+            Record::EngineParams(r) => &mut r.record_id,
+            Record::ConfigChange(r) => &mut r.record_id,
+            Record::HealthCheck(r) => &mut r.record_id,
+            Record::PeerProbe(r) => &mut r.record_id,
+            Record::StorefrontHeartbeat(r) => &mut r.record_id,
+            Record::ServiceStatus(r) => &mut r.record_id,
+            Record::ConnectorLifecycle(r) => &mut r.record_id,
+            Record::StorageFault(r) => &mut r.record_id,
+            Record::VdaHeartbeat(r) => &mut r.record_id,
+            Record::SessionEvent(r) => &mut r.record_id,
+            Record::LaunchRequest(r) => &mut r.record_id,
+            Record::AdminCommand(r) => &mut r.record_id,
+            Record::ClockTick(r) => &mut r.record_id,
+        }
+    }
+
     /// The connector the record names in its `connector` field, if it has one.
     pub fn connector(&self) -> Option<&str> {
         match self {
@@ -139,6 +186,10 @@ impl Record {
 pub struct EngineParams {
     /// Record time.
     pub ts: Ts,
+    /// Unique id given by the appending node; a later record with the same id is a
+    /// duplicate and is not applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub record_id: Option<RecordId>,
     /// Seconds after a first failed check before the outage is confirmed (60).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub second_check_s: Option<u64>,
@@ -177,6 +228,10 @@ pub struct EngineParams {
 pub struct ConfigChange {
     /// Record time.
     pub ts: Ts,
+    /// Unique id given by the appending node; a later record with the same id is a
+    /// duplicate and is not applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub record_id: Option<RecordId>,
     /// Site configuration version after this change; strictly increasing.
     pub version: u64,
     /// Upserts and deletes, applied in order.
@@ -189,6 +244,10 @@ pub struct ConfigChange {
 pub struct HealthCheck {
     /// Record time.
     pub ts: Ts,
+    /// Unique id given by the appending node; a later record with the same id is a
+    /// duplicate and is not applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub record_id: Option<RecordId>,
     /// FQDN of the connector that ran the check.
     pub connector: String,
     /// Whether the control plane answered.
@@ -204,6 +263,10 @@ pub struct HealthCheck {
 pub struct PeerProbe {
     /// Record time.
     pub ts: Ts,
+    /// Unique id given by the appending node; a later record with the same id is a
+    /// duplicate and is not applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub record_id: Option<RecordId>,
     /// FQDN of the probing connector.
     pub connector: String,
     /// FQDN of the probed peer.
@@ -218,6 +281,10 @@ pub struct PeerProbe {
 pub struct StorefrontHeartbeat {
     /// Record time.
     pub ts: Ts,
+    /// Unique id given by the appending node; a later record with the same id is a
+    /// duplicate and is not applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub record_id: Option<RecordId>,
     /// FQDN of the contacted connector.
     pub connector: String,
     /// Name of the StoreFront server.
@@ -244,6 +311,10 @@ pub enum Service {
 pub struct ServiceStatus {
     /// Record time.
     pub ts: Ts,
+    /// Unique id given by the appending node; a later record with the same id is a
+    /// duplicate and is not applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub record_id: Option<RecordId>,
     /// FQDN of the connector.
     pub connector: String,
     /// Which service.
@@ -268,6 +339,10 @@ pub enum LifecycleEvent {
 pub struct ConnectorLifecycle {
     /// Record time.
     pub ts: Ts,
+    /// Unique id given by the appending node; a later record with the same id is a
+    /// duplicate and is not applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub record_id: Option<RecordId>,
     /// FQDN of the connector.
     pub connector: String,
     /// What happened.
@@ -280,6 +355,10 @@ pub struct ConnectorLifecycle {
 pub struct StorageFault {
     /// Record time.
     pub ts: Ts,
+    /// Unique id given by the appending node; a later record with the same id is a
+    /// duplicate and is not applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub record_id: Option<RecordId>,
     /// FQDN of the connector.
     pub connector: String,
     /// What failed.
@@ -319,6 +398,10 @@ pub struct SessionReport {
 pub struct VdaHeartbeat {
     /// Record time.
     pub ts: Ts,
+    /// Unique id given by the appending node; a later record with the same id is a
+    /// duplicate and is not applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub record_id: Option<RecordId>,
     /// FQDN of the VDA.
     // Compact: inline up to 24 bytes, so the most frequent record allocates less.
     pub machine: CompactString,
@@ -346,6 +429,10 @@ pub enum SessionEventKind {
 pub struct SessionEvent {
     /// Record time.
     pub ts: Ts,
+    /// Unique id given by the appending node; a later record with the same id is a
+    /// duplicate and is not applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub record_id: Option<RecordId>,
     /// FQDN of the VDA.
     pub machine: String,
     /// Session id.
@@ -372,6 +459,10 @@ pub struct Client {
 pub struct LaunchRequest {
     /// Record time.
     pub ts: Ts,
+    /// Unique id given by the appending node; a later record with the same id is a
+    /// duplicate and is not applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub record_id: Option<RecordId>,
     /// Request id, echoed in the decision.
     pub request: String,
     /// FQDN of the connector asked.
@@ -418,6 +509,10 @@ pub enum AdminCommandName {
 pub struct AdminCommand {
     /// Record time.
     pub ts: Ts,
+    /// Unique id given by the appending node; a later record with the same id is a
+    /// duplicate and is not applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub record_id: Option<RecordId>,
     /// FQDN of the connector.
     pub connector: String,
     /// Which command.
@@ -433,4 +528,8 @@ pub struct AdminCommand {
 pub struct ClockTick {
     /// Record time.
     pub ts: Ts,
+    /// Unique id given by the appending node; a later record with the same id is a
+    /// duplicate and is not applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub record_id: Option<RecordId>,
 }

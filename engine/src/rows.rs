@@ -62,6 +62,7 @@ impl Engine {
             cloud_assignments,
             cloud_assigned,
             pending_expiry,
+            record_ids,
             cloud: _,
             quiet_until: _,
         } = self;
@@ -102,6 +103,9 @@ impl Engine {
             &mut bytes,
             &mut each,
         );
+        if !record_ids.is_empty() {
+            emit(REST, "record_ids", record_ids, &mut key, &mut bytes, &mut each);
+        }
         for (name, connector) in connectors {
             emit(CONNECTOR, name, connector, &mut key, &mut bytes, &mut each);
         }
@@ -157,6 +161,8 @@ pub struct StateRows {
     cloud_assignments: Option<BTreeMap<String, BTreeMap<String, String>>>,
     cloud_assigned: Option<BTreeSet<String>>,
     pending_expiry: Option<BTreeSet<(Ts, CompactString)>>,
+    /// Absent while no record carried an id.
+    record_ids: Option<crate::record_id::SeenByProducer>,
     connectors: BTreeMap<String, Connector>,
     machines: DetMap<CompactString, crate::engine::MachineRuntime>,
     pools: BTreeMap<String, Pool>,
@@ -204,6 +210,7 @@ impl StateRows {
             }
             (REST, "cloud_assigned") => field(&mut self.cloud_assigned, value).map_err(bad)?,
             (REST, "pending_expiry") => field(&mut self.pending_expiry, value).map_err(bad)?,
+            (REST, "record_ids") => field(&mut self.record_ids, value).map_err(bad)?,
             (CONNECTOR, name) => object(&mut self.connectors, name, value).map_err(bad)?,
             (MACHINE, name) => object(&mut self.machines, name, value).map_err(bad)?,
             (POOL, name) => object(&mut self.pools, name, value).map_err(bad)?,
@@ -227,6 +234,7 @@ impl StateRows {
             cloud_assignments,
             cloud_assigned,
             pending_expiry,
+            record_ids,
             connectors,
             machines,
             pools,
@@ -246,6 +254,7 @@ impl StateRows {
             cloud_assignments: cloud_assignments.ok_or_else(|| missing("cloud_assignments"))?,
             cloud_assigned: cloud_assigned.ok_or_else(|| missing("cloud_assigned"))?,
             pending_expiry: pending_expiry.ok_or_else(|| missing("pending_expiry"))?,
+            record_ids: record_ids.unwrap_or_default(),
             site: Default::default(),
             validations: Default::default(),
             connectors,

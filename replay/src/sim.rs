@@ -398,6 +398,7 @@ impl Simulator {
                 let ok = self.cloud_ok(ts);
                 self.emit(
                     Record::HealthCheck(HealthCheck {
+                        record_id: None,
                         ts,
                         connector: name.clone(),
                         ok,
@@ -407,6 +408,7 @@ impl Simulator {
                 )?;
                 self.emit(
                     Record::StorefrontHeartbeat(StorefrontHeartbeat {
+                        record_id: None,
                         ts,
                         connector: name.clone(),
                         storefront: format!("sf{}.z{}.sim.example", 1 + i % 2, zone + 1),
@@ -424,6 +426,7 @@ impl Simulator {
                     let ok = self.partitioned == 0 && !self.stopped.contains_key(&j);
                     self.emit(
                         Record::PeerProbe(PeerProbe {
+                            record_id: None,
                             ts,
                             connector: name.clone(),
                             peer,
@@ -439,6 +442,7 @@ impl Simulator {
                 self.push(ts.millis() + half + jitter, Event::Vda(i));
                 let m = &self.machines[i];
                 let record = Record::VdaHeartbeat(VdaHeartbeat {
+                    record_id: None,
                     ts,
                     machine: m.name.as_str().into(),
                     sessions: m.sessions.clone(),
@@ -471,6 +475,7 @@ impl Simulator {
                     SessionEventKind::Logon
                 };
                 let record = Record::SessionEvent(SessionEvent {
+                    record_id: None,
                     ts,
                     machine: m.name.clone(),
                     session: session.clone(),
@@ -491,6 +496,7 @@ impl Simulator {
                 };
                 let s = m.sessions.remove(pos);
                 let record = Record::SessionEvent(SessionEvent {
+                    record_id: None,
                     ts,
                     machine: m.name.clone(),
                     session: s.id.into(),
@@ -552,6 +558,7 @@ impl Simulator {
         let mut request = root.clone();
         let decision = loop {
             let record = Record::LaunchRequest(LaunchRequest {
+                record_id: None,
                 ts,
                 request: request.clone(),
                 connector: connector.clone(),
@@ -681,6 +688,7 @@ impl Simulator {
                 };
                 self.emit(
                     Record::ConnectorLifecycle(ConnectorLifecycle {
+                        record_id: None,
                         ts,
                         connector: name,
                         event,
@@ -710,6 +718,7 @@ impl Simulator {
                 for connector in targets {
                     self.emit(
                         Record::AdminCommand(AdminCommand {
+                            record_id: None,
                             ts,
                             connector,
                             command,
@@ -728,6 +737,7 @@ impl Simulator {
                 let name = self.connectors[i].0.clone();
                 self.emit(
                     Record::StorageFault(StorageFault {
+                        record_id: None,
                         ts,
                         connector: name,
                         detail: "simulated: the local database file is unreadable".into(),

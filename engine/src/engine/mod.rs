@@ -70,6 +70,10 @@ pub struct Engine {
     /// An entry whose launch was reported meanwhile expires as a no-op.
     #[serde(default)]
     pub(crate) pending_expiry: BTreeSet<(Ts, compact_str::CompactString)>,
+    /// Record ids seen, by producer: a record appended twice is applied once (see
+    /// `record_id`). Absent from the digest of a log without ids.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub(crate) record_ids: crate::record_id::SeenByProducer,
     /// The cloud broker's catalog of the current configuration. Derived, so not saved.
     #[serde(skip)]
     pub(crate) cloud: Option<Arc<Snapshot>>,
@@ -174,6 +178,12 @@ impl Engine {
                 return;
             }
         };
+        // First: a duplicate is named as one, whatever else is wrong with it (its `ts` is
+        // older than the records appended since the first copy).
+        if let Err(error) = self.claim_id(&record) {
+            out.push(quarantine(offset, error));
+            return;
+        }
         if let Err(error) = self.admissible(&record) {
             out.push(quarantine(offset, error));
             return;
@@ -200,6 +210,30 @@ impl Engine {
             // now: it fires at once, stamped with this record's time, never earlier
             // (R-STATE-8, R-STATE-9).
             self.fire_timers(ts, out);
+        }
+    }
+
+    /// Claims the record's id, if it has one: the first record with an id is applied (or
+    /// quarantined for its own fault), every later one is a duplicate.
+    fn claim_id(&mut self, record: &Record) -> Result<(), String> {
+        use crate::record_id::Refusal;
+        let Some(id) = record.record_id() else {
+            return Ok(());
+        };
+        let seen = self.record_ids.entry(id.producer.clone()).or_default();
+        match seen.claim(id.epoch, id.n) {
+            Ok(()) => Ok(()),
+            Err(Refusal::Duplicate) => Err(format!(
+                "field `record_id`: {id} was already applied; this copy is a duplicate (an \
+                 append retried after its delivery was in doubt) and is not applied again"
+            )),
+            Err(Refusal::Forgotten) => Err(format!(
+                "field `record_id`: {id} is older than every id of {} the engine still \
+                 remembers ({} runs), so it cannot be told from a duplicate and is not \
+                 applied",
+                id.producer,
+                crate::record_id::MAX_RUNS
+            )),
         }
     }
 

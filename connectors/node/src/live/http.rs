@@ -356,6 +356,7 @@ async fn storefront_heartbeat(
     let connector = me(&shared)?;
     let offset = append(&shared, move |ts| {
         Record::StorefrontHeartbeat(StorefrontHeartbeat {
+            record_id: None,
             ts,
             connector,
             storefront: body.storefront,
@@ -447,6 +448,7 @@ async fn launch(
             waiters.insert(request.clone(), tx);
         }
         let record = LaunchRequest {
+            record_id: None,
             ts: lhc_engine::Ts(0),
             request: request.clone(),
             connector: connector.clone(),
@@ -536,6 +538,7 @@ async fn vda_heartbeat(
     me(&shared)?;
     let offset = append(&shared, move |ts| {
         Record::VdaHeartbeat(VdaHeartbeat {
+            record_id: None,
             ts,
             machine: body.machine.into(),
             sessions: body.sessions,
@@ -571,6 +574,7 @@ async fn vda_session(
     me(&shared)?;
     let offset = append(&shared, move |ts| {
         Record::SessionEvent(SessionEvent {
+            record_id: None,
             ts,
             machine: body.machine,
             session: body.session,
@@ -1119,6 +1123,7 @@ async fn admin(
     let connector = me(shared)?;
     let appended = shared.appender.append_applied(move |ts| {
         Record::AdminCommand(AdminCommand {
+            record_id: None,
             ts,
             connector,
             command,

@@ -776,6 +776,7 @@ async fn announce_stop(shared: &Arc<Shared>) {
 async fn lifecycle(shared: &Arc<Shared>, me: String, event: LifecycleEvent) {
     let appended = shared.appender.append_applied(move |ts| {
         Record::ConnectorLifecycle(ConnectorLifecycle {
+            record_id: None,
             ts,
             connector: me,
             event,

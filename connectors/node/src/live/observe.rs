@@ -101,6 +101,7 @@ async fn health_checks(shared: Arc<Shared>) {
         }
         record(&shared, "health check", move |ts| {
             Record::HealthCheck(HealthCheck {
+                record_id: None,
                 ts,
                 connector: me,
                 ok,
@@ -215,6 +216,7 @@ async fn peer_probes(shared: Arc<Shared>) {
             }
             record(&shared, "peer probe", move |ts| {
                 Record::PeerProbe(PeerProbe {
+                    record_id: None,
                     ts,
                     connector: me,
                     peer,
@@ -238,6 +240,7 @@ async fn record(shared: &Shared, what: &str, make: impl FnOnce(Ts) -> Record + S
 async fn record_lifecycle(shared: &Shared, connector: String, event: LifecycleEvent) {
     record(shared, "connector.lifecycle", move |ts| {
         Record::ConnectorLifecycle(ConnectorLifecycle {
+            record_id: None,
             ts,
             connector,
             event,
@@ -268,7 +271,7 @@ async fn ticks(shared: Arc<Shared>) {
             continue;
         }
         record(&shared, "clock tick", |ts| {
-            Record::ClockTick(ClockTick { ts })
+            Record::ClockTick(ClockTick { record_id: None, ts })
         })
         .await;
     }
