@@ -174,9 +174,14 @@ mod tests {
     #[test]
     fn parses_and_prints() {
         let id = RecordId::parse("cc-a.corp@3f9a:4.17").unwrap();
-        assert_eq!((id.producer.as_str(), id.epoch, id.n), ("cc-a.corp@3f9a", 4, 17));
+        assert_eq!(
+            (id.producer.as_str(), id.epoch, id.n),
+            ("cc-a.corp@3f9a", 4, 17)
+        );
         assert_eq!(id.to_string(), "cc-a.corp@3f9a:4.17");
-        for bad in ["", "x", "x:1", ":1.2", "x:1.", "x:.2", "x:a.2", "x y:1.2", "x:1.2.3", "a:b:1.2"] {
+        for bad in [
+            "", "x", "x:1", ":1.2", "x:1.", "x:.2", "x:a.2", "x y:1.2", "x:1.2.3", "a:b:1.2",
+        ] {
             assert!(RecordId::parse(bad).is_err(), "{bad}");
         }
     }

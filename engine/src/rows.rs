@@ -104,7 +104,14 @@ impl Engine {
             &mut each,
         );
         if !record_ids.is_empty() {
-            emit(REST, "record_ids", record_ids, &mut key, &mut bytes, &mut each);
+            emit(
+                REST,
+                "record_ids",
+                record_ids,
+                &mut key,
+                &mut bytes,
+                &mut each,
+            );
         }
         for (name, connector) in connectors {
             emit(CONNECTOR, name, connector, &mut key, &mut bytes, &mut each);

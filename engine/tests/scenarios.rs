@@ -1895,8 +1895,18 @@ fn r_log_6_a_record_appended_twice_is_applied_once() {
         .collect();
     assert_eq!(q.iter().map(|x| x.0).collect::<Vec<_>>(), vec![3, 4, 7]);
     // Named as duplicates, not as records older than the previous one.
-    assert!(q[0].1.contains("cc-a.z1.example@5eed:1.0 was already applied"), "{}", q[0].1);
-    assert!(q[1].1.contains("cc-a.z1.example@5eed:1.1 was already applied"), "{}", q[1].1);
+    assert!(
+        q[0].1
+            .contains("cc-a.z1.example@5eed:1.0 was already applied"),
+        "{}",
+        q[0].1
+    );
+    assert!(
+        q[1].1
+            .contains("cc-a.z1.example@5eed:1.1 was already applied"),
+        "{}",
+        q[1].1
+    );
     assert!(q[2].1.contains("record_id"), "{}", q[2].1);
     // Without the duplicates (and the malformed id), the log gives the same outputs.
     let log = std::fs::read_to_string(dir().join("r-log-6-record-ids.jsonl")).unwrap();
@@ -1906,7 +1916,11 @@ fn r_log_6_a_record_appended_twice_is_applied_once() {
         if [3, 4, 7].contains(&offset) {
             continue;
         }
-        clean.apply(offset as u64, decode_record_at(line.as_bytes(), offset as u64), &mut clean_out);
+        clean.apply(
+            offset as u64,
+            decode_record_at(line.as_bytes(), offset as u64),
+            &mut clean_out,
+        );
     }
     let applied: Vec<&Output> = out
         .iter()

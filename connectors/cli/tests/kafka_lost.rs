@@ -233,3 +233,152 @@ fn brokering_goes_on_while_kafka_is_down_and_nothing_is_lost() {
         assert_eq!(replayed, vec![answer], "request {id}");
     }
 }
+
+/// Starts a node on the site's topic; returns it with its port.
+fn start_node(kafka: &[&str], data: &std::path::Path, cloud: u16) -> (KillOnDrop, u16) {
+    let port = free_port();
+    let node = lhc()
+        .args(["connector", "run", "--connector", NODE])
+        .args(kafka)
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .args(["--cloud-url", &format!("http://127.0.0.1:{cloud}/")])
+        .args(["--health-interval", "500ms", "--tick-interval", "300ms"])
+        .args(["--kafka-append-timeout", "1s", "--commit-interval", "50ms"])
+        .arg("--data")
+        .arg(data)
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let node = KillOnDrop(Some(node));
+    wait_until("the node serves", Duration::from_secs(30), || {
+        http(port, "GET", "/healthz", "").is_some()
+    });
+    (node, port)
+}
+
+/// Imports a one-connector site into the topic.
+fn import_site(kafka: &[&str], dir: &std::path::Path) {
+    let site = SiteBuilder::new()
+        .zone("z1")
+        .connector(NODE, "z1")
+        .group("g", DeliveryGroupKind::MultiSession)
+        .machine("vda1.z1.test", "z1", "g", Some(100))
+        .application("app", &["g"])
+        .user("alice", &[])
+        .entitlement("e", "app", &["alice"]);
+    let config = build::text(&site.change(Ts(now_ms() - 5_000), 1)) + "\n";
+    let file = dir.join("site.jsonl");
+    std::fs::write(&file, config).unwrap();
+    lines(
+        lhc()
+            .args(["log", "import"])
+            .arg(&file)
+            .args(kafka)
+            .output()
+            .unwrap(),
+    );
+}
+
+/// Exactly once across nodes (issue 18, item 3): the broker stores appends whose answers
+/// come too late, so the node reports them failed, keeps them in its journal and publishes
+/// them again. The topic then holds those records twice; every reader applies each once.
+#[test]
+fn records_whose_delivery_was_in_doubt_are_applied_once_by_every_reader() {
+    let cluster = lhc_log::MockKafka::new(1).unwrap();
+    cluster.create_topic("lhc.events", 1).unwrap();
+    cluster.create_topic("lhc.outputs", 1).unwrap();
+    let brokers = cluster.bootstrap_servers();
+    let kafka = ["--kafka", brokers.as_str(), "--site", "once-test"];
+    let dir = tempfile::tempdir().unwrap();
+    import_site(&kafka, dir.path());
+    let cloud = stub_cloud(Arc::new(AtomicBool::new(true)));
+    let data = dir.path().join("node");
+    let (mut node, port) = start_node(&kafka, &data, cloud);
+    let mut answers: Vec<(String, Value)> = Vec::new();
+    wait_until("the VDA is registered", Duration::from_secs(20), || {
+        heartbeats(port);
+        let id = format!("wait-{}", now_ms());
+        let d = launch(port, &id);
+        let ok = d["outcome"] == "brokered";
+        answers.push((id, d));
+        ok
+    });
+
+    // Answers take 3 s, the node waits 1 s: every append is stored and reported failed.
+    cluster.delay_responses(1, Duration::from_secs(3)).unwrap();
+    for i in 0..3 {
+        let id = format!("in-doubt-{i}");
+        let d = launch(port, &id);
+        assert_eq!(d["outcome"], "brokered", "{id}: {d}");
+        answers.push((id, d));
+    }
+    cluster.delay_responses(1, Duration::ZERO).unwrap();
+    wait_until("the journal is published", Duration::from_secs(60), || {
+        let (_, health) = http(port, "GET", "/healthz", "").unwrap();
+        health["kafka_up"] == true && health["outbox"] == 0
+    });
+    let d = launch(port, "after");
+    assert_eq!(d["outcome"], "brokered");
+    answers.push(("after".into(), d));
+    let mut child = node.0.take().unwrap();
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert!(child.wait().unwrap().success());
+
+    // The topic holds some records twice: the fault happened.
+    let topic: Vec<Value> = lines(lhc().args(["log", "cat"]).args(kafka).output().unwrap())
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let mut ids: Vec<&str> = topic
+        .iter()
+        .filter_map(|r| r["record_id"].as_str())
+        .collect();
+    let appended = ids.len();
+    ids.sort();
+    ids.dedup();
+    let twice = appended - ids.len();
+    assert!(twice > 0, "no record reached the topic twice: {topic:?}");
+    assert!(
+        topic
+            .iter()
+            .filter(|r| r["type"] == "launch.request" && r["request"] == "in-doubt-0")
+            .count()
+            >= 2
+    );
+
+    // A reader of the topic applies each once: the copies are quarantined as duplicates,
+    // and each request has the one decision the node answered.
+    let outputs: Vec<Value> = lines(lhc().arg("replay").args(kafka).output().unwrap())
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let duplicates = outputs
+        .iter()
+        .filter(|o| {
+            o["type"] == "quarantine" && o["error"].as_str().unwrap().contains("is a duplicate")
+        })
+        .count();
+    assert_eq!(duplicates, twice, "one quarantine per extra copy");
+    for (id, answer) in &answers {
+        let decisions: Vec<&Value> = outputs
+            .iter()
+            .filter(|o| o["type"] == "launch.decision" && o["request"] == id.as_str())
+            .collect();
+        assert_eq!(decisions, vec![answer], "request {id}");
+    }
+
+    // The node, restarted on its store, applied them once too and applies nothing again.
+    let journal = lines(
+        lhc()
+            .args(["connector", "journal", "--data"])
+            .arg(&data)
+            .output()
+            .unwrap(),
+    );
+    let in_journal = journal
+        .iter()
+        .filter(|l| l.contains("\"in-doubt-0\""))
+        .count();
+    assert_eq!(in_journal, 1, "{journal:?}");
+}

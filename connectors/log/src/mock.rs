@@ -40,6 +40,15 @@ impl MockKafka {
             .map_err(|e| fail(&format!("taking broker {id} of"), e))
     }
 
+    /// Delays every answer of broker `id` by `delay` (zero: none). The broker still handles
+    /// each request at once, so a produce request is stored while its client, waiting past
+    /// its timeout, reports the delivery as failed: the "in doubt" case.
+    pub fn delay_responses(&self, id: i32, delay: std::time::Duration) -> Result<(), LogError> {
+        self.cluster
+            .broker_round_trip_time(id, delay)
+            .map_err(|e| fail(&format!("delaying broker {id} of"), e))
+    }
+
     /// Brings broker `id` back up.
     pub fn broker_up(&self, id: i32) -> Result<(), LogError> {
         self.cluster

@@ -39,6 +39,10 @@ const LOCAL: &str = "local";
 const OUTBOX: &str = "outbox";
 /// Key of the next Kafka offset to read (Kafka mode).
 const KAFKA_NEXT_KEY: &[u8] = b"kafka_next";
+/// Meta key: this data directory's instance id (hex), part of its records' ids.
+const INSTANCE_KEY: &[u8] = b"producer_instance";
+/// Meta key: the run counter (u32 big-endian), one more at every start.
+const EPOCH_KEY: &[u8] = b"producer_epoch";
 /// Every column family, in creation order.
 const FAMILIES: [&str; 6] = [META, OUTPUTS, JOURNAL, LOCAL, OUTBOX, STATE];
 
@@ -591,6 +595,46 @@ impl Store {
         Ok((snapshots, retired))
     }
 
+    /// Starts a run of record ids: this directory's instance id (made at the first run) and
+    /// a run number one above every earlier run's, written to disk (synced) before any id
+    /// of the run is given, so no two runs share an id even after a crash.
+    pub fn begin_run(&self) -> Result<(String, u32), NodeError> {
+        let meta = self.cf(META);
+        let get = |key| self.db.get_cf(&meta, key).map_err(|e| self.error(e));
+        let instance = match get(INSTANCE_KEY)? {
+            Some(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+            None => new_instance_id(&self.path),
+        };
+        let epoch = match get(EPOCH_KEY)? {
+            Some(bytes) => {
+                let last: [u8; 4] =
+                    bytes
+                        .as_slice()
+                        .try_into()
+                        .map_err(|_| NodeError::Corrupt {
+                            path: self.path.clone(),
+                            detail: "producer_epoch is not 4 bytes".into(),
+                        })?;
+                u32::from_be_bytes(last)
+                    .checked_add(1)
+                    .ok_or_else(|| NodeError::Corrupt {
+                        path: self.path.clone(),
+                        detail: "producer_epoch is at its maximum".into(),
+                    })?
+            }
+            None => 1,
+        };
+        let mut batch = WriteBatch::default();
+        batch.put_cf(&meta, INSTANCE_KEY, instance.as_bytes());
+        batch.put_cf(&meta, EPOCH_KEY, epoch.to_be_bytes());
+        let mut write = rocksdb::WriteOptions::default();
+        write.set_sync(true);
+        self.db
+            .write_opt(batch, &write)
+            .map_err(|e| self.error(e))?;
+        Ok((instance, epoch))
+    }
+
     /// The next Kafka offset to read (Kafka mode), if one was stored.
     pub fn kafka_next(&self) -> Result<Option<u64>, NodeError> {
         let bytes = self
@@ -1073,4 +1117,22 @@ mod tests {
             "{error}"
         );
     }
+}
+
+/// A new instance id for a data directory: 8 hex digits from the directory, the process and
+/// the time, so two directories (two nodes given one connector name by mistake) never share
+/// their records' ids.
+fn new_instance_id(path: &Path) -> String {
+    use sha2::Digest;
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let mut hasher = sha2::Sha256::new();
+    hasher.update(path.as_os_str().as_encoded_bytes());
+    hasher.update(std::process::id().to_le_bytes());
+    hasher.update(nanos.to_le_bytes());
+    hasher.finalize()[..4]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }

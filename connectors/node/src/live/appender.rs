@@ -48,8 +48,49 @@ pub struct Applied {
     pub quarantine: Option<String>,
 }
 
+/// Gives each record this node appends to Kafka its unique id (`record_id`), so a record
+/// published again after a delivery in doubt is applied once by every reader.
+pub(crate) struct IdStamper {
+    producer: String,
+    epoch: u32,
+    next: u64,
+}
+
+impl IdStamper {
+    /// Ids of run `epoch` of `connector@instance` (see `Store::begin_run`).
+    pub(crate) fn new(connector: &str, instance: &str, epoch: u32) -> IdStamper {
+        // The id's grammar has no room for ':' or spaces in the producer.
+        let clean: String = format!("{connector}@{instance}")
+            .chars()
+            .map(|c| {
+                if c == ':' || c.is_whitespace() {
+                    '_'
+                } else {
+                    c
+                }
+            })
+            .collect();
+        IdStamper {
+            producer: clean,
+            epoch,
+            next: 0,
+        }
+    }
+
+    fn stamp(&mut self, record: &mut Record) {
+        record.set_record_id(lhc_engine::record_id::RecordId {
+            producer: self.producer.as_str().into(),
+            epoch: self.epoch,
+            n: self.next,
+        });
+        self.next += 1;
+    }
+}
+
 /// Where appended records go.
 pub(crate) struct Sink {
+    /// Kafka mode: the ids records get.
+    pub(crate) ids: Option<IdStamper>,
     log: Arc<dyn Log>,
     kafka: Option<Arc<KafkaLink>>,
     /// Where a failing append is reported (probes say so while it lasts).
@@ -72,6 +113,7 @@ impl Sink {
         health: Arc<super::Health>,
     ) -> Sink {
         Sink {
+            ids: None,
             log,
             kafka,
             health,
@@ -326,7 +368,11 @@ fn write(sink: &mut Sink, last_ts: &AtomicI64, waiters: &RecordWaiters, batch: V
     let mut records = Vec::with_capacity(batch.len());
     let mut registered = Vec::new();
     for job in batch {
-        let bytes = encode_record(&(job.make)(ts));
+        let mut record = (job.make)(ts);
+        if let Some(ids) = &mut sink.ids {
+            ids.stamp(&mut record);
+        }
+        let bytes = encode_record(&record);
         if let Some(applied) = job.applied {
             // Registered before the write, so the fold cannot apply it unnoticed.
             let hash = record_hash(&bytes);

@@ -452,12 +452,22 @@ pub async fn run(
         }
     };
     let health = Arc::new(Health::default());
-    let appender = Appender::start(
-        appender::Sink::new(log.clone(), kafka.clone(), health.clone()),
-        last_ts.clone(),
-        bell.clone(),
-        record_waiters.clone(),
-    );
+    let mut sink = appender::Sink::new(log.clone(), kafka.clone(), health.clone());
+    if kafka.is_some() {
+        let (instance, epoch) = store.begin_run()?;
+        tracing::info!(
+            instance = %instance,
+            run = epoch,
+            "records this node appends carry ids {}@{instance}:{epoch}.N",
+            config.connector
+        );
+        sink.ids = Some(appender::IdStamper::new(
+            &config.connector,
+            &instance,
+            epoch,
+        ));
+    }
+    let appender = Appender::start(sink, last_ts.clone(), bell.clone(), record_waiters.clone());
     let (applied, _) = watch::channel(folder.next());
     let start_pos = match &kafka {
         Some(link) => link.next.load(Ordering::SeqCst),

@@ -271,7 +271,10 @@ async fn ticks(shared: Arc<Shared>) {
             continue;
         }
         record(&shared, "clock tick", |ts| {
-            Record::ClockTick(ClockTick { record_id: None, ts })
+            Record::ClockTick(ClockTick {
+                record_id: None,
+                ts,
+            })
         })
         .await;
     }
