@@ -382,3 +382,115 @@ fn records_whose_delivery_was_in_doubt_are_applied_once_by_every_reader() {
         .count();
     assert_eq!(in_journal, 1, "{journal:?}");
 }
+
+/// The node's `/metrics` text.
+fn metrics(port: u16) -> String {
+    match http(port, "GET", "/metrics", "") {
+        Some((200, Value::String(text))) => text,
+        other => panic!("/metrics: {other:?}"),
+    }
+}
+
+/// Stops a node with SIGTERM and checks it stopped cleanly.
+fn stop(node: &mut KillOnDrop) {
+    let mut child = node.0.take().unwrap();
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert!(child.wait().unwrap().success());
+}
+
+/// Start without Kafka (issue 18, item 4): a node that folded the topic before starts while
+/// the broker is down, decides from its journal and last state, says so on its probes and
+/// metrics, and publishes what it appended when the broker returns. A node that never
+/// folded the topic has nothing to decide from and refuses to start, naming the brokers.
+#[test]
+fn a_node_starts_without_kafka_and_publishes_when_it_returns() {
+    let cluster = lhc_log::MockKafka::new(1).unwrap();
+    cluster.create_topic("lhc.events", 1).unwrap();
+    cluster.create_topic("lhc.outputs", 1).unwrap();
+    let brokers = cluster.bootstrap_servers();
+    let kafka = ["--kafka", brokers.as_str(), "--site", "offline-test"];
+    let dir = tempfile::tempdir().unwrap();
+    import_site(&kafka, dir.path());
+    let cloud = stub_cloud(Arc::new(AtomicBool::new(true)));
+    let data = dir.path().join("node");
+    let (mut node, port) = start_node(&kafka, &data, cloud);
+    let mut answers: Vec<(String, Value)> = Vec::new();
+    wait_until("the VDA is registered", Duration::from_secs(20), || {
+        heartbeats(port);
+        let id = format!("wait-{}", now_ms());
+        let d = launch(port, &id);
+        let ok = d["outcome"] == "brokered";
+        answers.push((id, d));
+        ok
+    });
+    stop(&mut node);
+
+    cluster.broker_down(1).unwrap();
+    // A node with no state refuses: it has nothing to decide from.
+    let refused = lhc()
+        .args(["connector", "run", "--connector", NODE])
+        .args(kafka)
+        .args(["--listen", &format!("127.0.0.1:{}", free_port())])
+        .args(["--kafka-append-timeout", "1s"])
+        .args(["--cloud-url", &format!("http://127.0.0.1:{cloud}/")])
+        .arg("--data")
+        .arg(dir.path().join("fresh"))
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains(&brokers), "{stderr}");
+
+    // The node that folded the topic starts, and decides.
+    let (mut node, port) = start_node(&kafka, &data, cloud);
+    let (status, health) = http(port, "GET", "/readyz", "").unwrap();
+    assert_eq!(status, 200, "{health}");
+    assert_eq!(health["kafka_up"], false, "{health}");
+    assert!(
+        health["kafka_detail"]
+            .as_str()
+            .unwrap()
+            .contains("has not answered since this node started"),
+        "{health}"
+    );
+    let scrape = metrics(port);
+    assert!(
+        scrape.contains("lhc_kafka_unreachable_since_start 1"),
+        "{scrape}"
+    );
+    for i in 0..3 {
+        heartbeats(port);
+        let id = format!("offline-{i}");
+        let d = launch(port, &id);
+        assert_eq!(d["outcome"], "brokered", "{id}: {d}");
+        answers.push((id, d));
+    }
+    let (_, health) = http(port, "GET", "/healthz", "").unwrap();
+    assert!(health["outbox"].as_u64().unwrap() > 0, "{health}");
+
+    cluster.broker_up(1).unwrap();
+    wait_until("the journal is published", Duration::from_secs(60), || {
+        let (_, health) = http(port, "GET", "/healthz", "").unwrap();
+        health["kafka_up"] == true && health["outbox"] == 0 && health["kafka_detail"].is_null()
+    });
+    assert!(metrics(port).contains("lhc_kafka_unreachable_since_start 0"));
+    stop(&mut node);
+
+    // The topic holds each offline request once, and replaying it gives every answer.
+    let topic = lines(lhc().args(["log", "cat"]).args(kafka).output().unwrap());
+    for i in 0..3 {
+        let needle = format!("\"offline-{i}\"");
+        assert_eq!(topic.iter().filter(|l| l.contains(&needle)).count(), 1);
+    }
+    let outputs: Vec<Value> = lines(lhc().arg("replay").args(kafka).output().unwrap())
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    for (id, answer) in &answers {
+        let decisions: Vec<&Value> = outputs
+            .iter()
+            .filter(|o| o["type"] == "launch.decision" && o["request"] == id.as_str())
+            .collect();
+        assert_eq!(decisions, vec![answer], "request {id}");
+    }
+}

@@ -229,7 +229,9 @@ impl ProducerContext for Context {
 /// A site log in a Kafka topic partition.
 pub struct KafkaLog {
     options: KafkaOptions,
-    partition: i32,
+    /// Found from the topic's metadata at the first need (a node may start while the
+    /// brokers are unreachable).
+    partition: std::sync::OnceLock<i32>,
     producer: ThreadedProducer<Context>,
     /// For watermarks and metadata; never assigned.
     probe: BaseConsumer<Context>,
@@ -239,6 +241,17 @@ impl KafkaLog {
     /// Connects, finds the site's partition, and reports clearly if the brokers cannot be
     /// reached or the topic does not exist.
     pub fn open(options: KafkaOptions) -> Result<KafkaLog, LogError> {
+        let log = KafkaLog::open_lazy(options)?;
+        let partitions = partition_count(&log.probe, &log.options, true)?;
+        let _ = log
+            .partition
+            .set(site_partition(&log.options.site, partitions));
+        Ok(log)
+    }
+
+    /// Makes the clients without waiting for any broker: the site's partition is found at
+    /// the first operation that needs it (or by [`KafkaLog::find_partition`]).
+    pub fn open_lazy(options: KafkaOptions) -> Result<KafkaLog, LogError> {
         let context = || Context {
             brokers: options.brokers.clone(),
         };
@@ -259,37 +272,49 @@ impl KafkaLog {
             .extras(&options)
             .create_with_context(context())
             .map_err(|e| options.error(format!("cannot create consumer: {e}")))?;
-        let partitions = partition_count(&probe, &options)?;
-        let partition = site_partition(&options.site, partitions);
         Ok(KafkaLog {
             options,
-            partition,
+            partition: std::sync::OnceLock::new(),
             producer,
             probe,
         })
     }
 
-    /// The partition holding this site.
-    pub fn partition(&self) -> i32 {
-        self.partition
+    /// The partition holding this site, asking the brokers the first time (retried within
+    /// the timeout; an error says why the topic could not be read, and the caller reports
+    /// it: a node asks again and again while Kafka is down).
+    pub fn find_partition(&self) -> Result<i32, LogError> {
+        if let Some(&p) = self.partition.get() {
+            return Ok(p);
+        }
+        let partitions = partition_count(&self.probe, &self.options, false)?;
+        Ok(*self
+            .partition
+            .get_or_init(|| site_partition(&self.options.site, partitions)))
+    }
+
+    /// The partition holding this site, if already found (never waits).
+    pub fn known_partition(&self) -> Option<i32> {
+        self.partition.get().copied()
     }
 
     fn watermarks(&self) -> Result<(i64, i64), LogError> {
+        let partition = self.find_partition()?;
         self.probe
-            .fetch_watermarks(&self.options.topic, self.partition, self.options.timeout)
+            .fetch_watermarks(&self.options.topic, partition, self.options.timeout)
             .map_err(|e| {
-                self.options.error(format!(
-                    "cannot read offsets of partition {}: {e}",
-                    self.partition
-                ))
+                self.options
+                    .error(format!("cannot read offsets of partition {partition}: {e}"))
             })
     }
 }
 
-/// Partitions of the topic, retried while the brokers do not answer.
+/// Partitions of the topic, retried while the brokers do not answer; each failed attempt
+/// is a warning when `loud` (a command waiting for it), else a debug line.
 fn partition_count(
     consumer: &BaseConsumer<Context>,
     options: &KafkaOptions,
+    loud: bool,
 ) -> Result<i32, LogError> {
     const ATTEMPTS: u32 = 3;
     let mut last = String::new();
@@ -313,10 +338,17 @@ fn partition_count(
             }
             Err(e) => last = format!("brokers unreachable: {e}"),
         }
-        tracing::warn!(
-            "kafka {} (attempt {attempt}/{ATTEMPTS}): {last}",
-            options.brokers
-        );
+        if loud {
+            tracing::warn!(
+                "kafka {} (attempt {attempt}/{ATTEMPTS}): {last}",
+                options.brokers
+            );
+        } else {
+            tracing::debug!(
+                "kafka {} (attempt {attempt}/{ATTEMPTS}): {last}",
+                options.brokers
+            );
+        }
     }
     Err(options.error(format!("{last}; check --kafka and that the brokers run")))
 }
@@ -374,13 +406,14 @@ fn murmur2(data: &[u8]) -> u32 {
 
 impl Log for KafkaLog {
     fn append(&self, records: &[&[u8]]) -> Result<Vec<u64>, LogError> {
+        let partition = self.find_partition()?;
         let (reply, delivered) = mpsc::sync_channel(records.len().max(1));
         for (index, record) in records.iter().enumerate() {
             let mut message =
                 BaseRecord::with_opaque_to(&self.options.topic, Box::new((index, reply.clone())))
                     .key(self.options.site.as_bytes())
                     .payload(*record)
-                    .partition(self.partition);
+                    .partition(partition);
             // The local queue may be full: let the background thread drain it, then retry.
             let deadline = Instant::now() + self.options.timeout;
             loop {
@@ -436,7 +469,7 @@ impl Log for KafkaLog {
         let consumer = self.assigned_consumer(from)?;
         Ok(Box::new(KafkaReader {
             options: self.options.clone(),
-            partition: self.partition,
+            partition: self.find_partition()?,
             consumer,
             next: from,
             end,
@@ -446,7 +479,13 @@ impl Log for KafkaLog {
     fn describe(&self) -> String {
         format!(
             "kafka {} topic {} partition {} (site {})",
-            self.options.brokers, self.options.topic, self.partition, self.options.site
+            self.options.brokers,
+            self.options.topic,
+            match self.known_partition() {
+                Some(p) => p.to_string(),
+                None => "not known yet".into(),
+            },
+            self.options.site
         )
     }
 }
@@ -477,7 +516,7 @@ impl KafkaLog {
         assignment
             .add_partition_offset(
                 &self.options.topic,
-                self.partition,
+                self.find_partition()?,
                 Offset::Offset(from as i64),
             )
             .map_err(|e| self.options.error(e.to_string()))?;

@@ -1004,6 +1004,24 @@ pub fn fold(
     Ok((summary, folder.into_engine()))
 }
 
+/// A new instance id for a data directory: 8 hex digits from the directory, the process and
+/// the time, so two directories (two nodes given one connector name by mistake) never share
+/// their records' ids.
+fn new_instance_id(path: &Path) -> String {
+    use sha2::Digest;
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let mut hasher = sha2::Sha256::new();
+    hasher.update(path.as_os_str().as_encoded_bytes());
+    hasher.update(std::process::id().to_le_bytes());
+    hasher.update(nanos.to_le_bytes());
+    hasher.finalize()[..4]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1117,22 +1135,4 @@ mod tests {
             "{error}"
         );
     }
-}
-
-/// A new instance id for a data directory: 8 hex digits from the directory, the process and
-/// the time, so two directories (two nodes given one connector name by mistake) never share
-/// their records' ids.
-fn new_instance_id(path: &Path) -> String {
-    use sha2::Digest;
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    let mut hasher = sha2::Sha256::new();
-    hasher.update(path.as_os_str().as_encoded_bytes());
-    hasher.update(std::process::id().to_le_bytes());
-    hasher.update(nanos.to_le_bytes());
-    hasher.finalize()[..4]
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }

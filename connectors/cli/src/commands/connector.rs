@@ -293,10 +293,9 @@ pub fn run(command: ConnectorCommand, quiet: bool) -> anyhow::Result<ExitCode> {
                 Some(mut options) => {
                     // A short delivery timeout: past it the node brokers from its journal.
                     options.timeout = kafka_append_timeout.max(Duration::from_millis(200));
-                    let kafka = KafkaLog::open(options).context(
-                        "the node needs Kafka reachable at start to find the site's partition",
-                    )?;
-                    SiteLog::Kafka(Arc::new(kafka))
+                    // Brokers unreachable at start: the node starts from its journal and
+                    // last state (see `live::run`), so nothing waits for them here.
+                    SiteLog::Kafka(Arc::new(KafkaLog::open_lazy(options)?))
                 }
                 None => SiteLog::Direct(Arc::from(target.open_for_append()?)),
             };
@@ -311,7 +310,7 @@ pub fn run(command: ConnectorCommand, quiet: bool) -> anyhow::Result<ExitCode> {
                     options.topic = output_topic.clone();
                     options.site = connector.clone();
                     options.timeout = kafka_append_timeout.max(Duration::from_millis(200));
-                    let log = KafkaLog::open(options)
+                    let log = KafkaLog::open_lazy(options)
                         .with_context(|| format!("opening the output topic {output_topic}"))?;
                     let name = log.describe();
                     (Arc::new(log), name)

@@ -183,6 +183,11 @@ impl Sink {
         if self.backlog.is_empty() {
             return;
         }
+        // Not reached since the start: the connect thread asks the brokers, so appends
+        // never wait on them meanwhile.
+        if link.unreachable_since_start.load(Ordering::SeqCst) {
+            return;
+        }
         if !force && self.last_try.is_some_and(|t| t.elapsed() < RETRY) {
             return;
         }

@@ -29,7 +29,8 @@ enum Source {
     Direct(Box<dyn LogReader>),
     /// Kafka, plus records written locally while it was unreachable.
     Kafka {
-        reader: lhc_log::kafka::KafkaTailReader,
+        /// Made once the site's partition is known (the node may start without Kafka).
+        reader: Option<lhc_log::kafka::KafkaTailReader>,
         local: Receiver<LocalBatch>,
         /// Hashes of every local record (never applied twice).
         local_hashes: HashSet<[u8; 16]>,
@@ -72,9 +73,8 @@ pub(crate) fn fold_loop(
                 after = Some(last);
             }
             drop(unseen);
-            let next = link.next.load(Ordering::SeqCst);
             Source::Kafka {
-                reader: link.kafka.tail_reader(next)?,
+                reader: None,
                 local,
                 local_hashes,
                 outbox,
@@ -161,8 +161,11 @@ fn fold_on(
                         applied += 1;
                     }
                 }
+                if reader.is_none() && link.kafka.known_partition().is_some() {
+                    *reader = Some(link.kafka.tail_reader(link.next.load(Ordering::SeqCst))?);
+                }
                 let mut read = 0;
-                while read < BURST {
+                while let Some(reader) = reader.as_mut().filter(|_| read < BURST) {
                     // The tail reader never blocks on a lost broker.
                     let Some(entry) = reader.next(Duration::ZERO)? else {
                         break;

@@ -741,6 +741,23 @@ async fn readiness(shared: &AppState) -> (Readiness, Result<(), ()>) {
         kafka_next: kafka.map(|_| position),
         kafka_up: kafka.map(|link| link.up.load(Ordering::SeqCst)),
         outbox: kafka.map(|link| link.outbox_len.load(Ordering::SeqCst)),
+        kafka_detail: kafka.and_then(|link| {
+            if link.unreachable_since_start.load(Ordering::SeqCst) {
+                Some(format!(
+                    "kafka has not answered since this node started: it decides from its \
+                     journal and last state (to offset {applied}) and publishes what it \
+                     appends when Kafka answers"
+                ))
+            } else if !link.up.load(Ordering::SeqCst) {
+                Some(
+                    "kafka unreachable: this node decides from its journal and publishes \
+                     what it appends when Kafka answers"
+                        .to_string(),
+                )
+            } else {
+                None
+            }
+        }),
         reason,
         detail,
     };
@@ -943,6 +960,23 @@ async fn metrics(State(shared): State<AppState>, headers: axum::http::HeaderMap)
         let up = Gauge::<i64>::default();
         up.set(i64::from(link.up.load(Ordering::SeqCst)));
         registry.register("kafka_up", "1 while appends reach Kafka", up);
+        let offline = Gauge::<i64>::default();
+        offline.set(i64::from(
+            link.unreachable_since_start.load(Ordering::SeqCst),
+        ));
+        registry.register(
+            "kafka_unreachable_since_start",
+            "1 while Kafka has not answered since the node started (it decides from its \
+             journal and last state)",
+            offline,
+        );
+        let outbox = Gauge::<i64>::default();
+        outbox.set(link.outbox_len.load(Ordering::SeqCst) as i64);
+        registry.register(
+            "kafka_outbox_records",
+            "Records appended while Kafka was unreachable, not yet published",
+            outbox,
+        );
     }
     let decisions = Family::<Labels, Counter>::default();
     let quarantined = Counter::<u64>::default();

@@ -198,6 +198,9 @@ pub(crate) struct KafkaLink {
     pub next: AtomicU64,
     /// Kafka end offset when last asked.
     pub end: AtomicU64,
+    /// Set while the brokers have not answered since this process started: the node
+    /// decides from its journal and last state (probes and metrics say so).
+    pub unreachable_since_start: AtomicBool,
     pub local: Mutex<std::sync::mpsc::Sender<LocalBatch>>,
 }
 
@@ -446,11 +449,15 @@ pub async fn run(
                 unseen: Mutex::new(BTreeMap::new()),
                 next: AtomicU64::new(next),
                 end: AtomicU64::new(0),
+                unreachable_since_start: AtomicBool::new(false),
                 local: Mutex::new(tx),
             });
             (k as Arc<dyn Log>, Some(link), Some(rx))
         }
     };
+    if let Some(link) = &kafka {
+        connect_kafka(link, &store, folder.next()).await?;
+    }
     let health = Arc::new(Health::default());
     let mut sink = appender::Sink::new(log.clone(), kafka.clone(), health.clone());
     if kafka.is_some() {
@@ -502,7 +509,7 @@ pub async fn run(
         dashboard_streams: Arc::new(tokio::sync::Semaphore::new(MAX_DASHBOARD_STREAMS)),
     });
 
-    let publisher = publish::Publisher::open(outputs, &shared.config.connector)?;
+    let publisher = publish::Publisher::new(outputs, &shared.config.connector);
     let (committed, commits) = std::sync::mpsc::channel();
     let publisher_thread = publish::spawn(publisher, store.clone(), commits)
         .map_err(|e| RunError::Fold(e.to_string()))?;
@@ -553,13 +560,22 @@ pub async fn run(
     // liveness probe must not kill a node that is folding a long log); the routes that
     // decide answer 503 until the node has caught up (`http::gate`).
     let server = tokio::spawn(serve(listener, tls, app, shutdown));
-    // Catch up before deciding, so the first answers come from current state.
-    let end = tokio::task::spawn_blocking({
-        let log = log.clone();
-        move || log.end_offset()
-    })
-    .await
-    .map_err(|e| RunError::Fold(e.to_string()))??;
+    // Catch up before deciding, so the first answers come from current state. Started
+    // without Kafka, the node's state is its journal: it is caught up with that.
+    let offline = shared
+        .kafka
+        .as_ref()
+        .is_some_and(|l| l.unreachable_since_start.load(Ordering::SeqCst));
+    let end = if offline {
+        *shared.site_pos.borrow()
+    } else {
+        tokio::task::spawn_blocking({
+            let log = log.clone();
+            move || log.end_offset()
+        })
+        .await
+        .map_err(|e| RunError::Fold(e.to_string()))??
+    };
     let started = Instant::now();
     let mut applied_rx = shared.site_pos.subscribe();
     while *applied_rx.borrow_and_update() < end {
@@ -617,6 +633,57 @@ pub async fn run(
         addr: shared.config.listen,
         source,
     })
+}
+
+/// Kafka mode, at start: finds the site's partition. When the brokers do not answer and the
+/// node has folded the topic before, it starts from its journal and last state: appends go
+/// to the journal (published when Kafka returns) and a thread keeps asking the brokers.
+/// A node that never folded the topic has nothing to decide from, so it refuses to start.
+async fn connect_kafka(link: &Arc<KafkaLink>, store: &Store, folded: u64) -> Result<(), RunError> {
+    let kafka = link.kafka.clone();
+    let first = tokio::task::spawn_blocking(move || kafka.find_partition())
+        .await
+        .map_err(|e| RunError::Fold(e.to_string()))?;
+    let Err(e) = first else {
+        return Ok(());
+    };
+    if store.kafka_next()?.is_none() && folded == 0 {
+        return Err(RunError::Log(e));
+    }
+    tracing::warn!(
+        "kafka unreachable at start ({e}); this node decides from its journal and last state \
+         (offset {folded}), keeps what it appends in its journal and publishes it when Kafka \
+         answers; probes and metrics say so meanwhile"
+    );
+    link.up.store(false, Ordering::SeqCst);
+    link.unreachable_since_start.store(true, Ordering::SeqCst);
+    let link = link.clone();
+    std::thread::Builder::new()
+        .name("lhc-kafka-connect".into())
+        .spawn(move || loop {
+            if Arc::strong_count(&link) == 1 {
+                return; // the node has stopped
+            }
+            match link.kafka.find_partition() {
+                Ok(partition) => {
+                    tracing::info!(
+                        partition,
+                        "kafka answers: folding the topic and publishing the journal"
+                    );
+                    // Appends go to Kafka again once the journal's backlog is published
+                    // (the appender publishes it first).
+                    link.up.store(true, Ordering::SeqCst);
+                    link.unreachable_since_start.store(false, Ordering::SeqCst);
+                    return;
+                }
+                Err(e) => {
+                    tracing::debug!("kafka still unreachable: {e}");
+                    std::thread::sleep(Duration::from_secs(1));
+                }
+            }
+        })
+        .map_err(|e| RunError::Fold(e.to_string()))?;
+    Ok(())
 }
 
 /// Once caught up: publishes what an earlier run kept while Kafka was unreachable, and

@@ -145,6 +145,10 @@ pub struct Readiness {
     /// Kafka mode: records written while Kafka was unreachable, not yet published.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub outbox: Option<usize>,
+    /// Kafka mode, while Kafka is unreachable: where the node's decisions come from, in
+    /// words (the node still decides: from its journal and last state).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kafka_detail: Option<String>,
     /// Why not ready: `not_configured`, `catching_up`, `node_failed` or `log_unwritable`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<&'static str>,

@@ -61,13 +61,30 @@ pub(crate) struct Publisher {
     log: Arc<dyn Log>,
     node: String,
     cursor: Option<(u64, u32)>,
+    /// Whether the cursor was read from the output log (nothing is published before: the
+    /// output log may be unreachable at start).
+    located: bool,
+    /// The last failure to locate, so a lasting one is logged once.
+    locate_error: Option<String>,
 }
 
 impl Publisher {
+    /// A publisher for `node`; it finds its place in the output log at its first round.
+    pub(crate) fn new(log: Arc<dyn Log>, node: &str) -> Publisher {
+        Publisher {
+            log,
+            node: node.to_string(),
+            cursor: None,
+            located: false,
+            locate_error: None,
+        }
+    }
+
     /// Positions itself after the last output of this node the log holds. The log may be
     /// shared (a Kafka topic where every node publishes): it looks back from the end in
     /// growing windows until it finds one of this node's records.
-    pub(crate) fn open(log: Arc<dyn Log>, node: &str) -> Result<Publisher, lhc_log::LogError> {
+    fn locate(&mut self) -> Result<(), lhc_log::LogError> {
+        let (log, node) = (&self.log, self.node.as_str());
         let (start, end) = (log.start_offset()?, log.end_offset()?);
         let mut cursor = None;
         let mut window = 1u64;
@@ -94,17 +111,32 @@ impl Publisher {
             scanned_from = from;
             window = window.saturating_mul(16);
         }
-        Ok(Publisher {
-            log,
-            node: node.to_string(),
-            cursor,
-        })
+        self.cursor = cursor;
+        self.located = true;
+        Ok(())
     }
 
     /// Publishes every committed output after the cursor that concerns this node (its own
     /// events and decisions, and quarantines). A log error is reported and retried at the
     /// next call; the store is the source of truth meanwhile.
     pub(crate) fn catch_up(&mut self, store: &Store) -> Result<(), NodeError> {
+        if !self.located {
+            if let Err(e) = self.locate() {
+                let e = e.to_string();
+                if self.locate_error.as_ref() != Some(&e) {
+                    tracing::warn!(
+                        "output log {} unreachable; outputs are kept in the store and \
+                         published when it answers: {e}",
+                        self.log.describe()
+                    );
+                    self.locate_error = Some(e);
+                }
+                return Ok(());
+            }
+            if self.locate_error.take().is_some() {
+                tracing::info!("output log {} answers: publishing", self.log.describe());
+            }
+        }
         loop {
             let stored = store.outputs_after(self.cursor, CHUNK)?;
             let Some(&(last_offset, last_index, _)) = stored.last() else {
