@@ -16,7 +16,9 @@ mod progress;
 mod render;
 mod time;
 
-use commands::{connector, demo, forensics, lint, log, query, replay, report, simulate, whatif};
+use commands::{
+    connector, demo, forensics, kafka, lint, log, query, replay, report, simulate, whatif,
+};
 
 /// Citrix Local Host Cache, re-implemented as an event-sourced, log-driven engine.
 ///
@@ -70,6 +72,9 @@ enum Command {
     /// Work with a site log: import, export, cat, append, stats, check.
     #[command(subcommand)]
     Log(log::LogCommand),
+    /// Set up a Kafka cluster for lhc: topics with the settings the design needs.
+    #[command(subcommand)]
+    Kafka(kafka::KafkaCommand),
     /// Fold a log through the engine and print every output (events, decisions,
     /// registrations, quarantine), optionally with state digests.
     Replay(replay::ReplayArgs),
@@ -136,6 +141,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Demo(args) => demo::run(args, quiet),
         Command::Log(command) => log::run(command, quiet),
+        Command::Kafka(command) => kafka::run(command, quiet),
         Command::Connector(command) => connector::run(command, quiet),
         Command::Schema { out, check } => schema(out, check, quiet),
         Command::Bench(command) => bench::run(command),

@@ -75,7 +75,8 @@ impl KafkaOptions {
             }
             if let Some((_, why)) = RESERVED.iter().find(|(k, _)| k == key) {
                 return Err(self.error(format!(
-                    "setting {key}={value}: lhc sets {key} itself ({why}); remove it"
+                    "setting {key}={}: lhc sets {key} itself ({why}); remove it",
+                    shown(key, value)
                 )));
             }
         }
@@ -85,7 +86,10 @@ impl KafkaOptions {
         }
         let described = |e: KafkaError| match e {
             KafkaError::ClientConfig(_, detail, key, value) if !key.is_empty() => {
-                format!("setting {key}={value}: librdkafka says: {detail}")
+                format!(
+                    "setting {key}={}: librdkafka says: {detail}",
+                    shown(&key, &value)
+                )
             }
             KafkaError::ClientConfig(_, detail, _, _) | KafkaError::ClientCreation(detail) => {
                 format!("librdkafka refuses the settings: {detail}")
@@ -145,6 +149,17 @@ pub const RESERVED: [(&str, &str); 9] = [
     ),
     ("transactional.id", "lhc does not use Kafka transactions"),
 ];
+
+/// A setting's value as messages show it: secrets (passwords, keys, tokens, JAAS lines)
+/// are never printed.
+fn shown<'a>(key: &str, value: &'a str) -> &'a str {
+    const SECRET: [&str; 5] = ["password", "secret", "jaas", "token", ".pem"];
+    if SECRET.iter().any(|s| key.contains(s)) || key == "sasl.oauthbearer.config" {
+        "(hidden)"
+    } else {
+        value
+    }
+}
 
 /// Applies the user's librdkafka settings last, so they tune what lhc only defaults
 /// (`linger.ms`, `fetch.wait.max.ms`...); [`KafkaOptions::check`] refuses the ones lhc

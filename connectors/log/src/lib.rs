@@ -13,6 +13,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub mod admin;
 pub mod embedded;
 pub mod frame;
 pub mod jsonl;

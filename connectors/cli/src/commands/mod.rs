@@ -5,6 +5,7 @@
 pub mod connector;
 pub mod demo;
 pub mod forensics;
+pub mod kafka;
 pub mod lint;
 pub mod log;
 pub mod query;
