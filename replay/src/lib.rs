@@ -6,6 +6,7 @@
 //! nothing is skipped, so a bad record is quarantined at the offset it holds.
 
 pub mod drive;
+pub mod fleet;
 pub mod forensics;
 pub mod lint;
 pub mod query;

@@ -99,6 +99,85 @@ impl KafkaArgs {
         self.client.apply(&mut options)?;
         Ok(Some(options))
     }
+
+    /// The Kafka options for a whole topic (`--all-sites`): no site needed.
+    pub fn topic_options(&self) -> anyhow::Result<KafkaOptions> {
+        let Some(brokers) = &self.kafka else {
+            bail!("--all-sites needs --kafka: the sites are the keys of a Kafka topic");
+        };
+        let mut options = KafkaOptions::new(brokers, "");
+        options.topic = self.topic.clone();
+        options.timeout = Duration::from_secs(self.kafka_timeout.max(1));
+        self.client.apply(&mut options)?;
+        Ok(options)
+    }
+}
+
+/// Many sites on one cluster: `--all-sites` folds every site of the topic, each on a
+/// thread of its own.
+#[derive(clap::Args, Clone, Debug)]
+pub struct FleetArgs {
+    /// With --kafka: every site of the topic (its message keys), each folded on a thread of
+    /// its own, answered site by site in name order. Instead of --site.
+    #[arg(long, requires = "kafka", conflicts_with = "site")]
+    pub all_sites: bool,
+    /// With --all-sites: sites folded at once [default: the machine's cores].
+    #[arg(long, value_name = "N", requires = "all_sites")]
+    pub threads: Option<usize>,
+}
+
+/// Prints `--all-sites` answers in site order: for people, each site's `text` under a
+/// `== site NAME` heading; JSON, one object keyed by site; JSON lines, each of a site's
+/// `items` with the site named first.
+pub fn print_sites<T: serde::Serialize, I: serde::Serialize>(
+    sites: &[(String, T)],
+    format: Format,
+    text: impl Fn(&T) -> String,
+    items: impl Fn(&T) -> &[I],
+) -> anyhow::Result<()> {
+    match format {
+        Format::Table => {
+            for (site, answer) in sites {
+                println!("== site {site}");
+                print!("{}", text(answer));
+            }
+        }
+        Format::Json => {
+            let all: std::collections::BTreeMap<&str, &T> =
+                sites.iter().map(|(s, a)| (s.as_str(), a)).collect();
+            println!("{}", serde_json::to_string_pretty(&all)?);
+        }
+        Format::Jsonl => {
+            for (site, answer) in sites {
+                for item in items(answer) {
+                    println!("{}", site_line(site, item)?);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A JSON line of `--all-sites` output: `item` with the site named first.
+fn site_line(site: &str, item: &impl serde::Serialize) -> anyhow::Result<String> {
+    let mut object = serde_json::Map::new();
+    object.insert("site".into(), site.into());
+    match serde_json::to_value(item)? {
+        serde_json::Value::Object(fields) => object.extend(fields),
+        other => {
+            object.insert("value".into(), other);
+        }
+    }
+    Ok(serde_json::to_string(&object)?)
+}
+
+impl FleetArgs {
+    /// Sites folded at once.
+    pub fn threads(&self) -> usize {
+        self.threads
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+            .max(1)
+    }
 }
 
 /// Log location options shared by every command that reads or writes a log.
@@ -197,16 +276,18 @@ impl LogArgs {
             return Ok((0, Default::default()));
         };
         let (start, end) = (log.start_offset()?, log.end_offset()?);
-        if end > start && !append {
+        // Counted by reading: a Kafka partition may hold other sites' records too.
+        let order = lhc_log::validate::TimeOrder::after_log(&*log)?;
+        if order.records() > 0 && !append {
             bail!(
                 "{} already holds {} record(s) (offsets {start}..{}); pass --append to add \
                  after them, or name an empty or new log with --log",
                 log.describe(),
-                end - start,
+                order.records(),
                 end - 1
             );
         }
-        Ok((end, lhc_log::validate::TimeOrder::after_log(&*log)?))
+        Ok((end, order))
     }
 
     /// The embedded directory, unless Kafka is selected.
@@ -269,6 +350,60 @@ impl SourceArgs {
             );
         }
         Ok(result)
+    }
+
+    /// Runs `work` on every site of the Kafka topic (`--all-sites`), `fleet.threads()` at
+    /// once, with a progress bar of sites; the results in site-name order. A site that
+    /// cannot be read is an error naming it.
+    pub fn replay_sites_with<T: Send>(
+        &self,
+        fleet: &FleetArgs,
+        quiet: bool,
+        work: impl Fn(&str, &mut lhc_replay::Source) -> Result<T, lhc_replay::SourceError> + Sync,
+    ) -> anyhow::Result<Vec<(String, T)>> {
+        let options = self.kafka.topic_options()?;
+        let sites = lhc_replay::fleet::discover(&options)
+            .with_context(|| format!("finding the sites of topic {}", options.topic))?;
+        if sites.sites.is_empty() {
+            bail!(
+                "topic {} on {} holds no site's records",
+                options.topic,
+                options.brokers
+            );
+        }
+        if !quiet {
+            eprintln!(
+                "{} site(s) in topic {}; folding {} at once",
+                sites.sites.len(),
+                options.topic,
+                fleet.threads().min(sites.sites.len())
+            );
+        }
+        if sites.unkeyed > 0 {
+            eprintln!(
+                "warning: {} record(s) of topic {} have no key, so belong to no site: skipped",
+                sites.unkeyed, options.topic
+            );
+        }
+        for site in &sites.split {
+            eprintln!(
+                "warning: site {site} has records in more than one partition (partitions were \
+                 added after it started): only the partition Kafka's partitioner gives it now \
+                 is read"
+            );
+        }
+        let bar = crate::progress::bar(Some(sites.sites.len() as u64), "sites", quiet);
+        let results =
+            lhc_replay::fleet::each_site(&options, &sites, fleet.threads(), work, |_| bar.inc(1));
+        bar.finish_and_clear();
+        results
+            .into_iter()
+            .map(|(site, result)| {
+                result
+                    .map(|t| (site.clone(), t))
+                    .with_context(|| format!("replaying site {site} of topic {}", options.topic))
+            })
+            .collect()
     }
 
     /// Opens the source at its first record.

@@ -227,3 +227,109 @@ fn mock_prints_its_address_and_serves_kafka() {
     let (_, err) = ok(imported);
     assert!(err.contains("partition"), "{err}");
 }
+
+/// Many sites on one cluster (issue 18, item 5): three sites, two sharing a partition;
+/// `--all-sites` gives each site the digest `--site NAME` gives it, the same with one
+/// thread or several, and report, lint and forensics answer site by site.
+#[test]
+fn all_sites_folds_each_site_like_its_own_replay() {
+    let cluster = lhc_log::MockKafka::new(1).unwrap();
+    cluster.create_topic("lhc.events", 2).unwrap();
+    let brokers = cluster.bootstrap_servers();
+    let sites = ["alpha", "beta", "gamma"];
+    let partitions: Vec<i32> = sites
+        .iter()
+        .map(|s| lhc_log::kafka::site_partition(s, 2))
+        .collect();
+    assert!(
+        partitions.iter().filter(|&&p| p == partitions[0]).count() >= 2
+            || partitions.iter().filter(|&&p| p == partitions[1]).count() >= 2,
+        "two of three sites share one of two partitions"
+    );
+    // beta's log is cut after its outage began: it ends in LHC mode.
+    let example = std::fs::read_to_string(common::example()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let cut = dir.path().join("cut.jsonl");
+    let lines: Vec<&str> = example.lines().collect();
+    std::fs::write(&cut, lines[..lines.len() * 2 / 5].join("\n") + "\n").unwrap();
+    for site in sites {
+        let file = if site == "beta" {
+            cut.to_str().unwrap().to_string()
+        } else {
+            common::example()
+        };
+        ok(lhc(&[
+            "log", "import", &file, "--kafka", &brokers, "--site", site,
+        ]));
+    }
+    let kafka = ["--kafka", brokers.as_str()];
+    let (all, err) = ok(lhc(
+        &[&["replay", "--all-sites", "--digest"], &kafka[..]].concat()
+    ));
+    assert!(err.contains("3 site(s) in topic lhc.events"), "{err}");
+    let summaries: Vec<serde_json::Value> = all
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(summaries.len(), 4, "{all}");
+    for (summary, site) in summaries.iter().zip(sites) {
+        assert_eq!(summary["site"], site);
+        let (_, alone) = ok(lhc(&[
+            &["replay", "--no-outputs", "--digest", "--site", site],
+            &kafka[..],
+        ]
+        .concat()));
+        let digest = summary["digest"].as_str().unwrap();
+        assert!(
+            alone.contains(&format!("digest {digest} after")),
+            "{site}: {alone}"
+        );
+    }
+    let in_lhc: Vec<bool> = summaries[..3]
+        .iter()
+        .map(|s| !s["in_lhc"].as_array().unwrap().is_empty())
+        .collect();
+    assert_eq!(in_lhc, vec![false, true, false], "{all}");
+    assert_eq!(summaries[3]["fleet"]["sites"], 3);
+    assert_eq!(summaries[3]["fleet"]["sites_in_lhc"], 1);
+    assert_eq!(
+        summaries[3]["fleet"]["failed_launches"],
+        summaries[..3]
+            .iter()
+            .map(|s| s["failed_launches"].as_u64().unwrap())
+            .sum::<u64>()
+    );
+    let (one_thread, _) = ok(lhc(&[
+        &["replay", "--all-sites", "--threads", "1"],
+        &kafka[..],
+    ]
+    .concat()));
+    assert_eq!(one_thread, all, "the same answers with one thread");
+
+    let (report, _) = ok(lhc(&[
+        &["report", "outage", "--all-sites", "--format", "json"],
+        &kafka[..],
+    ]
+    .concat()));
+    let report: serde_json::Value = serde_json::from_str(&report).unwrap();
+    assert_eq!(
+        report.as_object().unwrap().keys().collect::<Vec<_>>(),
+        vec!["alpha", "beta", "gamma"]
+    );
+    let (lint, _) = ok(lhc(&[&["lint", "--all-sites"], &kafka[..]].concat()));
+    assert_eq!(lint.matches("== site ").count(), 3, "{lint}");
+    let (forensics, _) = ok(lhc(&[
+        &["forensics", "sync", "--all-sites", "--format", "jsonl"],
+        &kafka[..],
+    ]
+    .concat()));
+    assert!(
+        forensics.lines().all(|l| l.starts_with("{\"site\":")),
+        "{forensics}"
+    );
+    refused(
+        lhc(&[&["replay", "--all-sites", "--site", "alpha"], &kafka[..]].concat()),
+        "cannot be used with",
+    );
+    refused(lhc(&["replay", "--all-sites", "x.jsonl"]), "--kafka");
+}

@@ -247,7 +247,7 @@ pub struct KafkaLog {
     /// Found from the topic's metadata at the first need (a node may start while the
     /// brokers are unreachable).
     partition: std::sync::OnceLock<i32>,
-    producer: ThreadedProducer<Context>,
+    producer: std::sync::OnceLock<ThreadedProducer<Context>>,
     /// For watermarks and metadata; never assigned.
     probe: BaseConsumer<Context>,
 }
@@ -270,16 +270,6 @@ impl KafkaLog {
         let context = || Context {
             brokers: options.brokers.clone(),
         };
-        let producer: ThreadedProducer<Context> = options
-            .client_config()
-            .set("enable.idempotence", "true")
-            .set("acks", "all")
-            .set("partitioner", "murmur2_random")
-            .set("linger.ms", "2")
-            .set("message.timeout.ms", millis(options.timeout))
-            .extras(&options)
-            .create_with_context(context())
-            .map_err(|e| options.error(format!("cannot create producer: {e}")))?;
         let probe: BaseConsumer<Context> = options
             .client_config()
             .set("group.id", "lhc-probe")
@@ -290,9 +280,32 @@ impl KafkaLog {
         Ok(KafkaLog {
             options,
             partition: std::sync::OnceLock::new(),
-            producer,
+            producer: std::sync::OnceLock::new(),
             probe,
         })
+    }
+
+    /// The producer, made at the first append (a reader never needs one, and making and
+    /// closing it costs a replay of a small site most of its time).
+    fn producer(&self) -> Result<&ThreadedProducer<Context>, LogError> {
+        if let Some(producer) = self.producer.get() {
+            return Ok(producer);
+        }
+        let producer: ThreadedProducer<Context> = self
+            .options
+            .client_config()
+            .set("enable.idempotence", "true")
+            .set("acks", "all")
+            .set("partitioner", "murmur2_random")
+            .set("linger.ms", "2")
+            .set("message.timeout.ms", millis(self.options.timeout))
+            .extras(&self.options)
+            .create_with_context(Context {
+                brokers: self.options.brokers.clone(),
+            })
+            .map_err(|e| self.options.error(format!("cannot create producer: {e}")))?;
+        // Two appenders racing here: the loser's producer is dropped unused.
+        Ok(self.producer.get_or_init(|| producer))
     }
 
     /// The partition holding this site, asking the brokers the first time (retried within
@@ -368,6 +381,103 @@ fn partition_count(
     Err(options.error(format!("{last}; check --kafka and that the brokers run")))
 }
 
+/// One site found in a topic by [`topic_sites`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TopicSite {
+    /// The site name (the message key).
+    pub site: String,
+    /// Its partition.
+    pub partition: i32,
+    /// Its records in the partition.
+    pub records: u64,
+}
+
+/// The sites a topic holds (the distinct message keys of every partition), by name, and
+/// the number of records without a key (which belong to no site). Reads every record's key
+/// once, from each partition's start to its current end.
+pub fn topic_sites(options: &KafkaOptions) -> Result<(Vec<TopicSite>, u64), LogError> {
+    let context = || Context {
+        brokers: options.brokers.clone(),
+    };
+    let consumer: BaseConsumer<Context> = options
+        .client_config()
+        .set("group.id", "lhc-sites")
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "error")
+        .extras(options)
+        .create_with_context(context())
+        .map_err(|e| options.error(format!("cannot create consumer: {e}")))?;
+    let partitions = partition_count(&consumer, options, true)?;
+    let mut assignment = TopicPartitionList::new();
+    let mut ends = std::collections::BTreeMap::new();
+    for partition in 0..partitions {
+        let (low, high) = consumer
+            .fetch_watermarks(&options.topic, partition, options.timeout)
+            .map_err(|e| {
+                options.error(format!("cannot read offsets of partition {partition}: {e}"))
+            })?;
+        if low > 0 {
+            tracing::warn!(
+                "kafka {}: partition {partition} of {} starts at offset {low}: the records \
+                 before it were deleted (retention or compaction; `lhc kafka init` checks the \
+                 topic), so its sites cannot be replayed from their start",
+                options.brokers,
+                options.topic
+            );
+        }
+        if high > low {
+            ends.insert(partition, high);
+            assignment
+                .add_partition_offset(&options.topic, partition, Offset::Offset(low))
+                .map_err(|e| options.error(e.to_string()))?;
+        }
+    }
+    let mut sites: std::collections::BTreeMap<(String, i32), u64> = Default::default();
+    let mut unkeyed = 0;
+    if ends.is_empty() {
+        return Ok((Vec::new(), 0));
+    }
+    consumer
+        .assign(&assignment)
+        .map_err(|e| options.error(format!("cannot assign partitions: {e}")))?;
+    let mut last_progress = Instant::now();
+    while !ends.is_empty() {
+        match consumer.poll(Duration::from_millis(200)) {
+            Some(Ok(message)) => {
+                last_progress = Instant::now();
+                let partition = message.partition();
+                match message.key() {
+                    Some(key) => {
+                        let site = String::from_utf8_lossy(key).into_owned();
+                        *sites.entry((site, partition)).or_default() += 1;
+                    }
+                    None => unkeyed += 1,
+                }
+                if ends.get(&partition).is_some_and(|&end| message.offset() + 1 >= end) {
+                    ends.remove(&partition);
+                }
+            }
+            Some(Err(e)) => tracing::warn!("kafka {}: fetch: {e} (retrying)", options.brokers),
+            None if last_progress.elapsed() > options.timeout => {
+                return Err(options.error(format!(
+                    "partitions {:?} stopped delivering records before their end; is the                      broker up?",
+                    ends.keys().collect::<Vec<_>>()
+                )))
+            }
+            None => {}
+        }
+    }
+    let sites = sites
+        .into_iter()
+        .map(|((site, partition), records)| TopicSite {
+            site,
+            partition,
+            records,
+        })
+        .collect();
+    Ok((sites, unkeyed))
+}
+
 /// The librdkafka version linked in, like "2.10.0" (for `lhc --version`).
 pub fn library_version() -> String {
     rdkafka::util::get_rdkafka_version().1
@@ -422,6 +532,7 @@ fn murmur2(data: &[u8]) -> u32 {
 impl Log for KafkaLog {
     fn append(&self, records: &[&[u8]]) -> Result<Vec<u64>, LogError> {
         let partition = self.find_partition()?;
+        let producer = self.producer()?;
         let (reply, delivered) = mpsc::sync_channel(records.len().max(1));
         for (index, record) in records.iter().enumerate() {
             let mut message =
@@ -432,7 +543,7 @@ impl Log for KafkaLog {
             // The local queue may be full: let the background thread drain it, then retry.
             let deadline = Instant::now() + self.options.timeout;
             loop {
-                match self.producer.send(message) {
+                match producer.send(message) {
                     Ok(()) => break,
                     Err((e, back)) if Instant::now() < deadline => {
                         tracing::debug!("kafka producer queue: {e}; retrying");

@@ -79,6 +79,9 @@ pub struct TimeOrder {
     /// The latest configuration version so far: a `config.change` must be above it
     /// (strictly increasing, else quarantined).
     version: Option<(u64, String)>,
+    /// Records of the log read by [`TimeOrder::after_log`] (a Kafka log: the site's own,
+    /// whatever other sites share its partition).
+    records: u64,
 }
 
 impl TimeOrder {
@@ -93,19 +96,15 @@ impl TimeOrder {
         // decodes only config changes, once per import.
         let mut reader = log.reader(start)?;
         let mut version: Option<(u64, String)> = None;
-        let mut last = None;
+        // The last record read: the log's, or in a Kafka partition shared by several sites
+        // this site's (which need not be the partition's last).
+        let mut last_entry = None;
+        let mut records = 0;
         while reader.position() < end {
             let Some(entry) = reader.next(std::time::Duration::from_secs(5))? else {
                 break;
             };
-            if entry.offset + 1 == end {
-                last = decode_record(&entry.bytes).ok().map(|record| {
-                    (
-                        record.ts(),
-                        format!("the log's last record (offset {})", entry.offset),
-                    )
-                });
-            }
+            records += 1;
             let is_change = entry.bytes.windows(15).any(|w| w == b"\"config.change\"");
             if is_change {
                 if let Ok(Record::ConfigChange(c)) = decode_record(&entry.bytes) {
@@ -114,8 +113,26 @@ impl TimeOrder {
                     }
                 }
             }
+            last_entry = Some(entry);
         }
-        Ok(TimeOrder { last, version })
+        let last = last_entry.and_then(|entry| {
+            decode_record(&entry.bytes).ok().map(|record| {
+                (
+                    record.ts(),
+                    format!("the log's last record (offset {})", entry.offset),
+                )
+            })
+        });
+        Ok(TimeOrder {
+            last,
+            version,
+            records,
+        })
+    }
+
+    /// Records of the log read by [`TimeOrder::after_log`].
+    pub fn records(&self) -> u64 {
+        self.records
     }
 
     /// The latest configuration version so far, if any.

@@ -11,7 +11,7 @@ use lhc_replay::SyncForensics;
 
 use maud::html;
 
-use crate::args::{Format, FormatArgs, SourceArgs};
+use crate::args::{FleetArgs, Format, FormatArgs, SourceArgs};
 
 /// Forensics computed by replaying a log.
 #[derive(Subcommand)]
@@ -23,6 +23,8 @@ pub enum ForensicsCommand {
     Sync {
         #[command(flatten)]
         source: SourceArgs,
+        #[command(flatten)]
+        fleet: FleetArgs,
         /// Write a self-contained HTML report here.
         #[arg(long, value_name = "FILE.html")]
         out: Option<PathBuf>,
@@ -36,9 +38,21 @@ pub fn run(command: ForensicsCommand, quiet: bool) -> anyhow::Result<ExitCode> {
     match command {
         ForensicsCommand::Sync {
             source,
+            fleet,
             out,
             format,
         } => {
+            if fleet.all_sites {
+                if out.is_some() {
+                    anyhow::bail!(
+                        "--out writes one site's page: give --site NAME instead of --all-sites"
+                    );
+                }
+                let sites = source
+                    .replay_sites_with(&fleet, quiet, |_, s| lhc_replay::sync_forensics(s))?;
+                crate::args::print_sites(&sites, format.get(), summary, |r| &r.root_causes)?;
+                return Ok(ExitCode::SUCCESS);
+            }
             if let (Some(path), Some(input)) = (&out, source.input_path()) {
                 crate::args::refuse_overwrite(path, &[&input])?;
             }

@@ -13,7 +13,7 @@ use lhc_engine::output::{EventSource, Output, Reason};
 use lhc_engine::Engine;
 use lhc_replay::{replay, ChainLink, ReplayOptions};
 
-use crate::args::SourceArgs;
+use crate::args::{FleetArgs, SourceArgs};
 
 /// How outputs are printed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -29,7 +29,9 @@ pub enum Format {
 pub struct ReplayArgs {
     #[command(flatten)]
     source: SourceArgs,
-    /// Output format.
+    #[command(flatten)]
+    fleet: FleetArgs,
+    /// Output format (with --all-sites: one summary per site, then the fleet's).
     #[arg(long, value_enum, default_value_t = Format::Jsonl)]
     format: Format,
     /// Write outputs to this file instead of stdout.
@@ -55,6 +57,9 @@ pub struct ReplayArgs {
 
 /// Runs `lhc replay`.
 pub fn run(args: ReplayArgs, quiet: bool) -> anyhow::Result<ExitCode> {
+    if args.fleet.all_sites {
+        return fleet(args, quiet);
+    }
     let (mut source, bar) = args.source.open_with_progress("replaying", quiet)?;
     let mut options = ReplayOptions {
         digest_every: args.digest_every,
@@ -269,4 +274,96 @@ pub fn table_fields(output: &Output) -> (String, String, String, String) {
             format!("offset {}: {}", q.offset, q.error),
         ),
     }
+}
+
+/// `lhc replay --kafka B --all-sites`: every site folded on a thread of its own; one
+/// summary per site (records, digest, LHC mode at the end, 505s, failed launches), then the
+/// fleet's totals.
+fn fleet(args: ReplayArgs, quiet: bool) -> anyhow::Result<ExitCode> {
+    let per_site = [
+        (args.out.is_some(), "--out"),
+        (args.verify.is_some(), "--verify"),
+        (args.digest_every.is_some(), "--digest-every"),
+    ];
+    if let Some((_, flag)) = per_site.iter().find(|(given, _)| *given) {
+        bail!("{flag} is per site: give --site NAME instead of --all-sites");
+    }
+    let sites = args
+        .source
+        .replay_sites_with(&args.fleet, quiet, |site, source| {
+            lhc_replay::fleet::summarize(site, source, |_| {})
+        })?;
+    let summaries: Vec<&lhc_replay::fleet::SiteSummary> = sites.iter().map(|(_, s)| s).collect();
+    let in_lhc = summaries.iter().filter(|s| !s.in_lhc.is_empty()).count();
+    let total = |f: fn(&lhc_replay::fleet::SiteSummary) -> u64| -> u64 {
+        summaries.iter().map(|s| f(s)).sum()
+    };
+    let fleet = serde_json::json!({
+        "fleet": {
+            "sites": summaries.len(),
+            "sites_in_lhc": in_lhc,
+            "records": total(|s| s.records),
+            "quarantined": total(|s| s.quarantined),
+            "failed_imports": total(|s| s.failed_imports),
+            "launches": total(|s| s.launches),
+            "failed_launches": total(|s| s.failed_launches),
+        }
+    });
+    let mut out = std::io::stdout().lock();
+    match args.format {
+        Format::Jsonl => {
+            for s in &summaries {
+                serde_json::to_writer(&mut out, s)?;
+                writeln!(out)?;
+            }
+            serde_json::to_writer(&mut out, &fleet)?;
+            writeln!(out)?;
+        }
+        Format::Table => {
+            let width = summaries
+                .iter()
+                .map(|s| s.site.len())
+                .max()
+                .unwrap_or(4)
+                .max(4);
+            writeln!(
+                out,
+                "{:width$}  {:>10}  {:>6}  {:>8}  {:>10}  {:>7}  {:<16}  in LHC mode",
+                "site", "records", "505s", "launches", "failed", "quar.", "digest"
+            )?;
+            for s in &summaries {
+                writeln!(
+                    out,
+                    "{:width$}  {:>10}  {:>6}  {:>8}  {:>10}  {:>7}  {:<16}  {}",
+                    s.site,
+                    s.records,
+                    s.failed_imports,
+                    s.launches,
+                    s.failed_launches,
+                    s.quarantined,
+                    &s.digest[..16],
+                    if s.in_lhc.is_empty() {
+                        "no".to_string()
+                    } else {
+                        s.in_lhc.join(", ")
+                    }
+                )?;
+            }
+            writeln!(
+                out,
+                "fleet: {} site(s), {in_lhc} in LHC mode at the end, {} failed import(s), {} \
+                 failed launch(es) of {}",
+                summaries.len(),
+                total(|s| s.failed_imports),
+                total(|s| s.failed_launches),
+                total(|s| s.launches)
+            )?;
+        }
+    }
+    if args.digest {
+        for s in &summaries {
+            eprintln!("digest {} of site {}", s.digest, s.site);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }

@@ -10,7 +10,7 @@ use clap::Subcommand;
 use lhc_engine::event::EventKind;
 use lhc_replay::OutageReport;
 
-use crate::args::{Format, FormatArgs, SourceArgs};
+use crate::args::{FleetArgs, Format, FormatArgs, SourceArgs};
 use crate::render::duration;
 use crate::render::outage::version_outcome;
 use crate::time::Zone;
@@ -26,6 +26,8 @@ pub enum ReportCommand {
     Outage {
         #[command(flatten)]
         source: SourceArgs,
+        #[command(flatten)]
+        fleet: FleetArgs,
         /// Write a self-contained HTML report with charts on a time axis here.
         #[arg(long, value_name = "FILE.html")]
         out: Option<PathBuf>,
@@ -43,11 +45,28 @@ pub fn run(command: ReportCommand, quiet: bool) -> anyhow::Result<ExitCode> {
     match command {
         ReportCommand::Outage {
             source,
+            fleet,
             out,
             tz,
             format,
         } => {
             let zone = tz.as_deref().map(Zone::named).transpose()?;
+            if fleet.all_sites {
+                if out.is_some() {
+                    anyhow::bail!(
+                        "--out writes one site's page: give --site NAME instead of --all-sites"
+                    );
+                }
+                let sites =
+                    source.replay_sites_with(&fleet, quiet, |_, s| lhc_replay::outage_report(s))?;
+                crate::args::print_sites(
+                    &sites,
+                    format.get(),
+                    |r| summary(r, zone.as_ref()),
+                    |r| &r.episodes,
+                )?;
+                return Ok(ExitCode::SUCCESS);
+            }
             if let (Some(path), Some(input)) = (&out, source.input_path()) {
                 crate::args::refuse_overwrite(path, &[&input])?;
             }
