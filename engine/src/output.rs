@@ -541,6 +541,24 @@ pub struct MachineMaintenance {
     pub reason: MaintenanceReason,
 }
 
+/// One record of the output topic (`lhc.outputs` in Kafka mode; the node's `outputs` log
+/// otherwise): an output a connector node published, with the input that produced it. The
+/// Kafka message key is the publishing connector's name.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PublishedOutput {
+    /// Offset of the input record that produced the output, in the node's engine order
+    /// (its journal in Kafka mode).
+    pub input_offset: u64,
+    /// Position among that input's outputs, from 0: (`input_offset`, `index`) orders a
+    /// node's outputs and identifies each one.
+    pub index: u32,
+    /// The connector node that published it.
+    pub node: String,
+    /// The output, as `lhc replay` prints it (SPEC §3).
+    pub output: Output,
+}
+
 /// An input that could not be applied (R-LOG-3, R-LOG-4).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]

@@ -91,6 +91,7 @@ pub fn generate() -> Vec<SchemaFile> {
     let mut files = vec![
         file::<Record>("input.schema.json"),
         file::<Output>("output.schema.json"),
+        file::<crate::output::PublishedOutput>("published-output.schema.json"),
     ];
     files.extend(config_files![
         SiteData,

@@ -333,3 +333,135 @@ fn all_sites_folds_each_site_like_its_own_replay() {
     );
     refused(lhc(&["replay", "--all-sites", "x.jsonl"]), "--kafka");
 }
+
+/// The virtualenv's python with confluent-kafka: `LHC_PYTHON`, else the CI virtualenv.
+fn python_with_confluent_kafka() -> std::path::PathBuf {
+    let candidates = [
+        std::env::var_os("LHC_PYTHON").map(std::path::PathBuf::from),
+        std::env::var_os("CARGO_TARGET_DIR")
+            .map(|t| std::path::PathBuf::from(t).join("ci-venv/bin/python")),
+        Some(common::root().join("target/ci-venv/bin/python")),
+    ];
+    candidates
+        .into_iter()
+        .flatten()
+        .find(|python| {
+            std::process::Command::new(python)
+                .args(["-c", "import confluent_kafka"])
+                .output()
+                .is_ok_and(|o| o.status.success())
+        })
+        .expect(
+            "python with confluent-kafka is needed for this test: run .ci/deps (installs it \
+             into target/ci-venv)",
+        )
+}
+
+/// Consumers of the output topic (issue 18, item 6): the records a node publishes, read
+/// with docs/kafka.md's kcat one-liner and its Python example (confluent-kafka).
+#[test]
+fn the_documented_consumers_read_the_output_topic() {
+    use lhc_engine::output::PublishedOutput;
+    use lhc_engine::Output;
+    use lhc_log::Log;
+    let cluster = lhc_log::MockKafka::new(1).unwrap();
+    cluster.create_topic("lhc.outputs", 1).unwrap();
+    let brokers = cluster.bootstrap_servers();
+    // What the example's nodes publish: each connector its own outputs, keyed by its name.
+    let (replayed, _) = ok(lhc(&["replay", &common::example()]));
+    let outputs: Vec<Output> = replayed
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let mut by_node: std::collections::BTreeMap<String, Vec<Vec<u8>>> = Default::default();
+    for (i, output) in outputs.iter().enumerate() {
+        let Some(node) = output.connector() else {
+            continue;
+        };
+        let record = PublishedOutput {
+            input_offset: i as u64,
+            index: 0,
+            node: node.to_string(),
+            output: output.clone(),
+        };
+        by_node
+            .entry(node.to_string())
+            .or_default()
+            .push(serde_json::to_vec(&record).unwrap());
+    }
+    let mut published = 0;
+    for (node, records) in &by_node {
+        let mut options = lhc_log::KafkaOptions::new(brokers.clone(), node.clone());
+        options.topic = "lhc.outputs".into();
+        let log = lhc_log::KafkaLog::open(options).unwrap();
+        let refs: Vec<&[u8]> = records.iter().map(Vec::as_slice).collect();
+        log.append(&refs).unwrap();
+        published += records.len();
+    }
+    let rejected: Vec<&Output> = outputs
+        .iter()
+        .filter(|o| matches!(o, Output::LaunchDecision(d) if d.outcome == lhc_engine::output::Outcome::Rejected))
+        .collect();
+    assert!(!rejected.is_empty());
+
+    // docs/kafka.md: kcat -C -b BROKERS -t lhc.outputs -o beginning -e -q -f '%k\t%s\n'
+    let kcat = std::process::Command::new("kcat")
+        .args([
+            "-C",
+            "-b",
+            &brokers,
+            "-t",
+            "lhc.outputs",
+            "-o",
+            "beginning",
+            "-e",
+            "-q",
+        ])
+        .args(["-f", "%k\t%s\n"])
+        .output()
+        .expect("kcat runs (.ci/deps installs it)");
+    let text = String::from_utf8(kcat.stdout).unwrap();
+    assert_eq!(
+        text.lines().count(),
+        published,
+        "{}",
+        String::from_utf8_lossy(&kcat.stderr)
+    );
+    for line in text.lines() {
+        let (key, value) = line.split_once('\t').unwrap();
+        let record: PublishedOutput = serde_json::from_str(value).unwrap();
+        assert_eq!(record.node, key);
+    }
+
+    // docs/examples/consume_outputs.py: the refused launches, keyed by connector.
+    let script = common::root().join("docs/examples/consume_outputs.py");
+    let run = std::process::Command::new(python_with_confluent_kafka())
+        .arg(&script)
+        .arg(&brokers)
+        .output()
+        .unwrap();
+    let printed = String::from_utf8(run.stdout).unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let mut expected: Vec<String> = rejected
+        .iter()
+        .map(|o| match o {
+            Output::LaunchDecision(d) => format!(
+                "{} {} {} {}",
+                d.connector,
+                serde_json::to_value(d.ts).unwrap().as_str().unwrap(),
+                d.request,
+                d.reason
+                    .map_or("None".into(), |r| lhc_engine::engine::snake(&r))
+            ),
+            _ => unreachable!(),
+        })
+        .collect();
+    let mut got: Vec<String> = printed.lines().map(str::to_string).collect();
+    expected.sort();
+    got.sort();
+    assert_eq!(got, expected);
+}

@@ -7,23 +7,11 @@
 use std::sync::Arc;
 
 use lhc_log::Log;
-use serde::{Deserialize, Serialize};
 
 use crate::store::{NodeError, Store};
 
-/// One record of the output log.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct OutputRecord {
-    /// Offset of the input record that produced the output.
-    pub input_offset: u64,
-    /// Position among that input's outputs.
-    pub index: u32,
-    /// The connector node that published it.
-    pub node: String,
-    /// The output, as `lhc replay` prints it.
-    pub output: serde_json::Value,
-}
+/// One record of the output log (schema: `schemas/published-output.schema.json`).
+pub use lhc_engine::output::PublishedOutput as OutputRecord;
 
 /// Runs the publisher on its own thread: after each commit the fold sends a message; the
 /// thread publishes everything committed since the cursor. A failing output log is retried
@@ -144,14 +132,14 @@ impl Publisher {
             };
             let mut records = Vec::new();
             for (offset, index, bytes) in &stored {
-                let output: serde_json::Value = match serde_json::from_slice(bytes) {
+                let output: lhc_engine::Output = match serde_json::from_slice(bytes) {
                     Ok(v) => v,
                     Err(e) => {
                         tracing::error!("stored output at {offset}/{index} unreadable: {e}");
                         continue;
                     }
                 };
-                let concerns = match output.get("connector").and_then(|c| c.as_str()) {
+                let concerns = match output.connector() {
                     Some(c) => c.eq_ignore_ascii_case(&self.node),
                     None => true,
                 };

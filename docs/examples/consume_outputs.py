@@ -1,0 +1,37 @@
+"""Prints every launch lhc's nodes refused, read from the output topic (docs/kafka.md).
+
+Usage: python3 consume_outputs.py BROKERS [TOPIC]
+
+Each message's key is the connector that published it; its value is one JSON object of
+schemas/published-output.schema.json. Reads the topic from its start and stops after 5 s
+without a new message (a live consumer would keep polling).
+"""
+import json
+import sys
+
+from confluent_kafka import Consumer
+
+brokers = sys.argv[1]
+topic = sys.argv[2] if len(sys.argv) > 2 else "lhc.outputs"
+consumer = Consumer(
+    {
+        "bootstrap.servers": brokers,
+        "group.id": "lhc-outputs-example",
+        "auto.offset.reset": "earliest",
+    }
+)
+consumer.subscribe([topic])
+idle = 0
+while idle < 5:
+    message = consumer.poll(1.0)
+    if message is None:
+        idle += 1
+        continue
+    idle = 0
+    if message.error():
+        sys.exit(f"kafka: {message.error()}")
+    record = json.loads(message.value())
+    output = record["output"]
+    if output["type"] == "launch.decision" and output["outcome"] == "rejected":
+        print(message.key().decode(), output["ts"], output["request"], output.get("reason"))
+consumer.close()
