@@ -11,27 +11,16 @@ import sys
 
 from confluent_kafka import Consumer
 
-brokers = sys.argv[1]
-topic = sys.argv[2] if len(sys.argv) > 2 else "lhc.outputs"
-consumer = Consumer(
-    {
-        "bootstrap.servers": brokers,
-        "group.id": "lhc-outputs-example",
-        "auto.offset.reset": "earliest",
-    }
-)
-consumer.subscribe([topic])
-idle = 0
-while idle < 5:
-    message = consumer.poll(1.0)
-    if message is None:
-        idle += 1
-        continue
-    idle = 0
+BROKERS = sys.argv[1]
+TOPIC = sys.argv[2] if len(sys.argv) > 2 else "lhc.outputs"
+
+consumer = Consumer({"bootstrap.servers": BROKERS, "group.id": "lhc-outputs-example",
+                     "auto.offset.reset": "earliest"})
+consumer.subscribe([TOPIC])
+while (message := consumer.poll(5.0)) is not None:
     if message.error():
         sys.exit(f"kafka: {message.error()}")
-    record = json.loads(message.value())
-    output = record["output"]
+    output = json.loads(message.value())["output"]
     if output["type"] == "launch.decision" and output["outcome"] == "rejected":
         print(message.key().decode(), output["ts"], output["request"], output.get("reason"))
 consumer.close()

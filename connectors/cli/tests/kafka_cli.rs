@@ -433,8 +433,20 @@ fn the_documented_consumers_read_the_output_topic() {
         assert_eq!(record.node, key);
     }
 
-    // docs/examples/consume_outputs.py: the refused launches, keyed by connector.
+    // docs/examples/consume_outputs.py: the refused launches, keyed by connector; the
+    // snippet docs/kafka.md shows is the script's own code.
     let script = common::root().join("docs/examples/consume_outputs.py");
+    let doc = std::fs::read_to_string(common::root().join("docs/kafka.md")).unwrap();
+    let snippet = doc
+        .split("```python\n")
+        .nth(1)
+        .and_then(|s| s.split("```").next())
+        .expect("docs/kafka.md shows the Python consumer");
+    assert!(
+        std::fs::read_to_string(&script).unwrap().contains(snippet),
+        "docs/kafka.md's Python snippet differs from {}",
+        script.display()
+    );
     let run = std::process::Command::new(python_with_confluent_kafka())
         .arg(&script)
         .arg(&brokers)

@@ -50,6 +50,8 @@ pub struct TopicOutcome {
     pub settings: BTreeMap<String, String>,
     /// What would lose history or weaken durability, in words an admin can act on.
     pub warnings: Vec<String>,
+    /// Some of the warnings are settings that delete records (retention, compaction).
+    pub deletes_history: bool,
 }
 
 /// The settings a topic of lhc is created with, for `replication` replicas.
@@ -129,6 +131,14 @@ pub fn check_topic(
         ));
     }
     warnings
+}
+
+/// Whether the settings delete records: compaction, or a retention by age or size.
+pub fn deletes_history(settings: &BTreeMap<String, String>) -> bool {
+    let get = |key: &str| settings.get(key).map(String::as_str);
+    get("cleanup.policy").is_some_and(|p| p.split(',').any(|p| p.trim() == "compact"))
+        || get("retention.ms").is_some_and(|v| v != "-1")
+        || get("retention.bytes").is_some_and(|v| v != "-1")
 }
 
 /// Creates the missing topics and checks them all.
@@ -223,12 +233,14 @@ pub fn init(options: &KafkaOptions, request: &InitRequest) -> Result<Vec<TopicOu
         let replication = topic
             .and_then(|t| t.partitions().first())
             .map_or(0, |p| p.replicas().len());
+        let warnings = check_topic(name, &settings, replication);
         outcomes.push(TopicOutcome {
             topic: name.clone(),
             created: missing.contains(&name),
             partitions,
             replication,
-            warnings: check_topic(name, &settings, replication),
+            deletes_history: deletes_history(&settings),
+            warnings,
             settings,
         });
     }
@@ -280,6 +292,7 @@ mod tests {
                 .into_iter()
                 .map(|(k, v)| (k.to_string(), v))
                 .collect();
+            assert!(!deletes_history(&made));
             let warnings = check_topic("t", &made, replication as usize);
             if replication == 1 {
                 assert_eq!(warnings.len(), 1, "{warnings:?}");
@@ -302,6 +315,7 @@ mod tests {
             ("min.insync.replicas", "1"),
         ]);
         let warnings = check_topic("lhc.events", &defaults, 3);
+        assert!(deletes_history(&defaults));
         assert_eq!(warnings.len(), 2, "{warnings:?}");
         assert!(warnings[0].contains("retention.ms=604800000"));
         assert!(warnings[0].contains("7days"));

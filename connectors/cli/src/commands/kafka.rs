@@ -15,7 +15,8 @@ use crate::args::KafkaClientArgs;
 pub enum KafkaCommand {
     /// Create the site-log and output topics (never expiring, never compacted,
     /// min.insync.replicas 2 with 3 replicas), or check existing ones and warn about
-    /// settings that would delete history. Safe to run again.
+    /// settings that would delete history or weaken durability. Safe to run again. Exit
+    /// status 1 when a topic's settings delete records (retention, compaction).
     Init(InitArgs),
     /// Run librdkafka's mock cluster (a real Kafka protocol endpoint in this process) with
     /// the topics lhc uses, to try Kafka mode without a broker; prints the bootstrap
@@ -152,7 +153,11 @@ fn init(args: InitArgs, quiet: bool) -> anyhow::Result<ExitCode> {
             args.kafka
         );
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(if outcomes.iter().any(|o| o.deletes_history) {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 fn print_text(outcome: &TopicOutcome) {
