@@ -82,6 +82,7 @@ pub(crate) fn fold_loop(
         }
         _ => Source::Direct(shared.log.reader(folder.next())?),
     };
+    shared.fold_ready.store(true, Ordering::SeqCst);
     // Serializing and writing the state happens on the committer thread, so answers never
     // wait for a commit; the bound makes the fold wait if the disk falls behind.
     let (jobs, pending_jobs) = std::sync::mpsc::sync_channel::<CommitJob>(2);

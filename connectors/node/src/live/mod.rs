@@ -258,6 +258,9 @@ pub(crate) struct Shared {
     pub closing: Arc<watch::Sender<bool>>,
     /// The start-up catch-up is done: the routes that decide answer.
     pub caught_up: AtomicBool,
+    /// The fold thread has set up its source (in Kafka mode: the outbox of earlier runs is
+    /// loaded, which the start publishes): the catch-up waits for it.
+    pub fold_ready: AtomicBool,
     /// Dashboard event streams open at once: at most [`MAX_DASHBOARD_STREAMS`].
     pub dashboard_streams: Arc<tokio::sync::Semaphore>,
 }
@@ -506,6 +509,7 @@ pub async fn run(
         dashboard: Mutex::new(dashboard::History::default()),
         closing: Arc::new(watch::channel(false).0),
         caught_up: AtomicBool::new(false),
+        fold_ready: AtomicBool::new(false),
         dashboard_streams: Arc::new(tokio::sync::Semaphore::new(MAX_DASHBOARD_STREAMS)),
     });
 
@@ -577,6 +581,14 @@ pub async fn run(
         .map_err(|e| RunError::Fold(e.to_string()))??
     };
     let started = Instant::now();
+    // Started without Kafka the node is caught up at once, but not before the fold has
+    // loaded the outbox of earlier runs (else `start_serving` would not publish it).
+    while !shared.fold_ready.load(Ordering::SeqCst)
+        && !fold_thread.is_finished()
+        && !*stop_rx.borrow()
+    {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     let mut applied_rx = shared.site_pos.subscribe();
     while *applied_rx.borrow_and_update() < end {
         if fold_thread.is_finished() || *stop_rx.borrow() {
