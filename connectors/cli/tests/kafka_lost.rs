@@ -77,10 +77,7 @@ fn lines(out: std::process::Output) -> Vec<String> {
 
 #[test]
 fn brokering_goes_on_while_kafka_is_down_and_nothing_is_lost() {
-    let cluster = lhc_log::MockKafka::new(1).unwrap();
-    cluster.create_topic("lhc.events", 1).unwrap();
-    cluster.create_topic("lhc.outputs", 1).unwrap();
-    let brokers = cluster.bootstrap_servers();
+    let (cluster, brokers) = mock_cluster();
     let kafka = ["--kafka", brokers.as_str(), "--site", "lost-test"];
     let dir = tempfile::tempdir().unwrap();
     import_site(&kafka, dir.path());
@@ -89,14 +86,7 @@ fn brokering_goes_on_while_kafka_is_down_and_nothing_is_lost() {
     let (mut node, port) = start_node(&kafka, &data, cloud);
 
     let mut answers: Vec<(String, Value)> = Vec::new();
-    wait_until("the VDA is registered", Duration::from_secs(20), || {
-        heartbeats(port);
-        let id = format!("wait-{}", now_ms());
-        let d = launch(port, &id);
-        let ok = d["outcome"] == "brokered";
-        answers.push((id, d));
-        ok
-    });
+    wait_brokered(port, "wait", &mut answers);
 
     cluster.broker_down(1).unwrap();
     for i in 0..5 {
@@ -184,16 +174,48 @@ fn brokering_goes_on_while_kafka_is_down_and_nothing_is_lost() {
     // Replaying the node's journal makes every decision the node answered.
     let journal_file = dir.path().join("journal.jsonl");
     std::fs::write(&journal_file, journal.join("\n") + "\n").unwrap();
-    let outputs: Vec<Value> = lines(lhc().arg("replay").arg(&journal_file).output().unwrap())
+    let mut replay = lhc();
+    replay.arg("replay").arg(&journal_file);
+    assert_decisions(replay, &answers);
+}
+
+/// librdkafka's mock cluster with the site and output topics; its bootstrap servers.
+fn mock_cluster() -> (lhc_log::MockKafka, String) {
+    let cluster = lhc_log::MockKafka::new(1).unwrap();
+    cluster.create_topic("lhc.events", 1).unwrap();
+    cluster.create_topic("lhc.outputs", 1).unwrap();
+    let brokers = cluster.bootstrap_servers();
+    (cluster, brokers)
+}
+
+/// Heartbeats and launches (`PREFIX-N`) until one is brokered (the VDA registered); every
+/// answer joins `answers`.
+fn wait_brokered(port: u16, prefix: &str, answers: &mut Vec<(String, Value)>) {
+    let mut n = 0;
+    wait_until("a launch is brokered", Duration::from_secs(20), || {
+        heartbeats(port);
+        let id = format!("{prefix}-{n}");
+        n += 1;
+        let d = launch(port, &id);
+        let ok = d["outcome"] == "brokered";
+        answers.push((id, d));
+        ok
+    });
+}
+
+/// Runs `replay` and asserts that each answered request has exactly the decision the node
+/// answered.
+fn assert_decisions(mut replay: Command, answers: &[(String, Value)]) {
+    let outputs: Vec<Value> = lines(replay.output().unwrap())
         .iter()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    for (id, answer) in &answers {
-        let replayed: Vec<&Value> = outputs
+    for (id, answer) in answers {
+        let decisions: Vec<&Value> = outputs
             .iter()
             .filter(|o| o["type"] == "launch.decision" && o["request"] == id.as_str())
             .collect();
-        assert_eq!(replayed, vec![answer], "request {id}");
+        assert_eq!(decisions, vec![answer], "request {id}");
     }
 }
 
@@ -249,10 +271,7 @@ fn import_site(kafka: &[&str], dir: &std::path::Path) {
 /// them again. The topic then holds those records twice; every reader applies each once.
 #[test]
 fn records_whose_delivery_was_in_doubt_are_applied_once_by_every_reader() {
-    let cluster = lhc_log::MockKafka::new(1).unwrap();
-    cluster.create_topic("lhc.events", 1).unwrap();
-    cluster.create_topic("lhc.outputs", 1).unwrap();
-    let brokers = cluster.bootstrap_servers();
+    let (cluster, brokers) = mock_cluster();
     let kafka = ["--kafka", brokers.as_str(), "--site", "once-test"];
     let dir = tempfile::tempdir().unwrap();
     import_site(&kafka, dir.path());
@@ -260,14 +279,7 @@ fn records_whose_delivery_was_in_doubt_are_applied_once_by_every_reader() {
     let data = dir.path().join("node");
     let (mut node, port) = start_node(&kafka, &data, cloud);
     let mut answers: Vec<(String, Value)> = Vec::new();
-    wait_until("the VDA is registered", Duration::from_secs(20), || {
-        heartbeats(port);
-        let id = format!("wait-{}", now_ms());
-        let d = launch(port, &id);
-        let ok = d["outcome"] == "brokered";
-        answers.push((id, d));
-        ok
-    });
+    wait_brokered(port, "wait", &mut answers);
 
     // Answers take 3 s, the node waits 1 s: an append sent before its timeout is stored
     // and reported failed. (On a loaded machine a request may time out before it is even
@@ -389,10 +401,7 @@ fn stop(node: &mut KillOnDrop) {
 /// folded the topic has nothing to decide from and refuses to start, naming the brokers.
 #[test]
 fn a_node_starts_without_kafka_and_publishes_when_it_returns() {
-    let cluster = lhc_log::MockKafka::new(1).unwrap();
-    cluster.create_topic("lhc.events", 1).unwrap();
-    cluster.create_topic("lhc.outputs", 1).unwrap();
-    let brokers = cluster.bootstrap_servers();
+    let (cluster, brokers) = mock_cluster();
     let kafka = ["--kafka", brokers.as_str(), "--site", "offline-test"];
     let dir = tempfile::tempdir().unwrap();
     import_site(&kafka, dir.path());
@@ -400,14 +409,7 @@ fn a_node_starts_without_kafka_and_publishes_when_it_returns() {
     let data = dir.path().join("node");
     let (mut node, port) = start_node(&kafka, &data, cloud);
     let mut answers: Vec<(String, Value)> = Vec::new();
-    wait_until("the VDA is registered", Duration::from_secs(20), || {
-        heartbeats(port);
-        let id = format!("wait-{}", now_ms());
-        let d = launch(port, &id);
-        let ok = d["outcome"] == "brokered";
-        answers.push((id, d));
-        ok
-    });
+    wait_brokered(port, "wait", &mut answers);
     stop(&mut node);
 
     cluster.broker_down(1).unwrap();
@@ -444,20 +446,7 @@ fn a_node_starts_without_kafka_and_publishes_when_it_returns() {
         "{scrape}"
     );
     // The restarted node sees the VDA again at its next heartbeat.
-    let mut n = 0;
-    wait_until(
-        "brokering from the journal",
-        Duration::from_secs(20),
-        || {
-            heartbeats(port);
-            let id = format!("offline-wait-{n}");
-            n += 1;
-            let d = launch(port, &id);
-            let ok = d["outcome"] == "brokered";
-            answers.push((id, d));
-            ok
-        },
-    );
+    wait_brokered(port, "offline-wait", &mut answers);
     for i in 0..3 {
         heartbeats(port);
         let id = format!("offline-{i}");
@@ -483,15 +472,7 @@ fn a_node_starts_without_kafka_and_publishes_when_it_returns() {
         let needle = format!("\"offline-{i}\"");
         assert_eq!(topic.iter().filter(|l| l.contains(&needle)).count(), 1);
     }
-    let outputs: Vec<Value> = lines(lhc().arg("replay").args(kafka).output().unwrap())
-        .iter()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    for (id, answer) in &answers {
-        let decisions: Vec<&Value> = outputs
-            .iter()
-            .filter(|o| o["type"] == "launch.decision" && o["request"] == id.as_str())
-            .collect();
-        assert_eq!(decisions, vec![answer], "request {id}");
-    }
+    let mut replay = lhc();
+    replay.arg("replay").args(kafka);
+    assert_decisions(replay, &answers);
 }

@@ -453,17 +453,19 @@ pub fn topic_sites(options: &KafkaOptions) -> Result<(Vec<TopicSite>, u64), LogE
                     }
                     None => unkeyed += 1,
                 }
-                if ends.get(&partition).is_some_and(|&end| message.offset() + 1 >= end) {
+                if ends
+                    .get(&partition)
+                    .is_some_and(|&end| message.offset() + 1 >= end)
+                {
                     ends.remove(&partition);
                 }
             }
             Some(Err(e)) => tracing::warn!("kafka {}: fetch: {e} (retrying)", options.brokers),
-            None if last_progress.elapsed() > options.timeout => {
-                return Err(options.error(format!(
-                    "partitions {:?} stopped delivering records before their end; is the                      broker up?",
-                    ends.keys().collect::<Vec<_>>()
-                )))
-            }
+            None if last_progress.elapsed() > options.timeout => return Err(options
+                .error(format!(
+                "partitions {:?} stopped delivering records before their end; is the broker up?",
+                ends.keys().collect::<Vec<_>>()
+            ))),
             None => {}
         }
     }
