@@ -195,12 +195,14 @@ struct OrderedChange {
     ts: Ts,
     version: u64,
     ops: Vec<OrderedOp>,
+    #[serde(default)]
+    record_id: Option<crate::record_id::RecordId>,
 }
 
 impl From<OrderedChange> for ConfigChange {
     fn from(c: OrderedChange) -> ConfigChange {
         ConfigChange {
-            record_id: None,
+            record_id: c.record_id,
             ts: c.ts,
             version: c.version,
             ops: c.ops.into_iter().map(|o| o.0).collect(),
@@ -351,6 +353,8 @@ fn explain(bytes: &[u8]) -> Option<DecodeError> {
 struct ConfigChangeHead {
     ts: Ts,
     version: u64,
+    #[serde(default)]
+    record_id: Option<crate::record_id::RecordId>,
 }
 
 fn explain_config_change(value: Value) -> Result<(), DecodeError> {

@@ -555,6 +555,10 @@ pub struct PublishedOutput {
     pub index: u32,
     /// The connector node that published it.
     pub node: String,
+    /// The site the node serves (Kafka mode: its site log's message key), so consumers of
+    /// a topic shared by many sites can tell them apart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub site: Option<String>,
     /// The output, as `lhc replay` prints it (SPEC §3).
     pub output: Output,
 }

@@ -158,6 +158,15 @@ fn brokering_goes_on_while_kafka_is_down_and_nothing_is_lost() {
     .map(|l| serde_json::from_str::<Value>(l).unwrap())
     .filter(|o| o["connector"].as_str().is_none_or(|c| c == NODE))
     .collect();
+    // Each is a record of schemas/published-output.schema.json, naming node and site.
+    for p in &published {
+        let record: lhc_engine::output::PublishedOutput =
+            serde_json::from_value(p.clone()).expect("a published-output record");
+        assert_eq!(
+            (record.node.as_str(), record.site.as_deref()),
+            (NODE, Some("lost-test"))
+        );
+    }
     let outputs_published: Vec<&Value> = published.iter().map(|p| &p["output"]).collect();
     assert_eq!(outputs_published, stored.iter().collect::<Vec<_>>());
     let keys: Vec<(u64, u64)> = published

@@ -75,8 +75,7 @@ impl KafkaOptions {
             }
             if let Some((_, why)) = RESERVED.iter().find(|(k, _)| k == key) {
                 return Err(self.error(format!(
-                    "setting {key}={}: lhc sets {key} itself ({why}); remove it",
-                    shown(key, value)
+                    "setting {key}: lhc sets {key} itself ({why}); remove it"
                 )));
             }
         }
@@ -85,11 +84,9 @@ impl KafkaOptions {
             config.set(key, value);
         }
         let described = |e: KafkaError| match e {
-            KafkaError::ClientConfig(_, detail, key, value) if !key.is_empty() => {
-                format!(
-                    "setting {key}={}: librdkafka says: {detail}",
-                    shown(&key, &value)
-                )
+            // The value is not repeated: a misspelled secret key is still a secret.
+            KafkaError::ClientConfig(_, detail, key, _) if !key.is_empty() => {
+                format!("setting {key}: librdkafka says: {detail}")
             }
             KafkaError::ClientConfig(_, detail, _, _) | KafkaError::ClientCreation(detail) => {
                 format!("librdkafka refuses the settings: {detail}")
@@ -149,17 +146,6 @@ pub const RESERVED: [(&str, &str); 9] = [
     ),
     ("transactional.id", "lhc does not use Kafka transactions"),
 ];
-
-/// A setting's value as messages show it: secrets (passwords, keys, tokens, JAAS lines)
-/// are never printed.
-fn shown<'a>(key: &str, value: &'a str) -> &'a str {
-    const SECRET: [&str; 5] = ["password", "secret", "jaas", "token", ".pem"];
-    if SECRET.iter().any(|s| key.contains(s)) || key == "sasl.oauthbearer.config" {
-        "(hidden)"
-    } else {
-        value
-    }
-}
 
 /// Applies the user's librdkafka settings last, so they tune what lhc only defaults
 /// (`linger.ms`, `fetch.wait.max.ms`...); [`KafkaOptions::check`] refuses the ones lhc
@@ -321,6 +307,11 @@ impl KafkaLog {
             .get_or_init(|| site_partition(&self.options.site, partitions)))
     }
 
+    /// The site: the message key of its records.
+    pub fn site(&self) -> &str {
+        &self.options.site
+    }
+
     /// The partition holding this site, if already found (never waits).
     pub fn known_partition(&self) -> Option<i32> {
         self.partition.get().copied()
@@ -461,11 +452,12 @@ pub fn topic_sites(options: &KafkaOptions) -> Result<(Vec<TopicSite>, u64), LogE
                 }
             }
             Some(Err(e)) => tracing::warn!("kafka {}: fetch: {e} (retrying)", options.brokers),
-            None if last_progress.elapsed() > options.timeout => return Err(options
-                .error(format!(
+            None if last_progress.elapsed() > options.timeout => {
+                return Err(options.error(format!(
                 "partitions {:?} stopped delivering records before their end; is the broker up?",
                 ends.keys().collect::<Vec<_>>()
-            ))),
+            )))
+            }
             None => {}
         }
     }

@@ -596,8 +596,10 @@ impl Store {
     }
 
     /// Starts a run of record ids: this directory's instance id (made at the first run) and
-    /// a run number one above every earlier run's, written to disk (synced) before any id
-    /// of the run is given, so no two runs share an id even after a crash.
+    /// a run number above every earlier run's, written to disk (synced) before any id of
+    /// the run is given, so no two runs share an id even after a crash. The run number is
+    /// also at least the Unix time in seconds, so a directory restored from a backup or a
+    /// VM snapshot (whose counter went back) still starts above the runs it already used.
     pub fn begin_run(&self) -> Result<(String, u32), NodeError> {
         let meta = self.cf(META);
         let get = |key| self.db.get_cf(&meta, key).map_err(|e| self.error(e));
@@ -624,6 +626,10 @@ impl Store {
             }
             None => 1,
         };
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u32::try_from(d.as_secs()).unwrap_or(u32::MAX));
+        let epoch = epoch.max(now);
         let mut batch = WriteBatch::default();
         batch.put_cf(&meta, INSTANCE_KEY, instance.as_bytes());
         batch.put_cf(&meta, EPOCH_KEY, epoch.to_be_bytes());

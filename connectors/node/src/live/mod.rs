@@ -513,7 +513,8 @@ pub async fn run(
         dashboard_streams: Arc::new(tokio::sync::Semaphore::new(MAX_DASHBOARD_STREAMS)),
     });
 
-    let publisher = publish::Publisher::new(outputs, &shared.config.connector);
+    let site = shared.kafka.as_ref().map(|l| l.kafka.site().to_string());
+    let publisher = publish::Publisher::new(outputs, &shared.config.connector, site);
     let (committed, commits) = std::sync::mpsc::channel();
     let publisher_thread = publish::spawn(publisher, store.clone(), commits)
         .map_err(|e| RunError::Fold(e.to_string()))?;

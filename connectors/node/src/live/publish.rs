@@ -48,6 +48,8 @@ const CHUNK: usize = 4096;
 pub(crate) struct Publisher {
     log: Arc<dyn Log>,
     node: String,
+    /// The site, named in each record (Kafka mode).
+    site: Option<String>,
     cursor: Option<(u64, u32)>,
     /// Whether the cursor was read from the output log (nothing is published before: the
     /// output log may be unreachable at start).
@@ -57,10 +59,12 @@ pub(crate) struct Publisher {
 }
 
 impl Publisher {
-    /// A publisher for `node`; it finds its place in the output log at its first round.
-    pub(crate) fn new(log: Arc<dyn Log>, node: &str) -> Publisher {
+    /// A publisher for `node` of `site`; it finds its place in the output log at its first
+    /// round.
+    pub(crate) fn new(log: Arc<dyn Log>, node: &str, site: Option<String>) -> Publisher {
         Publisher {
             log,
+            site,
             node: node.to_string(),
             cursor: None,
             located: false,
@@ -148,6 +152,7 @@ impl Publisher {
                         input_offset: *offset,
                         index: *index,
                         node: self.node.clone(),
+                        site: self.site.clone(),
                         output,
                     };
                     records.push(serde_json::to_vec(&record).expect("outputs serialize"));
