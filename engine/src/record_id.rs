@@ -3,7 +3,7 @@
 //! A Kafka append whose delivery report timed out may still have reached the broker; the
 //! node then keeps the record in its journal and publishes it again when Kafka answers, so
 //! the topic can hold it twice. Every record a node appends to Kafka therefore carries a
-//! `record_id`, `PRODUCER:EPOCH.N`: the producer (the node's connector name and the
+//! `record_id`, `PRODUCER:RUN.N`: the producer (the node's connector name and the
 //! instance of its data directory), the run (one more at every start) and a counter. The
 //! engine applies the first record with an id and quarantines later ones as duplicates.
 //!
@@ -27,7 +27,7 @@ pub const MAX_RUNS: usize = 64;
 /// The pattern of a record id, for the JSON Schema.
 pub const RECORD_ID_PATTERN: &str = r"^[^\s:]+:[0-9]+\.[0-9]+$";
 
-/// A record's unique id: `PRODUCER:EPOCH.N`.
+/// A record's unique id: `PRODUCER:RUN.N`.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct RecordId {
     /// Who appended it (a node: `connector@instance`).
@@ -39,10 +39,10 @@ pub struct RecordId {
 }
 
 impl RecordId {
-    /// Parses `PRODUCER:EPOCH.N`.
+    /// Parses `PRODUCER:RUN.N`.
     pub fn parse(text: &str) -> Result<RecordId, String> {
         let bad = |why: &str| {
-            format!("{text:?} is not a record id ({why}); expected PRODUCER:EPOCH.N, like cc-a.corp@3f9a1c2e:4.17")
+            format!("{text:?} is not a record id ({why}); expected PRODUCER:RUN.N, like cc-a.corp@3f9a1c2e:4.17")
         };
         let (producer, seq) = text.rsplit_once(':').ok_or_else(|| bad("no ':'"))?;
         if producer.is_empty() || producer.chars().any(|c| c.is_whitespace() || c == ':') {
@@ -51,11 +51,11 @@ impl RecordId {
         let (epoch, n) = seq.split_once('.').ok_or_else(|| bad("no '.'"))?;
         let number = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
         if !number(epoch) || !number(n) {
-            return Err(bad("EPOCH and N are decimal numbers"));
+            return Err(bad("RUN and N are decimal numbers"));
         }
         Ok(RecordId {
             producer: producer.into(),
-            epoch: epoch.parse().map_err(|_| bad("EPOCH is too large"))?,
+            epoch: epoch.parse().map_err(|_| bad("RUN is too large"))?,
             n: n.parse().map_err(|_| bad("N is too large"))?,
         })
     }
@@ -79,7 +79,7 @@ impl<'de> Deserialize<'de> for RecordId {
         impl de::Visitor<'_> for Visitor {
             type Value = RecordId;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a record id string PRODUCER:EPOCH.N")
+                f.write_str("a record id string PRODUCER:RUN.N")
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<RecordId, E> {
                 RecordId::parse(v).map_err(E::custom)
@@ -98,7 +98,7 @@ impl JsonSchema for RecordId {
         json_schema!({
             "type": "string",
             "pattern": RECORD_ID_PATTERN,
-            "description": "Unique id of a record, PRODUCER:EPOCH.N; a later record with the \
+            "description": "Unique id of a record, PRODUCER:RUN.N; a later record with the \
                             same id is a duplicate and is not applied."
         })
     }

@@ -26,8 +26,12 @@ use crate::source::{Source, SourceError, SourceSpec};
 pub struct Fleet {
     /// Each site and its partition.
     pub sites: Vec<TopicSite>,
-    /// Records without a key: no site's.
+    /// Records without a key, or with one that is not UTF-8 text: no site's.
     pub unkeyed: u64,
+    /// Sites found only in a partition other than the one Kafka's partitioner gives them
+    /// (written by a producer with another partitioner): `(site, found, expected)`. Their
+    /// records are not read.
+    pub misplaced: Vec<(String, i32, i32)>,
     /// Sites whose records sit in more than one partition (partitions were added after
     /// the site started): only the partition Kafka's partitioner gives them is read.
     pub split: Vec<String>,
@@ -35,9 +39,20 @@ pub struct Fleet {
 
 /// Finds the sites of the topic `options` names (its `site` is ignored).
 pub fn discover(options: &KafkaOptions) -> Result<Fleet, SourceError> {
-    let (found, unkeyed) = topic_sites(options)?;
+    let (found, unkeyed, partitions) = topic_sites(options)?;
     let mut sites: Vec<TopicSite> = Vec::new();
     let mut split = Vec::new();
+    let mut misplaced = Vec::new();
+    for site in &found {
+        let expected = lhc_log::kafka::site_partition(&site.site, partitions);
+        if !found
+            .iter()
+            .any(|s| s.site == site.site && s.partition == expected)
+            && !misplaced.iter().any(|(s, _, _)| s == &site.site)
+        {
+            misplaced.push((site.site.clone(), site.partition, expected));
+        }
+    }
     for site in found {
         match sites.last_mut() {
             Some(last) if last.site == site.site => {
@@ -53,6 +68,7 @@ pub fn discover(options: &KafkaOptions) -> Result<Fleet, SourceError> {
         sites,
         unkeyed,
         split,
+        misplaced,
     })
 }
 

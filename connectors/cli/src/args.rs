@@ -51,6 +51,18 @@ impl KafkaClientArgs {
         if let Some(path) = &self.kafka_config_file {
             let file = std::fs::File::open(path)
                 .with_context(|| format!("--kafka-config-file {}", path.display()))?;
+            // A client properties file is a few lines: anything else (a device, a FIFO, a
+            // huge file) is refused rather than read without end.
+            const MAX: u64 = 1 << 20;
+            let meta = file
+                .metadata()
+                .with_context(|| format!("--kafka-config-file {}", path.display()))?;
+            if !meta.is_file() || meta.len() > MAX {
+                bail!(
+                    "--kafka-config-file {}: not a regular file of at most {MAX} bytes",
+                    path.display()
+                );
+            }
             let read = java_properties::read(std::io::BufReader::new(file))
                 .with_context(|| format!("--kafka-config-file {}", path.display()))?;
             // A HashMap: sorted, so messages and the order settings are applied in never
@@ -122,8 +134,8 @@ pub struct FleetArgs {
     #[arg(long, requires = "kafka", conflicts_with = "site")]
     pub all_sites: bool,
     /// With --all-sites: sites folded at once [default: the machine's cores].
-    #[arg(long, value_name = "N", requires = "all_sites")]
-    pub threads: Option<usize>,
+    #[arg(long, value_name = "N", requires = "all_sites", value_parser = clap::value_parser!(u16).range(1..))]
+    pub threads: Option<u16>,
 }
 
 /// Prints `--all-sites` answers in site order: for people, each site's `text` under a
@@ -174,9 +186,10 @@ fn site_line(site: &str, item: &impl serde::Serialize) -> anyhow::Result<String>
 impl FleetArgs {
     /// Sites folded at once.
     pub fn threads(&self) -> usize {
-        self.threads
-            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-            .max(1)
+        self.threads.map_or_else(
+            || std::thread::available_parallelism().map_or(1, |n| n.get()),
+            usize::from,
+        )
     }
 }
 
@@ -381,7 +394,8 @@ impl SourceArgs {
         }
         if sites.unkeyed > 0 {
             eprintln!(
-                "warning: {} record(s) of topic {} have no key, so belong to no site: skipped",
+                "warning: {} record(s) of topic {} have no key (or one that is not UTF-8 \
+                 text), so belong to no site: skipped",
                 sites.unkeyed, options.topic
             );
         }
@@ -390,6 +404,14 @@ impl SourceArgs {
                 "warning: site {site} has records in more than one partition (partitions were \
                  added after it started): only the partition Kafka's partitioner gives it now \
                  is read"
+            );
+        }
+        for (site, found, expected) in &sites.misplaced {
+            eprintln!(
+                "warning: site {site}'s records are in partition {found}, but Kafka's \
+                 partitioner gives it partition {expected} (they were written with another \
+                 partitioner, like kcat's default): none of them is read; write with lhc, or \
+                 kcat -X topic.partitioner=murmur2_random"
             );
         }
         let bar = crate::progress::bar(Some(sites.sites.len() as u64), "sites", quiet);

@@ -67,6 +67,32 @@ fn bad_settings_fail_at_start_with_librdkafkas_words() {
         with(&["--kafka-config-file", file.to_str().unwrap()]),
         "Java JAAS configuration is not supported",
     );
+    // librdkafka's other names for lhc's settings are lhc's settings too.
+    refused(
+        with(&["--kafka-config", "metadata.broker.list=elsewhere:9092"]),
+        "differs from --kafka",
+    );
+    refused(
+        with(&["--kafka-config", "delivery.timeout.ms=1"]),
+        "lhc sets message.timeout.ms",
+    );
+    refused(with(&["--kafka-config", "topic.acks=1"]), "lhc sets acks");
+    refused(
+        with(&["--kafka-config", "request.required.acks=1"]),
+        "lhc sets acks",
+    );
+    // Values librdkafka would crash on, and files that are no properties file.
+    let dir = tempfile::tempdir().unwrap();
+    let long = dir.path().join("long.properties");
+    std::fs::write(&long, format!("client.id={}\n", "a".repeat(300 << 10))).unwrap();
+    refused(
+        with(&["--kafka-config-file", long.to_str().unwrap()]),
+        "more than the",
+    );
+    refused(
+        with(&["--kafka-config-file", "/dev/zero"]),
+        "not a regular file",
+    );
     // Secrets are never echoed, not even under a misspelled key.
     let err = common::stderr(&with(&["--kafka-config", "sasl.pasword=hunter5"]));
     assert!(

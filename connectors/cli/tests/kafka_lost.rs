@@ -437,6 +437,24 @@ fn a_node_starts_without_kafka_and_publishes_when_it_returns() {
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(stderr.contains(&brokers), "{stderr}");
 
+    // A directory folds one site: started for another, it refuses, naming both.
+    let other = lhc()
+        .args(["connector", "run", "--connector", NODE])
+        .args(["--kafka", brokers.as_str(), "--site", "another-site"])
+        .args(["--listen", &format!("127.0.0.1:{}", free_port())])
+        .args(["--kafka-append-timeout", "1s"])
+        .args(["--cloud-url", &format!("http://127.0.0.1:{cloud}/")])
+        .arg("--data")
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(!other.status.success());
+    let stderr = String::from_utf8_lossy(&other.stderr);
+    assert!(
+        stderr.contains("folds lhc.events/offline-test") && stderr.contains("another-site"),
+        "{stderr}"
+    );
+
     // The node that folded the topic starts, and decides.
     let (mut node, port) = start_node(&kafka, &data, cloud);
     let (status, health) = http(port, "GET", "/readyz", "").unwrap();

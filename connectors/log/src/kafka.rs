@@ -63,6 +63,22 @@ impl KafkaOptions {
     /// a CA file it cannot read), so a typo fails at start with librdkafka's own words.
     pub fn check(&self) -> Result<(), LogError> {
         for (key, value) in &self.extra {
+            if value.len() > MAX_SETTING_BYTES {
+                return Err(self.error(format!(
+                    "setting {key}: its value is {} bytes, more than the {MAX_SETTING_BYTES} \
+                     lhc accepts (librdkafka fails on very long values)",
+                    value.len()
+                )));
+            }
+            // librdkafka takes topic settings on the global configuration with a `topic.`
+            // prefix, and old names for some keys: they are the same settings.
+            let key = key.strip_prefix("topic.").unwrap_or(key);
+            let key = match key {
+                "metadata.broker.list" => "bootstrap.servers",
+                "request.required.acks" => "acks",
+                "delivery.timeout.ms" => "message.timeout.ms",
+                other => other,
+            };
             if key == "bootstrap.servers" {
                 if value != &self.brokers {
                     return Err(self.error(format!(
@@ -73,7 +89,7 @@ impl KafkaOptions {
                 }
                 continue;
             }
-            if let Some((_, why)) = RESERVED.iter().find(|(k, _)| k == key) {
+            if let Some((_, why)) = RESERVED.iter().find(|(k, _)| *k == key) {
                 return Err(self.error(format!(
                     "setting {key}: lhc sets {key} itself ({why}); remove it"
                 )));
@@ -117,6 +133,10 @@ impl KafkaOptions {
         config
     }
 }
+
+/// Longest value of a librdkafka setting (a PEM certificate bundle fits; librdkafka crashes
+/// on a client.id of a megabyte).
+pub const MAX_SETTING_BYTES: usize = 256 << 10;
 
 /// librdkafka settings lhc sets itself on some client, and why: a value given with
 /// `--kafka-config` would be overridden (or would break a guarantee), so it is refused.
@@ -312,6 +332,11 @@ impl KafkaLog {
         &self.options.site
     }
 
+    /// The topic.
+    pub fn topic(&self) -> &str {
+        &self.options.topic
+    }
+
     /// The partition holding this site, if already found (never waits).
     pub fn known_partition(&self) -> Option<i32> {
         self.partition.get().copied()
@@ -383,10 +408,11 @@ pub struct TopicSite {
     pub records: u64,
 }
 
-/// The sites a topic holds (the distinct message keys of every partition), by name, and
-/// the number of records without a key (which belong to no site). Reads every record's key
-/// once, from each partition's start to its current end.
-pub fn topic_sites(options: &KafkaOptions) -> Result<(Vec<TopicSite>, u64), LogError> {
+/// The sites a topic holds (the distinct message keys of every partition), by name; the
+/// number of records whose key is absent or not UTF-8 text (which name no site); and the
+/// topic's partition count. Reads every record's key once, from each partition's start to
+/// its current end.
+pub fn topic_sites(options: &KafkaOptions) -> Result<(Vec<TopicSite>, u64, i32), LogError> {
     let context = || Context {
         brokers: options.brokers.clone(),
     };
@@ -426,7 +452,7 @@ pub fn topic_sites(options: &KafkaOptions) -> Result<(Vec<TopicSite>, u64), LogE
     let mut sites: std::collections::BTreeMap<(String, i32), u64> = Default::default();
     let mut unkeyed = 0;
     if ends.is_empty() {
-        return Ok((Vec::new(), 0));
+        return Ok((Vec::new(), 0, partitions));
     }
     consumer
         .assign(&assignment)
@@ -437,12 +463,12 @@ pub fn topic_sites(options: &KafkaOptions) -> Result<(Vec<TopicSite>, u64), LogE
             Some(Ok(message)) => {
                 last_progress = Instant::now();
                 let partition = message.partition();
-                match message.key() {
-                    Some(key) => {
-                        let site = String::from_utf8_lossy(key).into_owned();
-                        *sites.entry((site, partition)).or_default() += 1;
+                match message.key().map(std::str::from_utf8) {
+                    Some(Ok(site)) => {
+                        *sites.entry((site.to_string(), partition)).or_default() += 1;
                     }
-                    None => unkeyed += 1,
+                    // No key, or one no `--site` could name.
+                    None | Some(Err(_)) => unkeyed += 1,
                 }
                 if ends
                     .get(&partition)
@@ -469,7 +495,7 @@ pub fn topic_sites(options: &KafkaOptions) -> Result<(Vec<TopicSite>, u64), LogE
             records,
         })
         .collect();
-    Ok((sites, unkeyed))
+    Ok((sites, unkeyed, partitions))
 }
 
 /// The librdkafka version linked in, like "2.10.0" (for `lhc --version`).

@@ -41,6 +41,9 @@ const OUTBOX: &str = "outbox";
 const KAFKA_NEXT_KEY: &[u8] = b"kafka_next";
 /// Meta key: this data directory's instance id (hex), part of its records' ids.
 const INSTANCE_KEY: &[u8] = b"producer_instance";
+/// Meta key: the Kafka topic and site this directory folds (`topic/site`), written at the
+/// first start in Kafka mode.
+const KAFKA_SOURCE_KEY: &[u8] = b"kafka_source";
 /// Meta key: the run counter (u32 big-endian), one more at every start.
 const EPOCH_KEY: &[u8] = b"producer_epoch";
 /// Every column family, in creation order.
@@ -639,6 +642,24 @@ impl Store {
             .write_opt(batch, &write)
             .map_err(|e| self.error(e))?;
         Ok((instance, epoch))
+    }
+
+    /// The Kafka topic and site this directory folds (`topic/site`), if recorded.
+    pub fn kafka_source(&self) -> Result<Option<String>, NodeError> {
+        let bytes = self
+            .db
+            .get_cf(&self.cf(META), KAFKA_SOURCE_KEY)
+            .map_err(|e| self.error(e))?;
+        Ok(bytes.map(|b| String::from_utf8_lossy(&b).into_owned()))
+    }
+
+    /// Records the Kafka topic and site this directory folds (synced).
+    pub fn set_kafka_source(&self, source: &str) -> Result<(), NodeError> {
+        let mut write = rocksdb::WriteOptions::default();
+        write.set_sync(true);
+        self.db
+            .put_cf_opt(&self.cf(META), KAFKA_SOURCE_KEY, source.as_bytes(), &write)
+            .map_err(|e| self.error(e))
     }
 
     /// The next Kafka offset to read (Kafka mode), if one was stored.

@@ -653,14 +653,31 @@ pub async fn run(
 /// to the journal (published when Kafka returns) and a thread keeps asking the brokers.
 /// A node that never folded the topic has nothing to decide from, so it refuses to start.
 async fn connect_kafka(link: &Arc<KafkaLink>, store: &Store, folded: u64) -> Result<(), RunError> {
+    // A directory folds one site of one topic: another's state would be taken for this
+    // site's (and its outbox published as this site's records).
+    let source = format!("{}/{}", link.kafka.topic(), link.kafka.site());
+    let recorded = store.kafka_source()?;
+    if let Some(recorded) = &recorded {
+        if *recorded != source {
+            return Err(RunError::Fold(format!(
+                "this data directory folds {recorded} (topic/site), not {source}: give each \
+                 site its own --data"
+            )));
+        }
+    }
     let kafka = link.kafka.clone();
     let first = tokio::task::spawn_blocking(move || kafka.find_partition())
         .await
         .map_err(|e| RunError::Fold(e.to_string()))?;
     let Err(e) = first else {
+        if recorded.is_none() {
+            store.set_kafka_source(&source)?;
+        }
         return Ok(());
     };
-    if store.kafka_next()?.is_none() && folded == 0 {
+    // Only a directory this node filled from this very topic and site has a state to
+    // decide from (not one folded from an embedded log, or from before sites were recorded).
+    if recorded.is_none() || store.kafka_next()?.is_none() {
         return Err(RunError::Log(e));
     }
     tracing::warn!(
