@@ -1124,17 +1124,21 @@ fn r_css_5_admin_commands_change_what_they_name() {
     assert_eq!(transitions(&out, A)[2].3, ForcedOutageDisabled);
 }
 
-/// R-LOG-4
-#[test]
-fn r_log_4_records_that_cannot_apply_are_quarantined_and_change_nothing() {
-    let out = run("r-log-4");
-    let q: Vec<(u64, &str)> = out
-        .iter()
+/// Each quarantine's offset and error, in order.
+fn quarantines(out: &[Output]) -> Vec<(u64, &str)> {
+    out.iter()
         .filter_map(|o| match o {
             Output::Quarantine(q) => Some((q.offset, q.error.as_str())),
             _ => None,
         })
-        .collect();
+        .collect()
+}
+
+/// R-LOG-4
+#[test]
+fn r_log_4_records_that_cannot_apply_are_quarantined_and_change_nothing() {
+    let out = run("r-log-4");
+    let q = quarantines(&out);
     assert_eq!(
         q.iter().map(|x| x.0).collect::<Vec<_>>(),
         vec![2, 3, 4, 5, 6, 7, 8, 9]
@@ -1887,13 +1891,7 @@ fn r_state_10_a_forced_connector_powered_on_during_the_outage_cannot_broker() {
 #[test]
 fn lhc_rid_1_a_record_appended_twice_is_applied_once() {
     let (out, engine) = run_engine("lhc-rid-1-record-ids");
-    let q: Vec<(u64, &str)> = out
-        .iter()
-        .filter_map(|o| match o {
-            Output::Quarantine(q) => Some((q.offset, q.error.as_str())),
-            _ => None,
-        })
-        .collect();
+    let q = quarantines(&out);
     let duplicates = [3, 4, 7, 12, 14];
     assert_eq!(q.iter().map(|x| x.0).collect::<Vec<_>>(), duplicates);
     // Named as duplicates, not as records older than the previous one.

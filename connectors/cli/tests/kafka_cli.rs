@@ -82,7 +82,6 @@ fn bad_settings_fail_at_start_with_librdkafkas_words() {
         "lhc sets acks",
     );
     // Values librdkafka would crash on, and files that are no properties file.
-    let dir = tempfile::tempdir().unwrap();
     let long = dir.path().join("long.properties");
     std::fs::write(&long, format!("client.id={}\n", "a".repeat(300 << 10))).unwrap();
     refused(

@@ -77,16 +77,17 @@ fn lines(out: std::process::Output) -> Vec<String> {
 
 #[test]
 fn brokering_goes_on_while_kafka_is_down_and_nothing_is_lost() {
-    let (cluster, brokers) = mock_cluster();
+    let Running {
+        cluster,
+        brokers,
+        dir,
+        cloud: _,
+        data,
+        mut node,
+        port,
+        mut answers,
+    } = running("lost-test");
     let kafka = ["--kafka", brokers.as_str(), "--site", "lost-test"];
-    let dir = tempfile::tempdir().unwrap();
-    import_site(&kafka, dir.path());
-    let cloud = stub_cloud(Arc::new(AtomicBool::new(true)));
-    let data = dir.path().join("node");
-    let (mut node, port) = start_node(&kafka, &data, cloud);
-
-    let mut answers: Vec<(String, Value)> = Vec::new();
-    wait_brokered(port, "wait", &mut answers);
 
     cluster.broker_down(1).unwrap();
     for i in 0..5 {
@@ -188,6 +189,44 @@ fn brokering_goes_on_while_kafka_is_down_and_nothing_is_lost() {
     assert_decisions(replay, &answers);
 }
 
+/// A site imported into the mock cluster and a node serving it, the VDA registered.
+struct Running {
+    cluster: lhc_log::MockKafka,
+    brokers: String,
+    dir: tempfile::TempDir,
+    /// The stub control plane's port.
+    cloud: u16,
+    /// The node's data directory.
+    data: std::path::PathBuf,
+    node: KillOnDrop,
+    port: u16,
+    /// The launches answered so far (those until the VDA registered).
+    answers: Vec<(String, Value)>,
+}
+
+/// Imports the one-connector site as `site`, starts its node and waits until it brokers.
+fn running(site: &str) -> Running {
+    let (cluster, brokers) = mock_cluster();
+    let kafka = ["--kafka", brokers.as_str(), "--site", site];
+    let dir = tempfile::tempdir().unwrap();
+    import_site(&kafka, dir.path());
+    let cloud = stub_cloud(Arc::new(AtomicBool::new(true)));
+    let data = dir.path().join("node");
+    let (node, port) = start_node(&kafka, &data, cloud);
+    let mut answers = Vec::new();
+    wait_brokered(port, "wait", &mut answers);
+    Running {
+        cluster,
+        brokers,
+        dir,
+        cloud,
+        data,
+        node,
+        port,
+        answers,
+    }
+}
+
 /// librdkafka's mock cluster with the site and output topics; its bootstrap servers.
 fn mock_cluster() -> (lhc_log::MockKafka, String) {
     let cluster = lhc_log::MockKafka::new(1).unwrap();
@@ -280,15 +319,17 @@ fn import_site(kafka: &[&str], dir: &std::path::Path) {
 /// them again. The topic then holds those records twice; every reader applies each once.
 #[test]
 fn records_whose_delivery_was_in_doubt_are_applied_once_by_every_reader() {
-    let (cluster, brokers) = mock_cluster();
+    let Running {
+        cluster,
+        brokers,
+        dir: _dir,
+        cloud: _,
+        data,
+        mut node,
+        port,
+        mut answers,
+    } = running("once-test");
     let kafka = ["--kafka", brokers.as_str(), "--site", "once-test"];
-    let dir = tempfile::tempdir().unwrap();
-    import_site(&kafka, dir.path());
-    let cloud = stub_cloud(Arc::new(AtomicBool::new(true)));
-    let data = dir.path().join("node");
-    let (mut node, port) = start_node(&kafka, &data, cloud);
-    let mut answers: Vec<(String, Value)> = Vec::new();
-    wait_brokered(port, "wait", &mut answers);
 
     // Answers take 3 s, the node waits 1 s: an append sent before its timeout is stored
     // and reported failed. (On a loaded machine a request may time out before it is even
@@ -410,15 +451,17 @@ fn stop(node: &mut KillOnDrop) {
 /// folded the topic has nothing to decide from and refuses to start, naming the brokers.
 #[test]
 fn a_node_starts_without_kafka_and_publishes_when_it_returns() {
-    let (cluster, brokers) = mock_cluster();
+    let Running {
+        cluster,
+        brokers,
+        dir,
+        cloud,
+        data,
+        mut node,
+        port: _,
+        mut answers,
+    } = running("offline-test");
     let kafka = ["--kafka", brokers.as_str(), "--site", "offline-test"];
-    let dir = tempfile::tempdir().unwrap();
-    import_site(&kafka, dir.path());
-    let cloud = stub_cloud(Arc::new(AtomicBool::new(true)));
-    let data = dir.path().join("node");
-    let (mut node, port) = start_node(&kafka, &data, cloud);
-    let mut answers: Vec<(String, Value)> = Vec::new();
-    wait_brokered(port, "wait", &mut answers);
     stop(&mut node);
 
     cluster.broker_down(1).unwrap();
