@@ -5,6 +5,7 @@
 //! Invariant: a source yields every record exactly once, in log order, with its offset;
 //! nothing is skipped, so a bad record is quarantined at the offset it holds.
 
+pub mod checkpoint;
 pub mod drive;
 pub mod fleet;
 pub mod forensics;

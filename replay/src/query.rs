@@ -34,13 +34,37 @@ pub struct Cut {
 /// Replays `source` up to `at` (records with `ts` <= `at`; undecodable records are
 /// quarantined as in a replay), then fires the timers due by `at`.
 pub fn cut_at(source: &mut Source, at: Ts) -> Result<Cut, SourceError> {
-    let mut engine = Engine::new();
+    cut_from(source, Engine::new(), None, at)
+}
+
+/// Where a cut resumes from: the engine after the records before the source's first one
+/// (a checkpoint) and what those records were.
+#[derive(Clone, Debug, Default)]
+pub struct Resume {
+    /// Offset of the last record applied.
+    pub last_offset: Option<u64>,
+    /// Time of the log's first decodable record.
+    pub first_ts: Option<Ts>,
+    /// Time of the last decodable record applied.
+    pub last_ts: Option<Ts>,
+}
+
+/// [`cut_at`] from `engine`, the state after the records before the source's first one.
+/// The caller must know that none of them was after `at` (a checkpoint's `max_ts`); the
+/// outputs and launches are those of the records from the source's first one on.
+pub fn cut_from(
+    source: &mut Source,
+    mut engine: Engine,
+    resume: Option<Resume>,
+    at: Ts,
+) -> Result<Cut, SourceError> {
+    let resume = resume.unwrap_or_default();
     let mut cutter = Cutter {
         at,
         outputs: Vec::new(),
-        last_offset: None,
-        first_ts: None,
-        last_ts: None,
+        last_offset: resume.last_offset,
+        first_ts: resume.first_ts,
+        last_ts: resume.last_ts,
         more_after: false,
         launches: BTreeMap::new(),
     };

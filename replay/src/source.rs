@@ -140,9 +140,25 @@ impl Source {
 
     /// A source over an open log, from its first offset.
     pub fn from_log(log: Box<dyn Log>) -> Result<Source, SourceError> {
-        let reader = log.reader(log.start_offset()?)?;
+        let start = log.start_offset()?;
+        Self::from_log_at(log, start)
+    }
+
+    /// A source over an open log from offset `from` (a checkpoint's next offset): the
+    /// records before it count as read, so the totals are those of a whole replay.
+    pub fn from_log_at(log: Box<dyn Log>, from: u64) -> Result<Source, SourceError> {
+        let start = log.start_offset()?;
+        let reader = log.reader(from)?;
         let description = log.describe();
-        Ok(Source::idle(Inner::Log { _log: log, reader }, description))
+        let mut source = Source::idle(Inner::Log { _log: log, reader }, description);
+        source.records = from.saturating_sub(start);
+        Ok(source)
+    }
+
+    /// Counts `n` records quarantined before this source's first one (by the replay a
+    /// checkpoint stands for).
+    pub fn count_earlier_quarantines(&mut self, n: u64) {
+        self.quarantined += n;
     }
 
     fn idle(inner: Inner, description: String) -> Source {

@@ -333,13 +333,58 @@ impl SourceArgs {
         Ok((source, bar))
     }
 
+    /// The embedded log directory this names, if it names one (checkpoints live there).
+    pub fn embedded_dir(&self) -> Option<PathBuf> {
+        if self.kafka.kafka.is_some() {
+            return None;
+        }
+        let path = self
+            .path
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("lhc-data/log"));
+        path.is_dir().then_some(path)
+    }
+
     /// Replays the source through `compute` (a report, a cut, a lint) with the spinner.
     pub fn replay_with<T>(
         &self,
         quiet: bool,
         compute: impl FnOnce(&mut lhc_replay::Source) -> Result<T, lhc_replay::SourceError>,
     ) -> anyhow::Result<T> {
-        let (mut source, bar) = self.open_with_progress("replaying", quiet)?;
+        let (source, bar) = self.open_with_progress("replaying", quiet)?;
+        self.finish_replay(source, bar, quiet, compute)
+    }
+
+    /// [`SourceArgs::replay_with`] from offset `from` of an embedded log (a checkpoint's
+    /// next offset), counting `quarantined` records before it.
+    pub fn replay_from_with<T>(
+        &self,
+        quiet: bool,
+        from: u64,
+        quarantined: u64,
+        compute: impl FnOnce(&mut lhc_replay::Source) -> Result<T, lhc_replay::SourceError>,
+    ) -> anyhow::Result<T> {
+        let dir = self
+            .embedded_dir()
+            .context("checkpoints belong to embedded logs")?;
+        let log = lhc_log::EmbeddedLog::open_read_only(&dir)
+            .with_context(|| format!("cannot read {}", dir.display()))?;
+        let bar = crate::progress::bar(None, "replaying from a checkpoint", quiet);
+        let tick = bar.clone();
+        let mut source = lhc_replay::Source::from_log_at(Box::new(log), from)
+            .with_context(|| format!("cannot read {} from offset {from}", dir.display()))?
+            .with_progress(move |n| tick.set_position(n));
+        source.count_earlier_quarantines(quarantined);
+        self.finish_replay(source, bar, quiet, compute)
+    }
+
+    fn finish_replay<T>(
+        &self,
+        mut source: lhc_replay::Source,
+        bar: indicatif::ProgressBar,
+        quiet: bool,
+        compute: impl FnOnce(&mut lhc_replay::Source) -> Result<T, lhc_replay::SourceError>,
+    ) -> anyhow::Result<T> {
         let result =
             compute(&mut source).with_context(|| format!("replaying {}", source.describe()))?;
         bar.finish_and_clear();

@@ -172,6 +172,15 @@ fn main() -> ExitCode {
     }
 }
 
+/// This build, as checkpoints name the engine that wrote them: the version and the commit.
+pub fn build_id() -> String {
+    format!(
+        "{} (commit {})",
+        env!("CARGO_PKG_VERSION"),
+        env!("LHC_COMMIT")
+    )
+}
+
 /// `lhc --version`: the version, the commit built, and the C libraries inside (what a bug
 /// report needs).
 fn long_version() -> &'static str {

@@ -270,3 +270,90 @@ fn query_at_agrees_with_a_replay_cut_at_the_same_instant() {
         assert_eq!(states["connectors"].as_array().unwrap().len(), 6);
     }
 }
+
+/// `lhc log checkpoint` writes checkpoints beside an embedded log; `lhc query` then starts
+/// from the nearest one, says so, and answers every kind of question as a replay from the
+/// first record does; a damaged checkpoint is named in a warning and not used.
+#[test]
+fn query_from_a_checkpoint_answers_as_from_the_start_and_a_damaged_one_is_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("site.jsonl").display().to_string();
+    simulate(&file, 9, 100, 200, 2, &["--outage", "30m+40m"]);
+    let log = tmp.path().join("log").display().to_string();
+    ok(lhc(&["log", "import", &file, &log, "-q"]));
+    let refused_zero = lhc(&["log", "checkpoint", &log, "--every", "0"]);
+    assert_eq!(refused_zero.status.code(), Some(2));
+    let (said, _) = ok(lhc(&["log", "checkpoint", &log, "--every", "4000"]));
+    assert!(said.contains("checkpoint(s) written"), "{said}");
+    let written = std::fs::read_dir(tmp.path().join("log/checkpoints"))
+        .unwrap()
+        .count();
+    assert!(written >= 4, "{said}");
+    // Again: nothing to write, every one kept.
+    let (again, _) = ok(lhc(&["log", "checkpoint", &log, "--every", "4000"]));
+    assert!(
+        again.contains(&format!("0 checkpoint(s) written, {written} kept")),
+        "{again}"
+    );
+
+    let ask = |at: &str, what: &[&str], extra: &[&str]| {
+        let mut args = vec!["query", &log, "--at", at, "--format", "json"];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(what);
+        ok(lhc(&args))
+    };
+    let kinds: [&[&str]; 5] = [
+        &["digest"],
+        &["connectors"],
+        &["registrations"],
+        &["sessions"],
+        &["launches"], // the hour before the instant
+    ];
+    for at in [
+        "2026-01-05T09:50:00Z",
+        "2026-01-05T10:21:07Z",
+        "2026-01-05T10:55:00Z",
+    ] {
+        for what in kinds {
+            let (fast, note) = ask(at, what, &[]);
+            let (slow, plain) = ask(at, what, &["--from-start"]);
+            assert_eq!(fast, slow, "at {at} {what:?}");
+            assert!(!plain.contains("checkpoint"), "{plain}");
+            // A window of launches needs a checkpoint from before it.
+            if at != "2026-01-05T09:50:00Z" && what[0] != "launches" {
+                assert!(note.contains("started from the checkpoint after"), "{note}");
+            }
+        }
+    }
+    // The machine's whole history: always from the start.
+    let (_, note) = ask(
+        "2026-01-05T10:55:00Z",
+        &["machine", "pc00080.z1.sim.example"],
+        &[],
+    );
+    assert!(!note.contains("checkpoint"), "{note}");
+
+    // Damage the last checkpoint's state: named, skipped, and the answer is unchanged.
+    let mut found: Vec<_> = std::fs::read_dir(tmp.path().join("log/checkpoints"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    found.sort();
+    let last = found.last().unwrap();
+    let mut bytes = std::fs::read(last).unwrap();
+    let n = bytes.len();
+    bytes[n - 50] ^= 0xff;
+    bytes[n - 60] ^= 0xff;
+    std::fs::write(last, &bytes).unwrap();
+    let (fast, note) = ask("2026-01-05T10:59:00Z", &["digest"], &[]);
+    let (slow, _) = ask("2026-01-05T10:59:00Z", &["digest"], &["--from-start"]);
+    assert_eq!(fast, slow);
+    assert!(
+        note.contains(&format!("warning: ignoring checkpoint {}", last.display())),
+        "{note}"
+    );
+    assert!(note.contains("started from the checkpoint after"), "{note}");
+    let (said, warned) = ok(lhc(&["log", "checkpoint", &log, "--every", "4000"]));
+    assert!(warned.contains("warning: removed checkpoint"), "{warned}");
+    assert!(said.contains("1 checkpoint(s) written"), "{said}");
+}

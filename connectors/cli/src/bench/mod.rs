@@ -5,6 +5,7 @@ pub mod fleet;
 pub mod import;
 pub mod node;
 pub mod replay;
+pub mod timetravel;
 
 use std::fs::File;
 use std::io::{Read, Write};
@@ -50,6 +51,21 @@ pub enum BenchCommand {
     /// Replay at the seeds' scale: a 12-hour site of 4 zones x 10,000 VDAs, 8 connectors,
     /// 10 logons/s, an outage in the middle; next to decoding alone, with peak memory.
     Replay {
+        /// Zones (10,000 VDAs each).
+        #[arg(long, default_value_t = 4)]
+        zones: usize,
+        /// Hours of site time.
+        #[arg(long, default_value_t = 12.0)]
+        hours: f64,
+        /// A reduced run (1 zone of 1,000 VDAs, 1 hour, 1 logon/s) that keeps the benchmark
+        /// working in CI.
+        #[arg(long)]
+        quick: bool,
+    },
+    /// Time travel: `lhc query --at T` late in the seeds' 12-hour site, from the nearest
+    /// checkpoint (`lhc log checkpoint`), next to a whole replay of the same embedded log
+    /// and to the same query from the first record.
+    TimeTravel {
         /// Zones (10,000 VDAs each).
         #[arg(long, default_value_t = 4)]
         zones: usize,
@@ -179,6 +195,25 @@ pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
             hours,
             quick,
         } => crate::bench::replay::run(if quick {
+            crate::bench::replay::ReplayBench {
+                zones: 1,
+                vdas_per_zone: 1_000,
+                hours: 1.0,
+                logon_rate: 1.0,
+            }
+        } else {
+            crate::bench::replay::ReplayBench {
+                zones,
+                vdas_per_zone: 10_000,
+                hours,
+                logon_rate: 10.0,
+            }
+        }),
+        BenchCommand::TimeTravel {
+            zones,
+            hours,
+            quick,
+        } => timetravel::run(if quick {
             crate::bench::replay::ReplayBench {
                 zones: 1,
                 vdas_per_zone: 1_000,

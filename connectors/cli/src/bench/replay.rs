@@ -22,11 +22,9 @@ pub struct ReplayBench {
     pub logon_rate: f64,
 }
 
-/// Runs the benchmark and prints the figures.
-pub fn run(bench: ReplayBench) -> anyhow::Result<ExitCode> {
-    let scratch = tempfile::tempdir()?;
-    let file = scratch.path().join("site.jsonl");
-    let options = SimOptions {
+/// The simulated site of the benchmark (also the time-travel benchmark's).
+pub fn options(bench: &ReplayBench) -> SimOptions {
+    SimOptions {
         seed: 12,
         zones: bench.zones,
         connectors_per_zone: 2,
@@ -40,7 +38,14 @@ pub fn run(bench: ReplayBench) -> anyhow::Result<ExitCode> {
             duration_s: 3600.min((bench.hours * 3600.0 / 4.0) as u64),
         }],
         ..SimOptions::default()
-    };
+    }
+}
+
+/// Runs the benchmark and prints the figures.
+pub fn run(bench: ReplayBench) -> anyhow::Result<ExitCode> {
+    let scratch = tempfile::tempdir()?;
+    let file = scratch.path().join("site.jsonl");
+    let options = options(&bench);
     println!(
         "lhc bench replay: {} h, {} zones x {} VDAs, {} connectors, {} logons/s, VDA heartbeats every 5 min, an outage in the middle",
         bench.hours,
@@ -137,17 +142,26 @@ pub fn run(bench: ReplayBench) -> anyhow::Result<ExitCode> {
 }
 
 /// The shorter of two runs of `lhc ARGS FILE`, seconds.
-fn best_of_two(
+pub fn best_of_two(
     exe: &std::path::Path,
     args: &[&str],
     file: &std::path::Path,
+) -> anyhow::Result<f64> {
+    best_of_two_args(exe, args, &[file.as_os_str()])
+}
+
+/// The shorter of two runs of `lhc ARGS MORE`, seconds.
+pub fn best_of_two_args(
+    exe: &std::path::Path,
+    args: &[&str],
+    more: &[&std::ffi::OsStr],
 ) -> anyhow::Result<f64> {
     let mut best = f64::MAX;
     for _ in 0..2 {
         let started = Instant::now();
         let status = Command::new(exe)
             .args(args)
-            .arg(file)
+            .args(more)
             .stdout(Stdio::null())
             .status()
             .with_context(|| format!("running lhc {}", args[0]))?;

@@ -31,6 +31,9 @@ pub struct QueryArgs {
     /// Same as --format json.
     #[arg(long, global = true, hide = true, conflicts_with = "format")]
     json: bool,
+    /// Replay from the log's first record, ignoring checkpoints (`lhc log checkpoint`).
+    #[arg(long, global = true)]
+    from_start: bool,
     /// What to show [default: connectors].
     #[command(subcommand)]
     what: Option<What>,
@@ -86,6 +89,14 @@ pub enum What {
     Digest,
 }
 
+/// The records an answer needs, by time.
+enum Needs {
+    /// Every record up to the instant (the state at it).
+    UpTo(Ts),
+    /// The outputs of every record from this instant on (a window of launches).
+    After(Ts),
+}
+
 /// `--outcome` of `lhc query launches`.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OutcomeFilter {
@@ -99,9 +110,68 @@ pub enum OutcomeFilter {
 pub fn run(args: QueryArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     let zone = args.tz.as_deref().map(Zone::named).transpose()?;
     let at = parse_instant(&args.at, zone.as_ref())?;
-    let cut = args
-        .source
-        .replay_with(quiet, |source| lhc_replay::cut_at(source, at))?;
+    let what = args.what.clone().unwrap_or(What::Connectors);
+    // The first instant whose records the answer needs: a checkpoint that covers only
+    // records before it serves (the outputs of the records it covers are not kept).
+    let needs_from = match &what {
+        What::Machine { .. } => None, // the machine's whole history
+        What::Launches { since, .. } => Some(match since {
+            Some(f) => Needs::After(parse_instant(f, zone.as_ref())?),
+            None => Needs::After(Ts(at.millis() - 3_600_000)),
+        }),
+        _ => Some(Needs::UpTo(at)),
+    };
+    let from_start =
+        |source: &SourceArgs| source.replay_with(quiet, |source| lhc_replay::cut_at(source, at));
+    let used = std::cell::Cell::new(None);
+    let cut = match (&needs_from, args.source.embedded_dir()) {
+        (Some(needs), Some(dir)) if !args.from_start => {
+            let wanted = |h: &lhc_replay::checkpoint::Header| match (h.max_ts, needs) {
+                (None, _) => true,
+                (Some(max), Needs::UpTo(at)) => max <= *at,
+                (Some(max), Needs::After(from)) => max < *from && max <= at,
+            };
+            let (cut, warnings) =
+                lhc_replay::checkpoint::resume(&dir, &crate::build_id(), wanted, |checkpoint| {
+                    used.set(checkpoint.as_ref().map(|c| c.header.next_offset));
+                    match checkpoint {
+                        None => from_start(&args.source),
+                        Some(checkpoint) => {
+                            let header = checkpoint.header;
+                            let resume = lhc_replay::query::Resume {
+                                last_offset: Some(header.next_offset - 1),
+                                first_ts: header.first_ts,
+                                last_ts: header.last_ts,
+                            };
+                            args.source.replay_from_with(
+                                quiet,
+                                header.next_offset,
+                                header.quarantined,
+                                |source| {
+                                    lhc_replay::query::cut_from(
+                                        source,
+                                        checkpoint.engine,
+                                        Some(resume),
+                                        at,
+                                    )
+                                },
+                            )
+                        }
+                    }
+                })?;
+            for warning in warnings {
+                eprintln!("warning: {warning}");
+            }
+            if let (Some(offset), false) = (used.get(), quiet) {
+                eprintln!(
+                    "note: started from the checkpoint after {offset} records (its state's \
+                     digest verified); --from-start replays from the first record"
+                );
+            }
+            cut
+        }
+        _ => from_start(&args.source)?,
+    };
     // An instant outside the log's span is said, never answered as if it were inside.
     match (cut.first_ts, cut.last_ts) {
         (None, _) => bail!("the log holds no records: there is no state to show at {at}"),
@@ -115,7 +185,6 @@ pub fn run(args: QueryArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         _ => {}
     }
     let engine = &cut.engine;
-    let what = args.what.clone().unwrap_or(What::Connectors);
     let value = match &what {
         What::Connectors => {
             json!({ "at": at, "connectors": engine.connector_summaries() })

@@ -1,0 +1,575 @@
+//! Checkpoints: the engine state after the first N records of an embedded log, kept in the
+//! log's `checkpoints/` folder, so time travel starts near the instant asked for instead of
+//! replaying from the first record.
+//!
+//! A checkpoint file is one JSON header line, then the engine state as the canonical JSON
+//! its digest is computed from, zstd-compressed (`{next_offset:020}.ckpt`; written to a temporary name and
+//! renamed, so a crash leaves none or a whole one).
+//!
+//! Invariant: a checkpoint is only ever a shortcut, never a source of truth. It is used
+//! only when its header names this build, this log (the hashes of the log's first record
+//! and of the last record it covers) and a prefix the log still holds, and when the
+//! digest of the state rebuilt from it equals the digest written beside it; otherwise it
+//! is ignored with a warning that says why, and the caller replays from an earlier one or
+//! from the start. Replaying from a checkpoint therefore gives exactly what a replay from
+//! the start gives.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use lhc_engine::{Engine, Output, Ts};
+use lhc_log::{EmbeddedLog, Log, LogError};
+use serde::{Deserialize, Serialize};
+use sha2::Digest;
+
+use crate::drive::{After, Before, Observer};
+use crate::source::{Source, SourceError};
+
+/// Folder of an embedded log that holds its checkpoints.
+pub const DIR: &str = "checkpoints";
+/// The format named in every header.
+const FORMAT: &str = "lhc-checkpoint/1";
+/// Largest state a header may claim (a damaged length must not allocate the machine away).
+const MAX_STATE_BYTES: u64 = 16 << 30;
+/// Records between two checkpoints when the user does not say.
+pub const DEFAULT_EVERY: u64 = 250_000;
+
+/// What a checkpoint says about itself, on its first line.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Header {
+    /// Always `lhc-checkpoint/1`.
+    pub format: String,
+    /// The build whose engine wrote it (a checkpoint of another build may fold differently).
+    pub build: String,
+    /// Records covered: offsets `0..next_offset` were applied.
+    pub next_offset: u64,
+    /// Of those, the ones the engine quarantined.
+    pub quarantined: u64,
+    /// Time of the first decodable record.
+    pub first_ts: Option<Ts>,
+    /// Latest time of any decodable record covered (a record older than its predecessor is
+    /// quarantined, so this can exceed `last_ts`).
+    pub max_ts: Option<Ts>,
+    /// Time of the last decodable record covered.
+    pub last_ts: Option<Ts>,
+    /// SHA-256 of the log's first record, hex: a checkpoint of another log is not used.
+    pub first_record: String,
+    /// SHA-256 of the last record covered (offset `next_offset - 1`), hex.
+    pub last_record: String,
+    /// Digest of the state that follows (`Engine::digest`).
+    pub digest: String,
+    /// Bytes of the state's JSON (before compression).
+    pub state_bytes: u64,
+}
+
+/// A checkpoint read and verified: its header and the engine it rebuilds.
+#[derive(Debug)]
+pub struct Checkpoint {
+    /// Its header.
+    pub header: Header,
+    /// The engine after `header.next_offset` records.
+    pub engine: Engine,
+}
+
+/// Why checkpoints could not be written (a checkpoint that cannot be *used* is a warning,
+/// never an error: see [`nearest`]).
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointError {
+    /// Reading or writing a file failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file or folder.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The log could not be read.
+    #[error(transparent)]
+    Log(#[from] LogError),
+    /// The replay failed.
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    /// A record the replay just read is no longer in the log.
+    #[error(
+        "{log}: offset {offset} vanished while checkpoints were written (was the log replaced?)"
+    )]
+    Vanished {
+        /// The log.
+        log: String,
+        /// The record.
+        offset: u64,
+    },
+    /// `--every 0`.
+    #[error("checkpoints need a positive interval (--every N records)")]
+    ZeroInterval,
+    /// The log no longer holds its first records: there is nothing to start from.
+    #[error(
+        "{log} starts at offset {start}, not 0: its first records are gone, so no state can \
+         be rebuilt from it"
+    )]
+    NotFromStart {
+        /// The log.
+        log: String,
+        /// Its first offset.
+        start: u64,
+    },
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CheckpointError + '_ {
+    move |source| CheckpointError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// The checkpoint files of a log directory: (next offset, path), ascending. A missing
+/// folder is no checkpoints.
+pub fn list(log_dir: &Path) -> Result<Vec<(u64, PathBuf)>, CheckpointError> {
+    let dir = log_dir.join(DIR);
+    let entries = match std::fs::read_dir(&dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(io(&dir)(e)),
+    };
+    let mut found = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(io(&dir))?;
+        let name = entry.file_name();
+        let Some(stem) = name.to_str().and_then(|n| n.strip_suffix(".ckpt")) else {
+            continue;
+        };
+        if let (20, Ok(offset)) = (stem.len(), stem.parse::<u64>()) {
+            found.push((offset, entry.path()));
+        }
+    }
+    found.sort();
+    Ok(found)
+}
+
+fn hex(bytes: &[u8]) -> String {
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// SHA-256 of the record at `offset`, hex; `None` when the log does not hold it.
+fn record_hash(log: &dyn Log, offset: u64) -> Result<Option<String>, LogError> {
+    if offset < log.start_offset()? || offset >= log.end_offset()? {
+        return Ok(None);
+    }
+    let mut reader = log.reader(offset)?;
+    Ok(reader
+        .next(Duration::ZERO)?
+        .filter(|e| e.offset == offset)
+        .map(|e| hex(&e.bytes)))
+}
+
+/// Reads a checkpoint's header alone.
+fn read_header(path: &Path) -> Result<(Header, BufReader<File>), String> {
+    let file = File::open(path).map_err(|e| e.to_string())?;
+    let mut reader = BufReader::with_capacity(1 << 20, file);
+    let mut line = Vec::new();
+    reader
+        .read_until(b'\n', &mut line)
+        .map_err(|e| e.to_string())?;
+    let header: Header =
+        serde_json::from_slice(&line).map_err(|e| format!("unreadable header: {e}"))?;
+    Ok((header, reader))
+}
+
+/// Why a checkpoint's header does not fit this build and log; `None` when it does.
+fn unfit(header: &Header, build: &str, log: &dyn Log) -> Result<Option<String>, LogError> {
+    if header.format != FORMAT {
+        return Ok(Some(format!("format {:?} is not {FORMAT}", header.format)));
+    }
+    if header.build != build {
+        return Ok(Some(format!(
+            "written by lhc {} (this is {build}): another build may fold the records differently",
+            header.build
+        )));
+    }
+    if header.next_offset == 0 {
+        return Ok(Some("covers no record".into()));
+    }
+    let end = log.end_offset()?;
+    if header.next_offset > end {
+        return Ok(Some(format!(
+            "covers {} records but the log holds {end}: it belongs to a longer log",
+            header.next_offset
+        )));
+    }
+    if record_hash(log, 0)?.as_deref() != Some(header.first_record.as_str())
+        || record_hash(log, header.next_offset - 1)?.as_deref() != Some(header.last_record.as_str())
+    {
+        return Ok(Some(
+            "the log's records differ from those it was written from (another or a rewritten log)"
+                .into(),
+        ));
+    }
+    Ok(None)
+}
+
+/// Reads the checkpoint at `path` and rebuilds its engine, everything but the digest check
+/// (see [`verify`]): `Err` says why it cannot be used.
+fn open(path: &Path, build: &str, log: &dyn Log) -> Result<Checkpoint, String> {
+    let (header, reader) = read_header(path)?;
+    if let Some(why) = unfit(&header, build, log).map_err(|e| e.to_string())? {
+        return Err(why);
+    }
+    if header.state_bytes > MAX_STATE_BYTES {
+        return Err(format!(
+            "its header claims a state of {} bytes (damaged)",
+            header.state_bytes
+        ));
+    }
+    let mut compressed = Vec::new();
+    let mut reader = reader;
+    reader
+        .read_to_end(&mut compressed)
+        .map_err(|e| e.to_string())?;
+    // Into one allocation of the known size: growing a buffer of tens of MB costs more in
+    // page faults than the decompression itself.
+    let body = zstd::bulk::decompress(&compressed, header.state_bytes as usize)
+        .map_err(|e| format!("unreadable state: {e}"))?;
+    if body.len() as u64 != header.state_bytes {
+        return Err(format!(
+            "its state is {} bytes, not the {} its header says (damaged)",
+            body.len(),
+            header.state_bytes
+        ));
+    }
+    let engine: Engine =
+        serde_json::from_slice(&body).map_err(|e| format!("unreadable state: {e}"))?;
+    engine
+        .check_restored()
+        .map_err(|e| format!("its state breaks an engine invariant: {e}"))?;
+    Ok(Checkpoint { header, engine })
+}
+
+/// Whether the digest of the rebuilt `engine` is the one written with it.
+fn verify(engine: &Engine, written: &str) -> Result<(), String> {
+    let digest = engine.digest();
+    if digest == written {
+        Ok(())
+    } else {
+        Err(format!(
+            "the state rebuilt from it has digest {digest}, not the {written} written with it \
+             (damaged)"
+        ))
+    }
+}
+
+/// [`open`] and [`verify`].
+fn load(path: &Path, build: &str, log: &dyn Log) -> Result<Checkpoint, String> {
+    let checkpoint = open(path, build, log)?;
+    verify(&checkpoint.engine, &checkpoint.header.digest)?;
+    Ok(checkpoint)
+}
+
+fn describe(path: &Path) -> String {
+    path.display().to_string()
+}
+
+/// The latest checkpoint below `bound` whose header passes `wanted` and that opens, with a
+/// warning for each later one that passed `wanted` but could not be opened.
+fn latest_below(
+    log_dir: &Path,
+    build: &str,
+    bound: u64,
+    wanted: &impl Fn(&Header) -> bool,
+    warnings: &mut Vec<String>,
+) -> Result<Option<(PathBuf, Checkpoint)>, CheckpointError> {
+    let found = list(log_dir)?;
+    if found.is_empty() {
+        return Ok(None);
+    }
+    let log = EmbeddedLog::open_read_only(log_dir)?;
+    for (_, path) in found.iter().rev().filter(|(offset, _)| *offset < bound) {
+        match read_header(path) {
+            Ok((header, _)) if !wanted(&header) => continue,
+            Ok(_) => {}
+            Err(why) => {
+                warnings.push(format!("ignoring checkpoint {}: {why}", describe(path)));
+                continue;
+            }
+        }
+        match open(path, build, &log) {
+            Ok(checkpoint) => return Ok(Some((path.clone(), checkpoint))),
+            Err(why) => warnings.push(format!("ignoring checkpoint {}: {why}", describe(path))),
+        }
+    }
+    Ok(None)
+}
+
+/// Runs `work` from the latest usable checkpoint of the log in `log_dir` whose header
+/// passes `wanted` (asked before anything else is read), or from nothing (`None`: replay
+/// from the first record) when there is none. Returns its result with a warning for every
+/// checkpoint that could not be used.
+///
+/// The checkpoint's digest is checked on another thread while `work` runs (at the seeds'
+/// scale it costs about as much as replaying 200,000 records); if the check fails, what
+/// `work` computed is dropped and it runs again from an earlier checkpoint.
+pub fn resume<T, E: From<CheckpointError>>(
+    log_dir: &Path,
+    build: &str,
+    wanted: impl Fn(&Header) -> bool,
+    mut work: impl FnMut(Option<Checkpoint>) -> Result<T, E>,
+) -> Result<(T, Vec<String>), E> {
+    let mut warnings = Vec::new();
+    let mut bound = u64::MAX;
+    loop {
+        let Some((path, checkpoint)) = latest_below(log_dir, build, bound, &wanted, &mut warnings)?
+        else {
+            return Ok((work(None)?, warnings));
+        };
+        bound = checkpoint.header.next_offset;
+        let (copy, written) = (checkpoint.engine.clone(), checkpoint.header.digest.clone());
+        let check = std::thread::Builder::new()
+            .name("lhc-checkpoint-check".into())
+            .spawn(move || verify(&copy, &written))
+            .map_err(|source| CheckpointError::Io {
+                path: path.clone(),
+                source,
+            })?;
+        let result = work(Some(checkpoint));
+        match check.join().expect("the digest check does not panic") {
+            Ok(()) => return Ok((result?, warnings)),
+            Err(why) => warnings.push(format!("ignoring checkpoint {}: {why}", describe(&path))),
+        }
+    }
+}
+
+/// Removes temporary files a crash left while writing a checkpoint.
+fn remove_leftovers(log_dir: &Path) -> Result<(), CheckpointError> {
+    let dir = log_dir.join(DIR);
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return Ok(());
+    };
+    for entry in entries {
+        let path = entry.map_err(io(&dir))?.path();
+        if path.extension().is_some_and(|e| e == "tmp") {
+            std::fs::remove_file(&path).map_err(io(&path))?;
+        }
+    }
+    Ok(())
+}
+
+/// What [`refresh`] did.
+#[derive(Debug, Default)]
+pub struct Refreshed {
+    /// Records of the log.
+    pub records: u64,
+    /// The checkpoint the replay resumed from (its next offset), if any.
+    pub resumed_from: Option<u64>,
+    /// Offsets of the checkpoints written.
+    pub written: Vec<u64>,
+    /// Checkpoints kept as they were.
+    pub kept: usize,
+    /// Checkpoints removed, each with why it could not be used.
+    pub removed: Vec<(PathBuf, String)>,
+}
+
+/// Writes a checkpoint every `every` records of the embedded log in `log_dir` (after
+/// records `every`, `2 * every`, …), resuming from the latest usable one. Checkpoints that
+/// cannot be used (another build or log, damaged) are removed and written anew.
+pub fn refresh(
+    log_dir: &Path,
+    every: u64,
+    build: &str,
+    progress: impl FnMut(u64) + Send + 'static,
+) -> Result<Refreshed, CheckpointError> {
+    if every == 0 {
+        return Err(CheckpointError::ZeroInterval);
+    }
+    let log = EmbeddedLog::open_read_only(log_dir)?;
+    let start = log.start_offset()?;
+    if start != 0 {
+        return Err(CheckpointError::NotFromStart {
+            log: log.describe(),
+            start,
+        });
+    }
+    let mut done = Refreshed {
+        records: log.end_offset()?,
+        ..Refreshed::default()
+    };
+    // Unfit checkpoints go first (cheap: headers and two records each); the latest fit one
+    // is then loaded in full, and if it is damaged the one before it is tried.
+    let mut fit = Vec::new();
+    remove_leftovers(log_dir)?;
+    for (offset, path) in list(log_dir)? {
+        let why = match read_header(&path) {
+            Ok((header, _)) => unfit(&header, build, &log)?,
+            Err(why) => Some(why),
+        };
+        match why {
+            Some(why) => {
+                std::fs::remove_file(&path).map_err(io(&path))?;
+                done.removed.push((path, why));
+            }
+            None => fit.push((offset, path)),
+        }
+    }
+    // Resume before the first missing checkpoint (one removed above, or an interval
+    // changed), so that afterwards there is one at every multiple of `every`.
+    let first_gap = (1..=done.records / every)
+        .map(|k| k * every)
+        .find(|m| fit.binary_search_by_key(m, |(offset, _)| *offset).is_err())
+        .unwrap_or(u64::MAX);
+    let mut candidates: Vec<_> = fit
+        .iter()
+        .filter(|(o, _)| *o < first_gap)
+        .cloned()
+        .collect();
+    let mut resume = None;
+    while let Some((_, path)) = candidates.pop() {
+        match load(&path, build, &log) {
+            Ok(checkpoint) => {
+                resume = Some(checkpoint);
+                break;
+            }
+            Err(why) => {
+                std::fs::remove_file(&path).map_err(io(&path))?;
+                done.removed.push((path, why));
+            }
+        }
+    }
+    let resumed_at = resume
+        .as_ref()
+        .map_or(0, |c: &Checkpoint| c.header.next_offset);
+    // Those after the resume point are written again (the same bytes, unless damaged).
+    done.kept = fit
+        .iter()
+        .filter(|(o, p)| *o <= resumed_at && !done.removed.iter().any(|(r, _)| r == p))
+        .count();
+    let (mut engine, mut writer) = match resume {
+        Some(Checkpoint { header, engine }) => {
+            done.resumed_from = Some(header.next_offset);
+            let writer = Writer::resuming(&header);
+            (engine, writer)
+        }
+        None => (Engine::new(), Writer::default()),
+    };
+    writer.every = every;
+    writer.build = build.to_string();
+    writer.dir = log_dir.to_path_buf();
+    let from = writer.next_offset;
+    let mut source = Source::from_log_at(Box::new(log), from)?.with_progress(progress);
+    writer.hashes = Some(EmbeddedLog::open_read_only(log_dir)?);
+    crate::drive::drive(&mut source, &mut engine, &mut writer)?;
+    done.written = writer.written;
+    Ok(done)
+}
+
+/// The observer that writes checkpoints as the replay passes multiples of `every`.
+#[derive(Default)]
+struct Writer {
+    every: u64,
+    build: String,
+    dir: PathBuf,
+    /// A second reader of the log, for the hashes of the records a checkpoint ends with.
+    hashes: Option<EmbeddedLog>,
+    next_offset: u64,
+    quarantined: u64,
+    first_ts: Option<Ts>,
+    max_ts: Option<Ts>,
+    last_ts: Option<Ts>,
+    first_record: Option<String>,
+    written: Vec<u64>,
+}
+
+impl Writer {
+    fn resuming(header: &Header) -> Writer {
+        Writer {
+            next_offset: header.next_offset,
+            quarantined: header.quarantined,
+            first_ts: header.first_ts,
+            max_ts: header.max_ts,
+            last_ts: header.last_ts,
+            first_record: Some(header.first_record.clone()),
+            ..Writer::default()
+        }
+    }
+
+    fn write(&mut self, engine: &Engine) -> Result<(), CheckpointError> {
+        let log = self.hashes.as_ref().expect("set before the replay");
+        let hash = |offset| -> Result<String, CheckpointError> {
+            record_hash(log, offset)?.ok_or_else(|| CheckpointError::Vanished {
+                log: log.describe(),
+                offset,
+            })
+        };
+        if self.first_record.is_none() {
+            self.first_record = Some(hash(0)?);
+        }
+        let body = serde_json::to_vec(engine).expect("engine state serializes");
+        let header = Header {
+            format: FORMAT.into(),
+            build: self.build.clone(),
+            next_offset: self.next_offset,
+            quarantined: self.quarantined,
+            first_ts: self.first_ts,
+            max_ts: self.max_ts,
+            last_ts: self.last_ts,
+            first_record: self.first_record.clone().expect("set above"),
+            last_record: hash(self.next_offset - 1)?,
+            digest: hex(&body),
+            state_bytes: body.len() as u64,
+        };
+        let dir = self.dir.join(DIR);
+        std::fs::create_dir_all(&dir).map_err(io(&dir))?;
+        let path = dir.join(format!("{:020}.ckpt", self.next_offset));
+        let temporary = dir.join(format!("{:020}.ckpt.tmp", self.next_offset));
+        let mut file = std::io::BufWriter::with_capacity(
+            1 << 20,
+            File::create(&temporary).map_err(io(&temporary))?,
+        );
+        serde_json::to_writer(&mut file, &header).expect("header serializes");
+        file.write_all(b"\n").map_err(io(&temporary))?;
+        // The state compresses about tenfold (JSON of many alike objects); level 1 keeps
+        // writing it cheap.
+        zstd::stream::copy_encode(&body[..], &mut file, 1).map_err(io(&temporary))?;
+        let file = file
+            .into_inner()
+            .map_err(|e| io(&temporary)(e.into_error()))?;
+        file.sync_all().map_err(io(&temporary))?;
+        std::fs::rename(&temporary, &path).map_err(io(&path))?;
+        File::open(&dir)
+            .and_then(|d| d.sync_all())
+            .map_err(io(&dir))?;
+        self.written.push(self.next_offset);
+        Ok(())
+    }
+}
+
+impl Observer for Writer {
+    type Error = CheckpointError;
+
+    fn before(&mut self, step: Before<'_>) -> Result<crate::drive::Flow, CheckpointError> {
+        if let Ok(record) = step.record {
+            let ts = record.ts();
+            self.first_ts.get_or_insert(ts);
+            self.max_ts = self.max_ts.max(Some(ts));
+            self.last_ts = Some(ts);
+        }
+        Ok(crate::drive::Flow::Apply)
+    }
+
+    fn after(&mut self, step: After<'_>) -> Result<(), CheckpointError> {
+        if step
+            .outputs
+            .iter()
+            .any(|o| matches!(o, Output::Quarantine(_)))
+        {
+            self.quarantined += 1;
+        }
+        self.next_offset = step.offset + 1;
+        if self.next_offset.is_multiple_of(self.every) {
+            self.write(step.engine)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,316 @@
+//! Checkpoints (issue 20): the state at an instant computed from the nearest checkpoint is
+//! the state a replay from the first record computes, at 50 random instants; a damaged, a
+//! foreign or another build's checkpoint is never used.
+
+use std::path::Path;
+
+use lhc_engine::Ts;
+use lhc_log::{EmbeddedLog, EmbeddedOptions, FsyncPolicy, Log};
+use lhc_replay::checkpoint::{self, Checkpoint};
+use lhc_replay::query::{cut_from, Resume};
+use lhc_replay::{cut_at, BadConfig, Cut, Scenario, SimOptions, Simulator, Source, SourceSpec};
+use rand::{Rng, SeedableRng};
+
+const BUILD: &str = "test build";
+const EVERY: u64 = 3_000;
+
+/// A site with an outage, a forced outage and a failed import, plus an undecodable record
+/// and a record older than its predecessor (both quarantined) in the middle.
+fn site_records() -> Vec<Vec<u8>> {
+    let options = SimOptions {
+        seed: 5,
+        zones: 2,
+        connectors_per_zone: 2,
+        vdas_per_zone: 150,
+        users: 300,
+        hours: 3.0,
+        logon_rate: 1.0,
+        scenarios: vec![
+            Scenario::CloudOutage {
+                start_s: 3_600,
+                duration_s: 1_800,
+            },
+            Scenario::ForcedOutage {
+                zone: None,
+                start_s: 7_800,
+                duration_s: 900,
+            },
+            Scenario::BadConfig {
+                at_s: 5_000,
+                kind: BadConfig::DanglingReference,
+            },
+        ],
+        ..SimOptions::default()
+    };
+    let mut records = Vec::new();
+    Simulator::new(options)
+        .unwrap()
+        .run(
+            &mut |bytes| {
+                records.push(bytes.to_vec());
+                Ok(())
+            },
+            &mut |_| {},
+        )
+        .unwrap();
+    let at = records.len() * 2 / 5;
+    records.insert(at, b"{not json".to_vec());
+    let old = records[10].clone();
+    records.insert(records.len() * 3 / 5, old);
+    records
+}
+
+fn write_log(dir: &Path, records: &[Vec<u8>]) {
+    let log = EmbeddedLog::open(
+        dir,
+        EmbeddedOptions {
+            fsync: FsyncPolicy::Never,
+            ..EmbeddedOptions::default()
+        },
+    )
+    .unwrap();
+    for chunk in records.chunks(5_000) {
+        let refs: Vec<&[u8]> = chunk.iter().map(Vec::as_slice).collect();
+        log.append(&refs).unwrap();
+    }
+}
+
+fn from_start(dir: &Path, at: Ts) -> Cut {
+    cut_at(
+        &mut Source::open(&SourceSpec::Path(dir.into())).unwrap(),
+        at,
+    )
+    .unwrap()
+}
+
+/// The cut at `at` through `checkpoint::resume`: the offset it started from, the cut and
+/// the warnings.
+fn from_checkpoint(dir: &Path, at: Ts) -> (Option<u64>, Cut, Vec<String>) {
+    let mut used = None;
+    let (cut, warnings) = checkpoint::resume(
+        dir,
+        BUILD,
+        |h| h.max_ts.is_none_or(|max| max <= at),
+        |found: Option<Checkpoint>| -> Result<Cut, checkpoint::CheckpointError> {
+            used = found.as_ref().map(|c| c.header.next_offset);
+            Ok(match found {
+                None => from_start(dir, at),
+                Some(Checkpoint { header, engine }) => {
+                    let log = EmbeddedLog::open_read_only(dir).unwrap();
+                    let mut source = Source::from_log_at(Box::new(log), header.next_offset)?;
+                    source.count_earlier_quarantines(header.quarantined);
+                    let resume = Resume {
+                        last_offset: Some(header.next_offset - 1),
+                        first_ts: header.first_ts,
+                        last_ts: header.last_ts,
+                    };
+                    cut_from(&mut source, engine, Some(resume), at)?
+                }
+            })
+        },
+    )
+    .unwrap();
+    (used, cut, warnings)
+}
+
+/// Everything a query answers from, as text: the engine (by digest and connector view),
+/// the span facts, and the outputs of the records from `from` on.
+fn answer(cut: &Cut, from: u64) -> String {
+    let outputs: Vec<_> = cut.outputs.iter().filter(|(o, _)| *o >= from).collect();
+    serde_json::json!({
+        "digest": cut.engine.digest(),
+        "connectors": cut.engine.connector_summaries(),
+        "last_offset": cut.last_offset,
+        "first_ts": cut.first_ts,
+        "last_ts": cut.last_ts,
+        "more_after": cut.more_after,
+        "outputs": outputs,
+    })
+    .to_string()
+}
+
+fn first_and_last(records: &[Vec<u8>]) -> (Ts, Ts) {
+    let ts: Vec<Ts> = records
+        .iter()
+        .filter_map(|r| lhc_engine::decode_record(r).ok().map(|r| r.ts()))
+        .collect();
+    (ts[0], *ts.iter().max().unwrap())
+}
+
+#[test]
+fn the_state_from_the_nearest_checkpoint_is_the_state_from_the_start_at_50_random_instants() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("log");
+    let records = site_records();
+    write_log(&dir, &records);
+    let done = checkpoint::refresh(&dir, EVERY, BUILD, |_| {}).unwrap();
+    let n = records.len() as u64;
+    assert_eq!(done.written.len() as u64, n / EVERY, "{done:?}");
+    assert!(
+        done.written.len() >= 8,
+        "too few checkpoints to test: {done:?}"
+    );
+
+    let (first, last) = first_and_last(&records);
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(20);
+    let mut started_late = 0;
+    for _ in 0..50 {
+        let at = Ts(rng.random_range(first.0..=last.0 + 60_000));
+        let (used, cut, warnings) = from_checkpoint(&dir, at);
+        assert!(warnings.is_empty(), "{warnings:?}");
+        let plain = from_start(&dir, at);
+        let from = used.unwrap_or(0);
+        assert_eq!(answer(&cut, from), answer(&plain, from), "at {at}");
+        if used.is_some() {
+            started_late += 1;
+        }
+    }
+    // Not vacuous: most instants lie after the first checkpoint.
+    assert!(
+        started_late >= 40,
+        "only {started_late} of 50 used a checkpoint"
+    );
+}
+
+fn header_of(path: &Path) -> checkpoint::Header {
+    let text = std::fs::read(path).unwrap();
+    let line = text.split(|&b| b == b'\n').next().unwrap();
+    serde_json::from_slice(line).unwrap()
+}
+
+/// Rewrites a checkpoint's header line.
+fn patch_header(path: &Path, change: impl FnOnce(&mut serde_json::Value)) {
+    let text = std::fs::read(path).unwrap();
+    let newline = text.iter().position(|&b| b == b'\n').unwrap();
+    let mut header: serde_json::Value = serde_json::from_slice(&text[..newline]).unwrap();
+    change(&mut header);
+    let mut patched = serde_json::to_vec(&header).unwrap();
+    patched.extend_from_slice(&text[newline..]);
+    std::fs::write(path, &patched).unwrap();
+}
+
+#[test]
+fn damaged_foreign_and_other_builds_checkpoints_are_ignored_with_a_warning_and_refreshed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("log");
+    let records = site_records();
+    write_log(&dir, &records);
+    checkpoint::refresh(&dir, EVERY, BUILD, |_| {}).unwrap();
+    let list = checkpoint::list(&dir).unwrap();
+    let n = list.len();
+    let (last, before, third) = (&list[n - 1], &list[n - 2], &list[n - 3]);
+    let (_, end) = first_and_last(&records);
+    let at = Ts(end.0 + 1); // after every checkpoint
+    let expected = from_start(&dir, at).engine.digest();
+
+    // 1. A header whose digest does not match the state. It is found only once the state
+    // was rebuilt and used (the check runs beside the replay), so the work is done again
+    // from the checkpoint before it.
+    patch_header(&last.1, |h| h["digest"] = "0".repeat(64).into());
+    let (used, cut, warnings) = from_checkpoint(&dir, at);
+    assert_eq!(used, Some(before.0));
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(warnings[0].contains("not the 0000"), "{warnings:?}");
+    assert_eq!(cut.engine.digest(), expected);
+
+    // 2. Flipped bytes in the compressed state as well.
+    let mut bytes = std::fs::read(&before.1).unwrap();
+    let len = bytes.len();
+    for b in &mut bytes[len - 300..len - 100] {
+        *b ^= 0x5a;
+    }
+    std::fs::write(&before.1, &bytes).unwrap();
+    let (used, cut, warnings) = from_checkpoint(&dir, at);
+    assert_eq!(used, Some(third.0));
+    assert_eq!(warnings.len(), 2, "{warnings:?}");
+    assert!(
+        warnings[1].contains(&before.1.display().to_string()),
+        "{warnings:?}"
+    );
+    assert_eq!(cut.engine.digest(), expected);
+
+    // A refresh removes both, says why, and writes them anew.
+    let done = checkpoint::refresh(&dir, EVERY, BUILD, |_| {}).unwrap();
+    assert_eq!(done.resumed_from, Some(third.0), "{done:?}");
+    assert_eq!(done.removed.len(), 2, "{done:?}");
+    assert_eq!(done.written, vec![before.0, last.0], "{done:?}");
+    let (used, _, warnings) = from_checkpoint(&dir, at);
+    assert_eq!((used, warnings.len()), (Some(last.0), 0), "{warnings:?}");
+
+    // 3. Another build's checkpoint: not used, even where it is the only one that could
+    // serve; a refresh replaces it and writes every one after it again.
+    let (first_offset, first_path) = &list[0];
+    patch_header(first_path, |h| h["build"] = "other build".into());
+    let early = header_of(first_path).max_ts.unwrap();
+    let (used, cut, warnings) = from_checkpoint(&dir, early);
+    assert_eq!(used, None);
+    assert!(
+        warnings[0].contains("written by lhc other build"),
+        "{warnings:?}"
+    );
+    assert_eq!(cut.engine.digest(), from_start(&dir, early).engine.digest());
+    let done = checkpoint::refresh(&dir, EVERY, BUILD, |_| {}).unwrap();
+    assert_eq!(done.resumed_from, None, "{done:?}");
+    assert_eq!(done.removed.len(), 1, "{done:?}");
+    assert_eq!(done.written.len(), n, "{done:?}");
+    assert_eq!(done.written[0], *first_offset);
+
+    // 4. Another log's checkpoint copied in: its records differ.
+    let tmp2 = tempfile::tempdir().unwrap();
+    let dir2 = tmp2.path().join("log");
+    let mut shifted = records.clone();
+    shifted.remove(5);
+    write_log(&dir2, &shifted);
+    std::fs::create_dir_all(dir2.join(checkpoint::DIR)).unwrap();
+    let good = &list[1].1;
+    std::fs::copy(
+        good,
+        dir2.join(checkpoint::DIR).join(good.file_name().unwrap()),
+    )
+    .unwrap();
+    let (used, _, warnings) = from_checkpoint(&dir2, at);
+    assert_eq!(used, None);
+    assert!(
+        warnings[0].contains("differ from those it was written from"),
+        "{warnings:?}"
+    );
+}
+
+#[test]
+fn a_refresh_after_appends_replays_only_the_new_records() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("log");
+    let records = site_records();
+    let half = records.len() / 2;
+    write_log(&dir, &records[..half]);
+    let first = checkpoint::refresh(&dir, EVERY, BUILD, |_| {}).unwrap();
+    assert_eq!(first.resumed_from, None);
+    write_log(&dir, &records[half..]);
+    let second = checkpoint::refresh(&dir, EVERY, BUILD, |_| {}).unwrap();
+    assert_eq!(second.resumed_from, first.written.last().copied());
+    assert_eq!(second.kept, first.written.len());
+    // The checkpoints written after resuming hold the states a single pass would.
+    let tmp2 = tempfile::tempdir().unwrap();
+    let dir2 = tmp2.path().join("log");
+    write_log(&dir2, &records);
+    checkpoint::refresh(&dir2, EVERY, BUILD, |_| {}).unwrap();
+    let headers = |dir: &Path| -> Vec<String> {
+        checkpoint::list(dir)
+            .unwrap()
+            .iter()
+            .map(|(_, p)| {
+                let text = std::fs::read(p).unwrap();
+                let line = text.split(|&b| b == b'\n').next().unwrap().to_vec();
+                String::from_utf8(line).unwrap()
+            })
+            .collect()
+    };
+    assert_eq!(headers(&dir), headers(&dir2));
+    assert_eq!(
+        EmbeddedLog::open_read_only(&dir)
+            .unwrap()
+            .end_offset()
+            .unwrap(),
+        records.len() as u64
+    );
+}
