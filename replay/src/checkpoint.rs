@@ -14,12 +14,13 @@
 //! from the start. Replaying from a checkpoint therefore gives exactly what a replay from
 //! the start gives.
 
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use lhc_engine::{Engine, Output, Ts};
+use lhc_engine::{ConfigPart, Engine, Output, Ts, Validation};
 use lhc_log::{EmbeddedLog, Log, LogError};
 use serde::{Deserialize, Serialize};
 use sha2::Digest;
@@ -34,7 +35,7 @@ const FORMAT: &str = "lhc-checkpoint/1";
 /// Largest state a header may claim (a damaged length must not allocate the machine away).
 const MAX_STATE_BYTES: u64 = 16 << 30;
 /// Records between two checkpoints when the user does not say.
-pub const DEFAULT_EVERY: u64 = 250_000;
+pub const DEFAULT_EVERY: u64 = 200_000;
 
 /// What a checkpoint says about itself, on its first line.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -60,8 +61,24 @@ pub struct Header {
     pub last_record: String,
     /// Digest of the state that follows (`Engine::digest`).
     pub digest: String,
-    /// Bytes of the state's JSON (before compression).
-    pub state_bytes: u64,
+    /// The two zstd frames after the header: the configuration part, then the state rows.
+    pub parts: [Part; 2],
+}
+
+/// One compressed part of a checkpoint.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Part {
+    /// Bytes in the file.
+    pub compressed: u64,
+    /// Bytes once decompressed.
+    pub bytes: u64,
+}
+
+/// The configuration part as written: the same JSON as [`ConfigPart`], borrowed.
+#[derive(Serialize)]
+struct ConfigRef<'a> {
+    site: &'a lhc_engine::site::SiteConfig,
+    validations: &'a BTreeMap<u64, Validation>,
 }
 
 /// A checkpoint read and verified: its header and the engine it rebuilds.
@@ -219,34 +236,92 @@ fn open(path: &Path, build: &str, log: &dyn Log) -> Result<Checkpoint, String> {
     if let Some(why) = unfit(&header, build, log).map_err(|e| e.to_string())? {
         return Err(why);
     }
-    if header.state_bytes > MAX_STATE_BYTES {
-        return Err(format!(
-            "its header claims a state of {} bytes (damaged)",
-            header.state_bytes
-        ));
+    let [config, rows] = header.parts;
+    if config.bytes.max(rows.bytes) > MAX_STATE_BYTES {
+        return Err("its header claims a state too large to be one (damaged)".into());
     }
     let mut compressed = Vec::new();
     let mut reader = reader;
     reader
         .read_to_end(&mut compressed)
         .map_err(|e| e.to_string())?;
-    // Into one allocation of the known size: growing a buffer of tens of MB costs more in
-    // page faults than the decompression itself.
-    let body = zstd::bulk::decompress(&compressed, header.state_bytes as usize)
-        .map_err(|e| format!("unreadable state: {e}"))?;
-    if body.len() as u64 != header.state_bytes {
+    if compressed.len() as u64 != config.compressed + rows.compressed {
         return Err(format!(
-            "its state is {} bytes, not the {} its header says (damaged)",
-            body.len(),
-            header.state_bytes
+            "it holds {} bytes after its header, not the {} its header says (damaged or cut \
+             short)",
+            compressed.len(),
+            config.compressed + rows.compressed
         ));
     }
-    let engine: Engine =
-        serde_json::from_slice(&body).map_err(|e| format!("unreadable state: {e}"))?;
+    let (first, second) = compressed.split_at(config.compressed as usize);
+    // The two parts are parsed at once, one on each core: loading is most of the time a
+    // query from a checkpoint takes.
+    let (config, engine) = std::thread::scope(|scope| {
+        let config = scope.spawn(|| -> Result<ConfigPart, String> {
+            let bytes = decompress(first, config.bytes)?;
+            serde_json::from_slice(&bytes).map_err(|e| format!("unreadable configuration: {e}"))
+        });
+        let engine = decompress(second, rows.bytes).and_then(|bytes| engine_from_rows(&bytes));
+        (config.join().expect("parsing does not panic"), engine)
+    });
+    let mut engine = engine?;
+    engine.restore_config(config?);
     engine
         .check_restored()
         .map_err(|e| format!("its state breaks an engine invariant: {e}"))?;
     Ok(Checkpoint { header, engine })
+}
+
+/// A zstd frame of `bytes` bytes, decompressed into one allocation of that size: growing a
+/// buffer of tens of MB costs more in page faults than the decompression itself.
+fn decompress(frame: &[u8], bytes: u64) -> Result<Vec<u8>, String> {
+    let out = zstd::bulk::decompress(frame, bytes as usize)
+        .map_err(|e| format!("unreadable state: {e}"))?;
+    if out.len() as u64 != bytes {
+        return Err(format!(
+            "a part is {} bytes, not the {bytes} its header says (damaged)",
+            out.len()
+        ));
+    }
+    Ok(out)
+}
+
+/// Appends the state rows of `engine` (`Engine::for_each_state_row`), each as its key and
+/// value, both preceded by their length (4 bytes, little-endian).
+fn encode_rows(engine: &Engine) -> Vec<u8> {
+    let mut out = Vec::new();
+    engine.for_each_state_row(|key, value| {
+        for part in [key, value] {
+            out.extend_from_slice(&(part.len() as u32).to_le_bytes());
+            out.extend_from_slice(part);
+        }
+    });
+    out
+}
+
+/// The engine the rows of [`encode_rows`] make (configuration part empty).
+fn engine_from_rows(mut bytes: &[u8]) -> Result<Engine, String> {
+    let mut rows = lhc_engine::rows::StateRows::new();
+    fn take<'a>(bytes: &mut &'a [u8]) -> Result<&'a [u8], String> {
+        let cut = "unreadable state: a row is cut short (damaged)";
+        let (len, rest) = bytes.split_first_chunk::<4>().ok_or(cut)?;
+        let len = u32::from_le_bytes(*len) as usize;
+        if rest.len() < len {
+            return Err(cut.into());
+        }
+        let (part, rest) = rest.split_at(len);
+        *bytes = rest;
+        Ok(part)
+    }
+    while !bytes.is_empty() {
+        let key = take(&mut bytes)?;
+        let value = take(&mut bytes)?;
+        rows.add(key, value)
+            .map_err(|e| format!("unreadable state: {e}"))?;
+    }
+    rows.finish()
+        .map_err(|e| format!("unreadable state: {e}"))?
+        .ok_or_else(|| "unreadable state: no rows".to_string())
 }
 
 /// Whether the digest of the rebuilt `engine` is the one written with it.
@@ -287,9 +362,17 @@ fn latest_below(
         return Ok(None);
     }
     let log = EmbeddedLog::open_read_only(log_dir)?;
+    // After an upgrade every checkpoint is another build's: one warning says so, not one
+    // per file.
+    let mut other_builds: BTreeMap<String, usize> = BTreeMap::new();
+    let mut found_one = None;
     for (_, path) in found.iter().rev().filter(|(offset, _)| *offset < bound) {
         match read_header(path) {
             Ok((header, _)) if !wanted(&header) => continue,
+            Ok((header, _)) if header.format == FORMAT && header.build != build => {
+                *other_builds.entry(header.build).or_default() += 1;
+                continue;
+            }
             Ok(_) => {}
             Err(why) => {
                 warnings.push(format!("ignoring checkpoint {}: {why}", describe(path)));
@@ -297,11 +380,23 @@ fn latest_below(
             }
         }
         match open(path, build, &log) {
-            Ok(checkpoint) => return Ok(Some((path.clone(), checkpoint))),
+            Ok(checkpoint) => {
+                found_one = Some((path.clone(), checkpoint));
+                break;
+            }
             Err(why) => warnings.push(format!("ignoring checkpoint {}: {why}", describe(path))),
         }
     }
-    Ok(None)
+    for (other, count) in other_builds {
+        warnings.push(format!(
+            "ignoring {count} checkpoint(s) of {} written by lhc {other} (this is {build}): \
+             another build may fold the records differently; `lhc log checkpoint {}` writes \
+             them anew",
+            log_dir.display(),
+            log_dir.display()
+        ));
+    }
+    Ok(found_one)
 }
 
 /// Runs `work` from the latest usable checkpoint of the log in `log_dir` whose header
@@ -505,7 +600,20 @@ impl Writer {
         if self.first_record.is_none() {
             self.first_record = Some(hash(0)?);
         }
-        let body = serde_json::to_vec(engine).expect("engine state serializes");
+        // Level 1: the state compresses about tenfold (JSON of many alike objects) and
+        // writing stays cheap.
+        let compress = |bytes: &[u8]| zstd::bulk::compress(bytes, 1).map_err(|e| io(&self.dir)(e));
+        let mut config = Vec::new();
+        serde_json::to_writer(
+            &mut config,
+            &ConfigRef {
+                site: engine.site(),
+                validations: engine.validations(),
+            },
+        )
+        .expect("configuration serializes");
+        let rows = encode_rows(engine);
+        let (config_z, rows_z) = (compress(&config)?, compress(&rows)?);
         let header = Header {
             format: FORMAT.into(),
             build: self.build.clone(),
@@ -516,8 +624,17 @@ impl Writer {
             last_ts: self.last_ts,
             first_record: self.first_record.clone().expect("set above"),
             last_record: hash(self.next_offset - 1)?,
-            digest: hex(&body),
-            state_bytes: body.len() as u64,
+            digest: engine.digest(),
+            parts: [
+                Part {
+                    compressed: config_z.len() as u64,
+                    bytes: config.len() as u64,
+                },
+                Part {
+                    compressed: rows_z.len() as u64,
+                    bytes: rows.len() as u64,
+                },
+            ],
         };
         let dir = self.dir.join(DIR);
         std::fs::create_dir_all(&dir).map_err(io(&dir))?;
@@ -529,9 +646,8 @@ impl Writer {
         );
         serde_json::to_writer(&mut file, &header).expect("header serializes");
         file.write_all(b"\n").map_err(io(&temporary))?;
-        // The state compresses about tenfold (JSON of many alike objects); level 1 keeps
-        // writing it cheap.
-        zstd::stream::copy_encode(&body[..], &mut file, 1).map_err(io(&temporary))?;
+        file.write_all(&config_z).map_err(io(&temporary))?;
+        file.write_all(&rows_z).map_err(io(&temporary))?;
         let file = file
             .into_inner()
             .map_err(|e| io(&temporary)(e.into_error()))?;

@@ -245,7 +245,8 @@ fn damaged_foreign_and_other_builds_checkpoints_are_ignored_with_a_warning_and_r
     let (used, cut, warnings) = from_checkpoint(&dir, early);
     assert_eq!(used, None);
     assert!(
-        warnings[0].contains("written by lhc other build"),
+        warnings[0].contains("ignoring 1 checkpoint(s) of")
+            && warnings[0].contains("written by lhc other build"),
         "{warnings:?}"
     );
     assert_eq!(cut.engine.digest(), from_start(&dir, early).engine.digest());

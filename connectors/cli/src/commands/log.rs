@@ -166,6 +166,9 @@ fn checkpoint(dir: &Path, every: u64, quiet: bool) -> anyhow::Result<ExitCode> {
     for (path, why) in &done.removed {
         eprintln!("warning: removed checkpoint {}: {why}", path.display());
     }
+    if quiet {
+        return Ok(ExitCode::SUCCESS);
+    }
     let from = match done.resumed_from {
         Some(offset) => format!("resumed from the checkpoint after {offset} records"),
         None => "replayed from the first record".to_string(),

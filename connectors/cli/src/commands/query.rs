@@ -121,17 +121,26 @@ pub fn run(args: QueryArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         }),
         _ => Some(Needs::UpTo(at)),
     };
-    let from_start =
-        |source: &SourceArgs| source.replay_with(quiet, |source| lhc_replay::cut_at(source, at));
+    // The answer is computed with the cut: from a checkpoint, the check of its digest runs
+    // beside both (see `checkpoint::resume`).
+    let answered = |cut: lhc_replay::Cut| {
+        let value = answer(&what, &cut, at, zone.as_ref(), quiet);
+        (cut, value)
+    };
+    let from_start = |source: &SourceArgs| {
+        source
+            .replay_with(quiet, |source| lhc_replay::cut_at(source, at))
+            .map(answered)
+    };
     let used = std::cell::Cell::new(None);
-    let cut = match (&needs_from, args.source.embedded_dir()) {
+    let (cut, value) = match (&needs_from, args.source.embedded_dir()) {
         (Some(needs), Some(dir)) if !args.from_start => {
             let wanted = |h: &lhc_replay::checkpoint::Header| match (h.max_ts, needs) {
                 (None, _) => true,
                 (Some(max), Needs::UpTo(at)) => max <= *at,
                 (Some(max), Needs::After(from)) => max < *from && max <= at,
             };
-            let (cut, warnings) =
+            let (answered, warnings) =
                 lhc_replay::checkpoint::resume(&dir, &crate::build_id(), wanted, |checkpoint| {
                     used.set(checkpoint.as_ref().map(|c| c.header.next_offset));
                     match checkpoint {
@@ -143,19 +152,21 @@ pub fn run(args: QueryArgs, quiet: bool) -> anyhow::Result<ExitCode> {
                                 first_ts: header.first_ts,
                                 last_ts: header.last_ts,
                             };
-                            args.source.replay_from_with(
-                                quiet,
-                                header.next_offset,
-                                header.quarantined,
-                                |source| {
-                                    lhc_replay::query::cut_from(
-                                        source,
-                                        checkpoint.engine,
-                                        Some(resume),
-                                        at,
-                                    )
-                                },
-                            )
+                            args.source
+                                .replay_from_with(
+                                    quiet,
+                                    header.next_offset,
+                                    header.quarantined,
+                                    |source| {
+                                        lhc_replay::query::cut_from(
+                                            source,
+                                            checkpoint.engine,
+                                            Some(resume),
+                                            at,
+                                        )
+                                    },
+                                )
+                                .map(answered)
                         }
                     }
                 })?;
@@ -168,7 +179,7 @@ pub fn run(args: QueryArgs, quiet: bool) -> anyhow::Result<ExitCode> {
                      digest verified); --from-start replays from the first record"
                 );
             }
-            cut
+            answered
         }
         _ => from_start(&args.source)?,
     };
@@ -184,183 +195,7 @@ pub fn run(args: QueryArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         ),
         _ => {}
     }
-    let engine = &cut.engine;
-    let value = match &what {
-        What::Connectors => {
-            json!({ "at": at, "connectors": engine.connector_summaries() })
-        }
-        What::Registrations => {
-            let list: Vec<_> = engine
-                .machines()
-                .sorted()
-                .into_iter()
-                .map(|(name, m)| m.summary(name))
-                .collect();
-            json!({ "at": at, "machines": list })
-        }
-        What::Sessions { user } => {
-            let mut list = Vec::new();
-            for (name, m) in engine.machines().sorted() {
-                for s in m.sessions() {
-                    if user
-                        .as_ref()
-                        .is_none_or(|u| u.eq_ignore_ascii_case(&s.user))
-                    {
-                        list.push(json!({
-                            "machine": name, "session": s.id, "user": s.user,
-                            "state": snake(&s.state),
-                        }));
-                    }
-                }
-            }
-            json!({ "at": at, "sessions": list })
-        }
-        What::Machine { name } => {
-            // Machine names resolve case-insensitively, as the engine resolves them.
-            let exact = engine
-                .site()
-                .machine_id(name)
-                .map(str::to_string)
-                .unwrap_or(name.clone());
-            let now = engine.machines().get(exact.as_str()).map(|m| {
-                json!({
-                    "registered_with": m.registrar().name(),
-                    "sessions": m.sessions(),
-                })
-            });
-            let history: Vec<Value> = cut
-                .outputs
-                .iter()
-                .filter(|(_, o)| match o {
-                    Output::Registration(r) => r.machine.eq_ignore_ascii_case(name),
-                    Output::MachineMaintenance(m) => m.machine.eq_ignore_ascii_case(name),
-                    Output::LaunchDecision(d) => d
-                        .machine
-                        .as_ref()
-                        .is_some_and(|m| m.eq_ignore_ascii_case(name)),
-                    _ => false,
-                })
-                .map(|(offset, o)| {
-                    let (ts, what, connector, detail) = match o {
-                        Output::Registration(r) => (
-                            r.ts,
-                            if r.accepted {
-                                "registered"
-                            } else {
-                                "registration refused or left"
-                            },
-                            r.connector.clone(),
-                            r.reason.map(|x| snake(&x)).unwrap_or_default(),
-                        ),
-                        Output::MachineMaintenance(m) => (
-                            m.ts,
-                            if m.on {
-                                "maintenance on"
-                            } else {
-                                "maintenance off"
-                            },
-                            m.connector.clone(),
-                            String::new(),
-                        ),
-                        Output::LaunchDecision(d) => (
-                            d.ts,
-                            "launch brokered here",
-                            d.connector.clone(),
-                            d.request.clone(),
-                        ),
-                        _ => unreachable!("filtered above"),
-                    };
-                    json!({
-                        "ts": ts, "offset": offset, "what": what, "connector": connector,
-                        "detail": detail, "output": o,
-                    })
-                })
-                .collect();
-            if now.is_none() && history.is_empty() {
-                anyhow::bail!("no machine {name:?} in the log up to {at}");
-            }
-            json!({ "at": at, "machine": name, "now": now, "history": history })
-        }
-        What::Launches {
-            since,
-            until,
-            outcome,
-            reason,
-            connector,
-            user,
-        } => {
-            let from = match since {
-                Some(f) => parse_instant(f, zone.as_ref())?,
-                None => Ts(at.millis() - 3_600_000),
-            };
-            let to = match until {
-                Some(u) => {
-                    let until = parse_instant(u, zone.as_ref())?;
-                    if until > at && !quiet {
-                        eprintln!(
-                            "note: --until {until} is after --at {at}: the window ends at --at"
-                        );
-                    }
-                    until.min(at)
-                }
-                None => at,
-            };
-            if to < from {
-                bail!("--since {from} is after the end of the window {to}: nothing to list");
-            }
-            if let Some(r) = reason {
-                let known = serde_json::from_value::<lhc_engine::output::Reason>(Value::String(
-                    r.to_lowercase(),
-                ));
-                if known.is_err() {
-                    bail!(
-                        "--reason {r:?} is not a reason code; the codes are the `reason` values \
-                         of launch.decision in schemas/output.schema.json (like not_elected, \
-                         cloud_unreachable, pooled_unavailable_in_outage)"
-                    );
-                }
-            }
-            let same = |filter: &Option<String>, value: &str| {
-                filter
-                    .as_ref()
-                    .is_none_or(|f| f.eq_ignore_ascii_case(value))
-            };
-            let list: Vec<Value> = cut
-                .outputs
-                .iter()
-                .filter_map(|(offset, o)| match o {
-                    Output::LaunchDecision(d) if d.ts >= from && d.ts <= to => Some((offset, d)),
-                    _ => None,
-                })
-                .filter_map(|(offset, d)| {
-                    let (who, what) = cut.launches.get(&d.request).cloned().unwrap_or_default();
-                    let reason_text = d.reason.map(|r| snake(&r)).unwrap_or_default();
-                    let keep = same(user, &who)
-                        && same(connector, &d.connector)
-                        && same(reason, &reason_text)
-                        && outcome.is_none_or(|o| {
-                            (o == OutcomeFilter::Brokered) == (d.outcome == Outcome::Brokered)
-                        });
-                    keep.then(|| {
-                        json!({
-                            "ts": d.ts, "offset": offset, "request": d.request, "user": who,
-                            "resource": what, "connector": d.connector,
-                            "outcome": snake(&d.outcome), "via": snake(&d.via),
-                            "machine": d.machine, "session": d.session, "reason": d.reason,
-                        })
-                    })
-                })
-                .collect();
-            json!({ "from": from, "to": to, "launches": list })
-        }
-        What::LhcData { connector } => {
-            let data = engine
-                .lhc_data(connector)
-                .with_context(|| format!("no connector {connector:?} in the log up to {at}"))?;
-            json!({ "at": at, "connector": connector, "data": data })
-        }
-        What::Digest => json!({ "at": at, "digest": engine.digest() }),
-    };
+    let value = value?;
     let format = if args.json { Format::Json } else { args.format };
     match format {
         Format::Json => println!("{}", serde_json::to_string_pretty(&value)?),
@@ -374,6 +209,9 @@ pub fn run(args: QueryArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         },
         Format::Table => print_table(&what, &value),
     }
+    // The process ends next: freeing a large site's state object by object would take
+    // longer than the operating system takes to reclaim it whole.
+    std::mem::forget(cut);
     Ok(ExitCode::SUCCESS)
 }
 
@@ -495,4 +333,191 @@ fn print_table(what: &What, value: &Value) {
     for r in rows {
         println!("{}", line(r));
     }
+}
+
+/// The answer to `what` from the state and outputs of a cut at `at`.
+fn answer(
+    what: &What,
+    cut: &lhc_replay::Cut,
+    at: Ts,
+    zone: Option<&Zone>,
+    quiet: bool,
+) -> anyhow::Result<Value> {
+    let engine = &cut.engine;
+    Ok(match what {
+        What::Connectors => {
+            json!({ "at": at, "connectors": engine.connector_summaries() })
+        }
+        What::Registrations => {
+            let list: Vec<_> = engine
+                .machines()
+                .sorted()
+                .into_iter()
+                .map(|(name, m)| m.summary(name))
+                .collect();
+            json!({ "at": at, "machines": list })
+        }
+        What::Sessions { user } => {
+            let mut list = Vec::new();
+            for (name, m) in engine.machines().sorted() {
+                for s in m.sessions() {
+                    if user
+                        .as_ref()
+                        .is_none_or(|u| u.eq_ignore_ascii_case(&s.user))
+                    {
+                        list.push(json!({
+                            "machine": name, "session": s.id, "user": s.user,
+                            "state": snake(&s.state),
+                        }));
+                    }
+                }
+            }
+            json!({ "at": at, "sessions": list })
+        }
+        What::Machine { name } => {
+            // Machine names resolve case-insensitively, as the engine resolves them.
+            let exact = engine
+                .site()
+                .machine_id(name)
+                .map(str::to_string)
+                .unwrap_or(name.clone());
+            let now = engine.machines().get(exact.as_str()).map(|m| {
+                json!({
+                    "registered_with": m.registrar().name(),
+                    "sessions": m.sessions(),
+                })
+            });
+            let history: Vec<Value> = cut
+                .outputs
+                .iter()
+                .filter(|(_, o)| match o {
+                    Output::Registration(r) => r.machine.eq_ignore_ascii_case(name),
+                    Output::MachineMaintenance(m) => m.machine.eq_ignore_ascii_case(name),
+                    Output::LaunchDecision(d) => d
+                        .machine
+                        .as_ref()
+                        .is_some_and(|m| m.eq_ignore_ascii_case(name)),
+                    _ => false,
+                })
+                .map(|(offset, o)| {
+                    let (ts, what, connector, detail) = match o {
+                        Output::Registration(r) => (
+                            r.ts,
+                            if r.accepted {
+                                "registered"
+                            } else {
+                                "registration refused or left"
+                            },
+                            r.connector.clone(),
+                            r.reason.map(|x| snake(&x)).unwrap_or_default(),
+                        ),
+                        Output::MachineMaintenance(m) => (
+                            m.ts,
+                            if m.on {
+                                "maintenance on"
+                            } else {
+                                "maintenance off"
+                            },
+                            m.connector.clone(),
+                            String::new(),
+                        ),
+                        Output::LaunchDecision(d) => (
+                            d.ts,
+                            "launch brokered here",
+                            d.connector.clone(),
+                            d.request.clone(),
+                        ),
+                        _ => unreachable!("filtered above"),
+                    };
+                    json!({
+                        "ts": ts, "offset": offset, "what": what, "connector": connector,
+                        "detail": detail, "output": o,
+                    })
+                })
+                .collect();
+            if now.is_none() && history.is_empty() {
+                anyhow::bail!("no machine {name:?} in the log up to {at}");
+            }
+            json!({ "at": at, "machine": name, "now": now, "history": history })
+        }
+        What::Launches {
+            since,
+            until,
+            outcome,
+            reason,
+            connector,
+            user,
+        } => {
+            let from = match since {
+                Some(f) => parse_instant(f, zone)?,
+                None => Ts(at.millis() - 3_600_000),
+            };
+            let to = match until {
+                Some(u) => {
+                    let until = parse_instant(u, zone)?;
+                    if until > at && !quiet {
+                        eprintln!(
+                            "note: --until {until} is after --at {at}: the window ends at --at"
+                        );
+                    }
+                    until.min(at)
+                }
+                None => at,
+            };
+            if to < from {
+                bail!("--since {from} is after the end of the window {to}: nothing to list");
+            }
+            if let Some(r) = reason {
+                let known = serde_json::from_value::<lhc_engine::output::Reason>(Value::String(
+                    r.to_lowercase(),
+                ));
+                if known.is_err() {
+                    bail!(
+                        "--reason {r:?} is not a reason code; the codes are the `reason` values \
+                         of launch.decision in schemas/output.schema.json (like not_elected, \
+                         cloud_unreachable, pooled_unavailable_in_outage)"
+                    );
+                }
+            }
+            let same = |filter: &Option<String>, value: &str| {
+                filter
+                    .as_ref()
+                    .is_none_or(|f| f.eq_ignore_ascii_case(value))
+            };
+            let list: Vec<Value> = cut
+                .outputs
+                .iter()
+                .filter_map(|(offset, o)| match o {
+                    Output::LaunchDecision(d) if d.ts >= from && d.ts <= to => Some((offset, d)),
+                    _ => None,
+                })
+                .filter_map(|(offset, d)| {
+                    let (who, what) = cut.launches.get(&d.request).cloned().unwrap_or_default();
+                    let reason_text = d.reason.map(|r| snake(&r)).unwrap_or_default();
+                    let keep = same(user, &who)
+                        && same(connector, &d.connector)
+                        && same(reason, &reason_text)
+                        && outcome.is_none_or(|o| {
+                            (o == OutcomeFilter::Brokered) == (d.outcome == Outcome::Brokered)
+                        });
+                    keep.then(|| {
+                        json!({
+                            "ts": d.ts, "offset": offset, "request": d.request, "user": who,
+                            "resource": what, "connector": d.connector,
+                            "outcome": snake(&d.outcome), "via": snake(&d.via),
+                            "machine": d.machine, "session": d.session, "reason": d.reason,
+                        })
+                    })
+                })
+                .collect();
+            json!({ "from": from, "to": to, "launches": list })
+        }
+        What::LhcData { connector } => {
+            let data = engine
+                .lhc_data(connector)
+                .with_context(|| format!("no connector {connector:?} in the log up to {at}"))?;
+            json!({ "at": at, "connector": connector, "data": data })
+        }
+        What::Digest => json!({ "at": at, "digest": engine.digest() }),
+    })
 }
