@@ -35,7 +35,7 @@ const FORMAT: &str = "lhc-checkpoint/1";
 /// Largest state a header may claim (a damaged length must not allocate the machine away).
 const MAX_STATE_BYTES: u64 = 16 << 30;
 /// Records between two checkpoints when the user does not say.
-pub const DEFAULT_EVERY: u64 = 200_000;
+pub const DEFAULT_EVERY: u64 = 150_000;
 
 /// What a checkpoint says about itself, on its first line.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -405,7 +405,7 @@ fn latest_below(
 /// checkpoint that could not be used.
 ///
 /// The checkpoint's digest is checked on another thread while `work` runs (at the seeds'
-/// scale it costs about as much as replaying 200,000 records); if the check fails, what
+/// scale it costs about as much as replaying 100,000 records); if the check fails, what
 /// `work` computed is dropped and it runs again from an earlier checkpoint.
 pub fn resume<T, E: From<CheckpointError>>(
     log_dir: &Path,

@@ -157,6 +157,12 @@ impl Engine {
     pub fn restore_config(&mut self, part: ConfigPart) {
         self.site = part.site;
         self.validations = part.validations;
+        // The current version's snapshot, when it validated, is the cloud's catalog (both
+        // index the same objects; the reducer builds one and shares it): share it again
+        // rather than hold a second index of a large site after a restore.
+        if let Some(Validation::Valid(snapshot)) = self.validations.get(&self.site.version) {
+            self.cloud = Some(Arc::clone(snapshot));
+        }
     }
 
     /// Validated configuration versions held (snapshots in use, the current version).

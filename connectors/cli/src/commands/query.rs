@@ -173,11 +173,23 @@ pub fn run(args: QueryArgs, quiet: bool) -> anyhow::Result<ExitCode> {
             for warning in warnings {
                 eprintln!("warning: {warning}");
             }
-            if let (Some(offset), false) = (used.get(), quiet) {
-                eprintln!(
+            match (used.get(), quiet) {
+                (Some(offset), false) => eprintln!(
                     "note: started from the checkpoint after {offset} records (its state's \
                      digest verified); --from-start replays from the first record"
-                );
+                ),
+                (None, false)
+                    if answered.0.last_offset.unwrap_or(0)
+                        >= lhc_replay::checkpoint::DEFAULT_EVERY
+                        && lhc_replay::checkpoint::list(&dir)?.is_empty() =>
+                {
+                    eprintln!(
+                        "note: replayed from the first record; `lhc log checkpoint {}` once \
+                         lets later queries start near the instant",
+                        dir.display()
+                    )
+                }
+                _ => {}
             }
             answered
         }
