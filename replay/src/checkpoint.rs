@@ -63,6 +63,26 @@ pub struct Header {
     pub digest: String,
     /// The two zstd frames after the header: the configuration part, then the state rows.
     pub parts: [Part; 2],
+    /// SHA-256 of this header's JSON with `seal` empty, hex: the digest covers the state,
+    /// this covers the header (a damaged `max_ts` would pick the wrong checkpoint).
+    pub seal: String,
+}
+
+impl Header {
+    /// Seals the header again after an edit (tests use it to make a checkpoint whose header
+    /// is whole but whose digest does not match its state).
+    pub fn reseal(&mut self) {
+        self.seal = self.compute_seal();
+    }
+
+    /// The seal of this header's other fields.
+    fn compute_seal(&self) -> String {
+        let unsealed = Header {
+            seal: String::new(),
+            ..self.clone()
+        };
+        hex(&serde_json::to_vec(&unsealed).expect("a header serializes"))
+    }
 }
 
 /// One compressed part of a checkpoint.
@@ -194,6 +214,20 @@ fn read_header(path: &Path) -> Result<(Header, BufReader<File>), String> {
         .map_err(|e| e.to_string())?;
     let header: Header =
         serde_json::from_slice(&line).map_err(|e| format!("unreadable header: {e}"))?;
+    if header.seal != header.compute_seal() {
+        return Err("its header does not match its seal (damaged)".into());
+    }
+    let named = path
+        .file_stem()
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.parse::<u64>().ok());
+    if named != Some(header.next_offset) {
+        return Err(format!(
+            "its name says it covers {} records, its header {} (renamed or damaged)",
+            named.map_or("?".to_string(), |n| n.to_string()),
+            header.next_offset
+        ));
+    }
     Ok((header, reader))
 }
 
@@ -245,12 +279,12 @@ fn open(path: &Path, build: &str, log: &dyn Log) -> Result<Checkpoint, String> {
     reader
         .read_to_end(&mut compressed)
         .map_err(|e| e.to_string())?;
-    if compressed.len() as u64 != config.compressed + rows.compressed {
+    let expected = config.compressed.checked_add(rows.compressed);
+    if expected != Some(compressed.len() as u64) {
         return Err(format!(
-            "it holds {} bytes after its header, not the {} its header says (damaged or cut \
+            "it holds {} bytes after its header, not what its header says (damaged or cut \
              short)",
             compressed.len(),
-            config.compressed + rows.compressed
         ));
     }
     let (first, second) = compressed.split_at(config.compressed as usize);
@@ -356,7 +390,7 @@ fn latest_below(
     bound: u64,
     wanted: &impl Fn(&Header) -> bool,
     warnings: &mut Vec<String>,
-) -> Result<Option<(PathBuf, Checkpoint)>, CheckpointError> {
+) -> Result<Option<(u64, PathBuf, Checkpoint)>, CheckpointError> {
     let found = list(log_dir)?;
     if found.is_empty() {
         return Ok(None);
@@ -366,7 +400,7 @@ fn latest_below(
     // per file.
     let mut other_builds: BTreeMap<String, usize> = BTreeMap::new();
     let mut found_one = None;
-    for (_, path) in found.iter().rev().filter(|(offset, _)| *offset < bound) {
+    for (offset, path) in found.iter().rev().filter(|(offset, _)| *offset < bound) {
         match read_header(path) {
             Ok((header, _)) if !wanted(&header) => continue,
             Ok((header, _)) if header.format == FORMAT && header.build != build => {
@@ -381,7 +415,7 @@ fn latest_below(
         }
         match open(path, build, &log) {
             Ok(checkpoint) => {
-                found_one = Some((path.clone(), checkpoint));
+                found_one = Some((*offset, path.clone(), checkpoint));
                 break;
             }
             Err(why) => warnings.push(format!("ignoring checkpoint {}: {why}", describe(path))),
@@ -416,11 +450,19 @@ pub fn resume<T, E: From<CheckpointError>>(
     let mut warnings = Vec::new();
     let mut bound = u64::MAX;
     loop {
-        let Some((path, checkpoint)) = latest_below(log_dir, build, bound, &wanted, &mut warnings)?
-        else {
+        // A folder that cannot be read costs the shortcut, not the answer.
+        let found =
+            latest_below(log_dir, build, bound, &wanted, &mut warnings).unwrap_or_else(|e| {
+                warnings.push(format!(
+                    "ignoring the checkpoints of {}: {e}",
+                    log_dir.display()
+                ));
+                None
+            });
+        let Some((offset, path, checkpoint)) = found else {
             return Ok((work(None)?, warnings));
         };
-        bound = checkpoint.header.next_offset;
+        bound = offset;
         let (copy, written) = (checkpoint.engine.clone(), checkpoint.header.digest.clone());
         let check = std::thread::Builder::new()
             .name("lhc-checkpoint-check".into())
@@ -468,12 +510,15 @@ pub struct Refreshed {
 }
 
 /// Writes a checkpoint every `every` records of the embedded log in `log_dir` (after
-/// records `every`, `2 * every`, …), resuming from the latest usable one. Checkpoints that
-/// cannot be used (another build or log, damaged) are removed and written anew.
+/// records `every`, `2 * every`, …), resuming from the latest usable one. Checkpoints of
+/// another build or log, with a damaged header, or damaged and met while looking for where
+/// to resume, are removed and written anew; with `verify_all`, every checkpoint's state is
+/// rebuilt and checked against its digest first (slower: a full load of each).
 pub fn refresh(
     log_dir: &Path,
     every: u64,
     build: &str,
+    verify_all: bool,
     progress: impl FnMut(u64) + Send + 'static,
 ) -> Result<Refreshed, CheckpointError> {
     if every == 0 {
@@ -497,7 +542,10 @@ pub fn refresh(
     remove_leftovers(log_dir)?;
     for (offset, path) in list(log_dir)? {
         let why = match read_header(&path) {
-            Ok((header, _)) => unfit(&header, build, &log)?,
+            Ok((header, _)) => match unfit(&header, build, &log)? {
+                None if verify_all => load(&path, build, &log).err(),
+                why => why,
+            },
             Err(why) => Some(why),
         };
         match why {
@@ -635,6 +683,11 @@ impl Writer {
                     bytes: rows.len() as u64,
                 },
             ],
+            seal: String::new(),
+        };
+        let header = Header {
+            seal: header.compute_seal(),
+            ..header
         };
         let dir = self.dir.join(DIR);
         std::fs::create_dir_all(&dir).map_err(io(&dir))?;

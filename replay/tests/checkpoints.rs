@@ -143,7 +143,7 @@ fn the_state_from_the_nearest_checkpoint_is_the_state_from_the_start_at_50_rando
     let dir = tmp.path().join("log");
     let records = site_records();
     write_log(&dir, &records);
-    let done = checkpoint::refresh(&dir, EVERY, BUILD, |_| {}).unwrap();
+    let done = checkpoint::refresh(&dir, EVERY, BUILD, false, |_| {}).unwrap();
     let n = records.len() as u64;
     assert_eq!(done.written.len() as u64, n / EVERY, "{done:?}");
     assert!(
@@ -178,12 +178,14 @@ fn header_of(path: &Path) -> checkpoint::Header {
     serde_json::from_slice(line).unwrap()
 }
 
-/// Rewrites a checkpoint's header line.
+/// Rewrites a checkpoint's header line, sealed again (as a writer with a bug would).
 fn patch_header(path: &Path, change: impl FnOnce(&mut serde_json::Value)) {
     let text = std::fs::read(path).unwrap();
     let newline = text.iter().position(|&b| b == b'\n').unwrap();
     let mut header: serde_json::Value = serde_json::from_slice(&text[..newline]).unwrap();
     change(&mut header);
+    let mut header: checkpoint::Header = serde_json::from_value(header).unwrap();
+    header.reseal();
     let mut patched = serde_json::to_vec(&header).unwrap();
     patched.extend_from_slice(&text[newline..]);
     std::fs::write(path, &patched).unwrap();
@@ -195,7 +197,7 @@ fn damaged_foreign_and_other_builds_checkpoints_are_ignored_with_a_warning_and_r
     let dir = tmp.path().join("log");
     let records = site_records();
     write_log(&dir, &records);
-    checkpoint::refresh(&dir, EVERY, BUILD, |_| {}).unwrap();
+    checkpoint::refresh(&dir, EVERY, BUILD, false, |_| {}).unwrap();
     let list = checkpoint::list(&dir).unwrap();
     let n = list.len();
     let (last, before, third) = (&list[n - 1], &list[n - 2], &list[n - 3]);
@@ -230,7 +232,7 @@ fn damaged_foreign_and_other_builds_checkpoints_are_ignored_with_a_warning_and_r
     assert_eq!(cut.engine.digest(), expected);
 
     // A refresh removes both, says why, and writes them anew.
-    let done = checkpoint::refresh(&dir, EVERY, BUILD, |_| {}).unwrap();
+    let done = checkpoint::refresh(&dir, EVERY, BUILD, false, |_| {}).unwrap();
     assert_eq!(done.resumed_from, Some(third.0), "{done:?}");
     assert_eq!(done.removed.len(), 2, "{done:?}");
     assert_eq!(done.written, vec![before.0, last.0], "{done:?}");
@@ -250,7 +252,7 @@ fn damaged_foreign_and_other_builds_checkpoints_are_ignored_with_a_warning_and_r
         "{warnings:?}"
     );
     assert_eq!(cut.engine.digest(), from_start(&dir, early).engine.digest());
-    let done = checkpoint::refresh(&dir, EVERY, BUILD, |_| {}).unwrap();
+    let done = checkpoint::refresh(&dir, EVERY, BUILD, false, |_| {}).unwrap();
     assert_eq!(done.resumed_from, None, "{done:?}");
     assert_eq!(done.removed.len(), 1, "{done:?}");
     assert_eq!(done.written.len(), n, "{done:?}");
@@ -284,17 +286,17 @@ fn a_refresh_after_appends_replays_only_the_new_records() {
     let records = site_records();
     let half = records.len() / 2;
     write_log(&dir, &records[..half]);
-    let first = checkpoint::refresh(&dir, EVERY, BUILD, |_| {}).unwrap();
+    let first = checkpoint::refresh(&dir, EVERY, BUILD, false, |_| {}).unwrap();
     assert_eq!(first.resumed_from, None);
     write_log(&dir, &records[half..]);
-    let second = checkpoint::refresh(&dir, EVERY, BUILD, |_| {}).unwrap();
+    let second = checkpoint::refresh(&dir, EVERY, BUILD, false, |_| {}).unwrap();
     assert_eq!(second.resumed_from, first.written.last().copied());
     assert_eq!(second.kept, first.written.len());
     // The checkpoints written after resuming hold the states a single pass would.
     let tmp2 = tempfile::tempdir().unwrap();
     let dir2 = tmp2.path().join("log");
     write_log(&dir2, &records);
-    checkpoint::refresh(&dir2, EVERY, BUILD, |_| {}).unwrap();
+    checkpoint::refresh(&dir2, EVERY, BUILD, false, |_| {}).unwrap();
     let headers = |dir: &Path| -> Vec<String> {
         checkpoint::list(dir)
             .unwrap()
@@ -314,4 +316,63 @@ fn a_refresh_after_appends_replays_only_the_new_records() {
             .unwrap(),
         records.len() as u64
     );
+}
+
+#[test]
+fn an_edited_header_a_renamed_file_and_an_unreadable_folder_cost_only_the_shortcut() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("log");
+    let records = site_records();
+    write_log(&dir, &records);
+    checkpoint::refresh(&dir, EVERY, BUILD, false, |_| {}).unwrap();
+    let list = checkpoint::list(&dir).unwrap();
+    let (_, end) = first_and_last(&records);
+    let at = Ts(end.0 + 1);
+    let expected = from_start(&dir, at).engine.digest();
+
+    // A header edited (one bit of its max_ts) without its seal: not used.
+    let (last, last_path) = list.last().unwrap().clone();
+    let text = std::fs::read(&last_path).unwrap();
+    let line = String::from_utf8(text.split(|&b| b == b'\n').next().unwrap().to_vec()).unwrap();
+    let edited = line.replacen("\"max_ts\":\"2026-01-05T1", "\"max_ts\":\"2026-01-05T0", 1);
+    assert_ne!(edited, line);
+    let mut bytes = edited.into_bytes();
+    bytes.extend_from_slice(&text[line.len()..]);
+    std::fs::write(&last_path, &bytes).unwrap();
+    let (used, cut, warnings) = from_checkpoint(&dir, at);
+    assert!(
+        warnings[0].contains("does not match its seal"),
+        "{warnings:?}"
+    );
+    assert_eq!(used, Some(list[list.len() - 2].0));
+    assert_eq!(cut.engine.digest(), expected);
+
+    // A checkpoint renamed to an earlier offset (its digest made wrong too): named, never
+    // used, and the search goes on below it instead of finding it again.
+    std::fs::remove_file(&last_path).unwrap();
+    let (second, second_path) = list[list.len() - 2].clone();
+    patch_header(&second_path, |h| h["digest"] = "1".repeat(64).into());
+    let renamed = dir
+        .join(checkpoint::DIR)
+        .join(format!("{:020}.ckpt", second - 1));
+    std::fs::rename(&second_path, &renamed).unwrap();
+    let (used, cut, warnings) = from_checkpoint(&dir, at);
+    assert!(
+        warnings[0].contains("its name says it covers"),
+        "{warnings:?}"
+    );
+    assert_eq!(used, Some(list[list.len() - 3].0));
+    assert_eq!(cut.engine.digest(), expected);
+    assert!(last > second);
+
+    // A file where the folder should be: a warning, and the answer from the start.
+    std::fs::remove_dir_all(dir.join(checkpoint::DIR)).unwrap();
+    std::fs::write(dir.join(checkpoint::DIR), b"not a folder").unwrap();
+    let (used, cut, warnings) = from_checkpoint(&dir, at);
+    assert_eq!(used, None);
+    assert!(
+        warnings[0].contains("ignoring the checkpoints of"),
+        "{warnings:?}"
+    );
+    assert_eq!(cut.engine.digest(), expected);
 }

@@ -10,6 +10,8 @@ use lhc_engine::build::{self, records, SiteBuilder};
 use lhc_engine::config::DeliveryGroupKind;
 use lhc_engine::Ts;
 
+mod live;
+
 fn lhc(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_lhc"))
         .args(args)
@@ -271,6 +273,12 @@ fn kill_9_of_the_running_node_loses_and_repeats_nothing() {
         assert!(Instant::now() < deadline, "the node never served");
         std::thread::sleep(Duration::from_millis(20));
     }
+    // Stopped before it caught up, a node commits what it folded and leaves the rest for
+    // its next start: wait until it has folded the whole log (on a loaded machine that can
+    // take longer than the first answer).
+    live::wait_until("the node caught up", Duration::from_secs(120), || {
+        live::http(port, "GET", "/readyz", None, None).is_some_and(|(_, body)| body["lag"] == 0)
+    });
     std::thread::sleep(Duration::from_millis(300));
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     assert!(child.wait().unwrap().success());

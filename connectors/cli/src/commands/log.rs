@@ -99,8 +99,8 @@ pub enum LogCommand {
     /// replaying from the first record.
     ///
     /// Resumes from the latest usable checkpoint, so running it again after appends only
-    /// replays the new records. Checkpoints of another build or log, or damaged, are
-    /// removed and written anew. A checkpoint is only used when the digest of the state
+    /// replays the new records. Checkpoints of another build or log, or damaged (all of
+    /// them with --verify), are removed and written anew. A checkpoint is only used when the digest of the state
     /// rebuilt from it matches the one written with it.
     Checkpoint {
         /// The embedded log directory [default: lhc-data/log].
@@ -110,6 +110,11 @@ pub enum LogCommand {
         /// site tens of MB).
         #[arg(long, value_name = "N", default_value_t = lhc_replay::checkpoint::DEFAULT_EVERY)]
         every: u64,
+        /// Rebuild every checkpoint's state and check it against its digest first, removing
+        /// and rewriting damaged ones (without it, only the latest is checked in full; a
+        /// query checks the one it uses).
+        #[arg(long)]
+        verify: bool,
     },
 }
 
@@ -139,16 +144,17 @@ pub fn run(command: LogCommand, quiet: bool) -> anyhow::Result<ExitCode> {
         LogCommand::Append { target } => append_stdin(&target, quiet),
         LogCommand::Stats { format, target } => stats(format.get(), &target, quiet),
         LogCommand::Check { target } => check(&target, quiet),
-        LogCommand::Checkpoint { dir, every } => checkpoint(
+        LogCommand::Checkpoint { dir, every, verify } => checkpoint(
             &dir.unwrap_or_else(|| PathBuf::from("lhc-data/log")),
             every,
+            verify,
             quiet,
         ),
     }
 }
 
 /// `lhc log checkpoint`.
-fn checkpoint(dir: &Path, every: u64, quiet: bool) -> anyhow::Result<ExitCode> {
+fn checkpoint(dir: &Path, every: u64, verify: bool, quiet: bool) -> anyhow::Result<ExitCode> {
     if !dir.is_dir() {
         bail!(
             "{} is not an embedded log directory (checkpoints are kept beside an embedded \
@@ -158,7 +164,7 @@ fn checkpoint(dir: &Path, every: u64, quiet: bool) -> anyhow::Result<ExitCode> {
     }
     let bar = crate::progress::bar(None, "checkpointing", quiet);
     let tick = bar.clone();
-    let done = lhc_replay::checkpoint::refresh(dir, every, &crate::build_id(), move |n| {
+    let done = lhc_replay::checkpoint::refresh(dir, every, &crate::build_id(), verify, move |n| {
         tick.set_position(n)
     })
     .with_context(|| format!("checkpointing {}", dir.display()))?;
