@@ -32,6 +32,18 @@ use crate::source::{Source, SourceError};
 pub const DIR: &str = "checkpoints";
 /// The format named in every header.
 const FORMAT: &str = "lhc-checkpoint/1";
+/// Records hashed between the first and the last a checkpoint covers.
+pub const SAMPLES: u64 = 16;
+/// Longest header line read.
+const MAX_HEADER_BYTES: u64 = 64 << 10;
+
+/// The offsets whose records a checkpoint covering `next_offset` records samples.
+pub fn sample_offsets(next_offset: u64) -> Vec<u64> {
+    (1..=SAMPLES)
+        .map(|k| next_offset.saturating_mul(k) / (SAMPLES + 1))
+        .collect()
+}
+
 /// Largest state a header may claim (a damaged length must not allocate the machine away).
 const MAX_STATE_BYTES: u64 = 16 << 30;
 /// Records between two checkpoints when the user does not say.
@@ -59,6 +71,10 @@ pub struct Header {
     pub first_record: String,
     /// SHA-256 of the last record covered (offset `next_offset - 1`), hex.
     pub last_record: String,
+    /// SHA-256 of the records at [`SAMPLES`] offsets spread over those covered
+    /// ([`sample_offsets`]), hex, in order: with the first and last, what says the log is
+    /// the one it was written from.
+    pub samples: Vec<String>,
     /// Digest of the state that follows (`Engine::digest`).
     pub digest: String,
     /// The two zstd frames after the header: the configuration part, then the state rows.
@@ -206,12 +222,21 @@ fn record_hash(log: &dyn Log, offset: u64) -> Result<Option<String>, LogError> {
 
 /// Reads a checkpoint's header alone.
 fn read_header(path: &Path) -> Result<(Header, BufReader<File>), String> {
+    // Asked before opening: opening a FIFO waits for a writer, and a device never ends.
+    let meta = std::fs::metadata(path).map_err(|e| e.to_string())?;
+    if !meta.is_file() {
+        return Err("not a regular file".into());
+    }
     let file = File::open(path).map_err(|e| e.to_string())?;
     let mut reader = BufReader::with_capacity(1 << 20, file);
     let mut line = Vec::new();
-    reader
+    (&mut reader)
+        .take(MAX_HEADER_BYTES)
         .read_until(b'\n', &mut line)
         .map_err(|e| e.to_string())?;
+    if line.last() != Some(&b'\n') {
+        return Err("no header line (damaged)".into());
+    }
     let header: Header =
         serde_json::from_slice(&line).map_err(|e| format!("unreadable header: {e}"))?;
     if header.seal != header.compute_seal() {
@@ -252,8 +277,14 @@ fn unfit(header: &Header, build: &str, log: &dyn Log) -> Result<Option<String>, 
             header.next_offset
         )));
     }
+    let offsets = sample_offsets(header.next_offset);
+    let mut samples = Vec::with_capacity(offsets.len());
+    for offset in offsets {
+        samples.push(record_hash(log, offset)?.unwrap_or_default());
+    }
     if record_hash(log, 0)?.as_deref() != Some(header.first_record.as_str())
         || record_hash(log, header.next_offset - 1)?.as_deref() != Some(header.last_record.as_str())
+        || samples != header.samples
     {
         return Ok(Some(
             "the log's records differ from those it was written from (another or a rewritten log)"
@@ -274,13 +305,18 @@ fn open(path: &Path, build: &str, log: &dyn Log) -> Result<Checkpoint, String> {
     if config.bytes.max(rows.bytes) > MAX_STATE_BYTES {
         return Err("its header claims a state too large to be one (damaged)".into());
     }
+    let expected = config
+        .compressed
+        .checked_add(rows.compressed)
+        .filter(|&n| n <= MAX_STATE_BYTES)
+        .ok_or("its header claims parts too large to be real (damaged)")?;
     let mut compressed = Vec::new();
-    let mut reader = reader;
+    // One byte more than expected tells a longer file from a whole one.
     reader
+        .take(expected + 1)
         .read_to_end(&mut compressed)
         .map_err(|e| e.to_string())?;
-    let expected = config.compressed.checked_add(rows.compressed);
-    if expected != Some(compressed.len() as u64) {
+    if compressed.len() as u64 != expected {
         return Err(format!(
             "it holds {} bytes after its header, not what its header says (damaged or cut \
              short)",
@@ -672,6 +708,10 @@ impl Writer {
             last_ts: self.last_ts,
             first_record: self.first_record.clone().expect("set above"),
             last_record: hash(self.next_offset - 1)?,
+            samples: sample_offsets(self.next_offset)
+                .into_iter()
+                .map(hash)
+                .collect::<Result<_, _>>()?,
             digest: engine.digest(),
             parts: [
                 Part {

@@ -277,6 +277,29 @@ fn damaged_foreign_and_other_builds_checkpoints_are_ignored_with_a_warning_and_r
         warnings[0].contains("differ from those it was written from"),
         "{warnings:?}"
     );
+
+    // 5. A log whose first record and the last one a checkpoint covers are the same, but
+    // one in between (one of those sampled) differs.
+    let tmp3 = tempfile::tempdir().unwrap();
+    let dir3 = tmp3.path().join("log");
+    let (offset, path) = &list[1];
+    let sampled = checkpoint::sample_offsets(*offset)[3] as usize;
+    let mut edited = records.clone();
+    edited[sampled] = records[sampled - 1].clone();
+    assert_ne!(edited[sampled], records[sampled]);
+    write_log(&dir3, &edited);
+    std::fs::create_dir_all(dir3.join(checkpoint::DIR)).unwrap();
+    std::fs::copy(
+        path,
+        dir3.join(checkpoint::DIR).join(path.file_name().unwrap()),
+    )
+    .unwrap();
+    let (used, _, warnings) = from_checkpoint(&dir3, at);
+    assert_eq!(used, None);
+    assert!(
+        warnings[0].contains("differ from those it was written from"),
+        "{warnings:?}"
+    );
 }
 
 #[test]
@@ -364,6 +387,31 @@ fn an_edited_header_a_renamed_file_and_an_unreadable_folder_cost_only_the_shortc
     assert_eq!(used, Some(list[list.len() - 3].0));
     assert_eq!(cut.engine.digest(), expected);
     assert!(last > second);
+
+    // A FIFO and a link to an endless device named like checkpoints: not read (opening a
+    // FIFO would wait for a writer; a device would be read forever).
+    let folder = dir.join(checkpoint::DIR);
+    let fifo = folder.join(format!("{:020}.ckpt", last + EVERY));
+    assert!(std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    std::os::unix::fs::symlink(
+        "/dev/zero",
+        folder.join(format!("{:020}.ckpt", last + 2 * EVERY)),
+    )
+    .unwrap();
+    let (used, _, warnings) = from_checkpoint(&dir, at);
+    assert_eq!(used, Some(list[list.len() - 3].0));
+    assert_eq!(
+        warnings
+            .iter()
+            .filter(|w| w.contains("not a regular file"))
+            .count(),
+        2,
+        "{warnings:?}"
+    );
 
     // A file where the folder should be: a warning, and the answer from the start.
     std::fs::remove_dir_all(dir.join(checkpoint::DIR)).unwrap();
