@@ -2,17 +2,18 @@
 //! log's `checkpoints/` folder, so time travel starts near the instant asked for instead of
 //! replaying from the first record.
 //!
-//! A checkpoint file is one JSON header line, then the engine state as the canonical JSON
-//! its digest is computed from, zstd-compressed (`{next_offset:020}.ckpt`; written to a temporary name and
-//! renamed, so a crash leaves none or a whole one).
+//! A checkpoint file (`{next_offset:020}.ckpt`) is one JSON header line, then two zstd
+//! frames: the configuration part (JSON) and the state rows (`Engine::for_each_state_row`),
+//! parsed on two threads at once. It is written to a temporary name, synced and renamed,
+//! so a crash leaves none or a whole one.
 //!
 //! Invariant: a checkpoint is only ever a shortcut, never a source of truth. It is used
-//! only when its header names this build, this log (the hashes of the log's first record
-//! and of the last record it covers) and a prefix the log still holds, and when the
-//! digest of the state rebuilt from it equals the digest written beside it; otherwise it
-//! is ignored with a warning that says why, and the caller replays from an earlier one or
-//! from the start. Replaying from a checkpoint therefore gives exactly what a replay from
-//! the start gives.
+//! only when its header is whole (its seal), names this build and this log (the hashes of
+//! the log's first record, of records sampled over those it covers and of the last one) and
+//! a prefix the log still holds, and when the digest of the state rebuilt from it equals
+//! the digest written beside it; otherwise it is ignored with a warning that says why, and
+//! the caller replays from an earlier one or from the start. Replaying from a checkpoint
+//! therefore gives what a replay from the start gives.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -127,7 +128,7 @@ pub struct Checkpoint {
 }
 
 /// Why checkpoints could not be written (a checkpoint that cannot be *used* is a warning,
-/// never an error: see [`nearest`]).
+/// never an error: see [`resume`]).
 #[derive(Debug, thiserror::Error)]
 pub enum CheckpointError {
     /// Reading or writing a file failed.

@@ -181,7 +181,7 @@ pub fn run(args: QueryArgs, quiet: bool) -> anyhow::Result<ExitCode> {
                 (None, false)
                     if answered.0.last_offset.unwrap_or(0)
                         >= lhc_replay::checkpoint::DEFAULT_EVERY
-                        && lhc_replay::checkpoint::list(&dir)?.is_empty() =>
+                        && lhc_replay::checkpoint::list(&dir).is_ok_and(|l| l.is_empty()) =>
                 {
                     eprintln!(
                         "note: replayed from the first record; `lhc log checkpoint {}` once \
