@@ -299,6 +299,16 @@ fn unfit(header: &Header, build: &str, log: &dyn Log) -> Result<Option<String>, 
 /// (see [`verify`]): `Err` says why it cannot be used.
 fn open(path: &Path, build: &str, log: &dyn Log) -> Result<Checkpoint, String> {
     let (header, reader) = read_header(path)?;
+    rebuild(header, reader, build, log)
+}
+
+/// [`open`] after its header was read: checks it fits, then rebuilds the engine.
+fn rebuild(
+    header: Header,
+    reader: BufReader<File>,
+    build: &str,
+    log: &dyn Log,
+) -> Result<Checkpoint, String> {
     if let Some(why) = unfit(&header, build, log).map_err(|e| e.to_string())? {
         return Err(why);
     }
@@ -438,19 +448,19 @@ fn latest_below(
     let mut other_builds: BTreeMap<String, usize> = BTreeMap::new();
     let mut found_one = None;
     for (offset, path) in found.iter().rev().filter(|(offset, _)| *offset < bound) {
-        match read_header(path) {
+        let (header, reader) = match read_header(path) {
             Ok((header, _)) if !wanted(&header) => continue,
             Ok((header, _)) if header.format == FORMAT && header.build != build => {
                 *other_builds.entry(header.build).or_default() += 1;
                 continue;
             }
-            Ok(_) => {}
+            Ok(read) => read,
             Err(why) => {
                 warnings.push(format!("ignoring checkpoint {}: {why}", describe(path)));
                 continue;
             }
-        }
-        match open(path, build, &log) {
+        };
+        match rebuild(header, reader, build, &log) {
             Ok(checkpoint) => {
                 found_one = Some((*offset, path.clone(), checkpoint));
                 break;

@@ -259,42 +259,32 @@ fn damaged_foreign_and_other_builds_checkpoints_are_ignored_with_a_warning_and_r
     assert_eq!(done.written[0], *first_offset);
 
     // 4. Another log's checkpoint copied in: its records differ.
-    let tmp2 = tempfile::tempdir().unwrap();
-    let dir2 = tmp2.path().join("log");
     let mut shifted = records.clone();
     shifted.remove(5);
-    write_log(&dir2, &shifted);
-    std::fs::create_dir_all(dir2.join(checkpoint::DIR)).unwrap();
-    let good = &list[1].1;
-    std::fs::copy(
-        good,
-        dir2.join(checkpoint::DIR).join(good.file_name().unwrap()),
-    )
-    .unwrap();
-    let (used, _, warnings) = from_checkpoint(&dir2, at);
-    assert_eq!(used, None);
-    assert!(
-        warnings[0].contains("differ from those it was written from"),
-        "{warnings:?}"
-    );
+    not_used_over(&shifted, &list[1].1, at);
 
     // 5. A log whose first record and the last one a checkpoint covers are the same, but
     // one in between (one of those sampled) differs.
-    let tmp3 = tempfile::tempdir().unwrap();
-    let dir3 = tmp3.path().join("log");
-    let (offset, path) = &list[1];
-    let sampled = checkpoint::sample_offsets(*offset)[3] as usize;
+    let sampled = checkpoint::sample_offsets(list[1].0)[3] as usize;
     let mut edited = records.clone();
     edited[sampled] = records[sampled - 1].clone();
     assert_ne!(edited[sampled], records[sampled]);
-    write_log(&dir3, &edited);
-    std::fs::create_dir_all(dir3.join(checkpoint::DIR)).unwrap();
+    not_used_over(&edited, &list[1].1, at);
+}
+
+/// Copies the checkpoint at `path` beside a log of `records` and asserts that a query at
+/// `at` does not use it, saying its records differ.
+fn not_used_over(records: &[Vec<u8>], path: &Path, at: Ts) {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("log");
+    write_log(&dir, records);
+    std::fs::create_dir_all(dir.join(checkpoint::DIR)).unwrap();
     std::fs::copy(
         path,
-        dir3.join(checkpoint::DIR).join(path.file_name().unwrap()),
+        dir.join(checkpoint::DIR).join(path.file_name().unwrap()),
     )
     .unwrap();
-    let (used, _, warnings) = from_checkpoint(&dir3, at);
+    let (used, _, warnings) = from_checkpoint(&dir, at);
     assert_eq!(used, None);
     assert!(
         warnings[0].contains("differ from those it was written from"),

@@ -51,31 +51,15 @@ pub enum BenchCommand {
     /// Replay at the seeds' scale: a 12-hour site of 4 zones x 10,000 VDAs, 8 connectors,
     /// 10 logons/s, an outage in the middle; next to decoding alone, with peak memory.
     Replay {
-        /// Zones (10,000 VDAs each).
-        #[arg(long, default_value_t = 4)]
-        zones: usize,
-        /// Hours of site time.
-        #[arg(long, default_value_t = 12.0)]
-        hours: f64,
-        /// A reduced run (1 zone of 1,000 VDAs, 1 hour, 1 logon/s) that keeps the benchmark
-        /// working in CI.
-        #[arg(long)]
-        quick: bool,
+        #[command(flatten)]
+        scale: SeedsScale,
     },
     /// Time travel: `lhc query --at T` late in the seeds' 12-hour site, from the nearest
     /// checkpoint (`lhc log checkpoint`), next to a whole replay of the same embedded log
     /// and to the same query from the first record.
     TimeTravel {
-        /// Zones (10,000 VDAs each).
-        #[arg(long, default_value_t = 4)]
-        zones: usize,
-        /// Hours of site time.
-        #[arg(long, default_value_t = 12.0)]
-        hours: f64,
-        /// A reduced run (1 zone of 1,000 VDAs, 1 hour, 1 logon/s) that keeps the benchmark
-        /// working in CI.
-        #[arg(long)]
-        quick: bool,
+        #[command(flatten)]
+        scale: SeedsScale,
     },
     /// A full configuration import into the cache snapshot (40,000 VDAs, 100,000 users,
     /// 1,000 delivery groups), next to a raw RocksDB WriteBatch of the same bytes.
@@ -148,6 +132,42 @@ pub enum BenchCommand {
     },
 }
 
+/// The size of the seeds' site that `bench replay` and `bench time-travel` simulate.
+#[derive(clap::Args)]
+pub struct SeedsScale {
+    /// Zones (10,000 VDAs each).
+    #[arg(long, default_value_t = 4)]
+    zones: usize,
+    /// Hours of site time.
+    #[arg(long, default_value_t = 12.0)]
+    hours: f64,
+    /// A reduced run (1 zone of 1,000 VDAs, 1 hour, 1 logon/s) that keeps the benchmark
+    /// working in CI.
+    #[arg(long)]
+    quick: bool,
+}
+
+impl SeedsScale {
+    /// The workload: the full site at 10 logons/s, or the reduced one.
+    fn bench(&self) -> crate::bench::replay::ReplayBench {
+        if self.quick {
+            crate::bench::replay::ReplayBench {
+                zones: 1,
+                vdas_per_zone: 1_000,
+                hours: 1.0,
+                logon_rate: 1.0,
+            }
+        } else {
+            crate::bench::replay::ReplayBench {
+                zones: self.zones,
+                vdas_per_zone: 10_000,
+                hours: self.hours,
+                logon_rate: 10.0,
+            }
+        }
+    }
+}
+
 /// Runs a benchmark.
 pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
     match command {
@@ -190,44 +210,8 @@ pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
                 groups,
             }
         }),
-        BenchCommand::Replay {
-            zones,
-            hours,
-            quick,
-        } => crate::bench::replay::run(if quick {
-            crate::bench::replay::ReplayBench {
-                zones: 1,
-                vdas_per_zone: 1_000,
-                hours: 1.0,
-                logon_rate: 1.0,
-            }
-        } else {
-            crate::bench::replay::ReplayBench {
-                zones,
-                vdas_per_zone: 10_000,
-                hours,
-                logon_rate: 10.0,
-            }
-        }),
-        BenchCommand::TimeTravel {
-            zones,
-            hours,
-            quick,
-        } => timetravel::run(if quick {
-            crate::bench::replay::ReplayBench {
-                zones: 1,
-                vdas_per_zone: 1_000,
-                hours: 1.0,
-                logon_rate: 1.0,
-            }
-        } else {
-            crate::bench::replay::ReplayBench {
-                zones,
-                vdas_per_zone: 10_000,
-                hours,
-                logon_rate: 10.0,
-            }
-        }),
+        BenchCommand::Replay { scale } => crate::bench::replay::run(scale.bench()),
+        BenchCommand::TimeTravel { scale } => timetravel::run(scale.bench()),
         BenchCommand::Node {
             rate,
             seconds,

@@ -22,6 +22,20 @@ pub struct ReplayBench {
     pub logon_rate: f64,
 }
 
+impl ReplayBench {
+    /// The site in words, for the benchmarks' first line.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} h, {} zones x {} VDAs, {} connectors, {} logons/s",
+            self.hours,
+            self.zones,
+            self.vdas_per_zone,
+            self.zones * 2,
+            self.logon_rate
+        )
+    }
+}
+
 /// The simulated site of the benchmark (also the time-travel benchmark's).
 pub fn options(bench: &ReplayBench) -> SimOptions {
     SimOptions {
@@ -47,12 +61,8 @@ pub fn run(bench: ReplayBench) -> anyhow::Result<ExitCode> {
     let file = scratch.path().join("site.jsonl");
     let options = options(&bench);
     println!(
-        "lhc bench replay: {} h, {} zones x {} VDAs, {} connectors, {} logons/s, VDA heartbeats every 5 min, an outage in the middle",
-        bench.hours,
-        bench.zones,
-        bench.vdas_per_zone,
-        bench.zones * 2,
-        bench.logon_rate
+        "lhc bench replay: {}, VDA heartbeats every 5 min, an outage in the middle",
+        bench.describe()
     );
     let started = Instant::now();
     let mut out = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&file)?);

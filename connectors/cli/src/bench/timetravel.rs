@@ -21,12 +21,8 @@ pub fn run(bench: ReplayBench) -> anyhow::Result<ExitCode> {
     let scratch = tempfile::tempdir()?;
     let dir = scratch.path().join("log");
     println!(
-        "lhc bench time-travel: {} h, {} zones x {} VDAs, {} connectors, {} logons/s, an outage in the middle, in an embedded log",
-        bench.hours,
-        bench.zones,
-        bench.vdas_per_zone,
-        bench.zones * 2,
-        bench.logon_rate
+        "lhc bench time-travel: {}, an outage in the middle, in an embedded log",
+        bench.describe()
     );
     let started = Instant::now();
     let records = {
