@@ -67,7 +67,14 @@ pub fn run(bench: ReplayBench) -> anyhow::Result<ExitCode> {
     let exe = std::env::current_exe().context("finding the lhc binary")?;
     let dir_arg = dir.as_os_str();
     let started = Instant::now();
-    run_lhc(&exe, &["log", "checkpoint", "-q"], dir_arg)?;
+    // The default interval, or less on a log too short for eight of them (--quick).
+    let every = lhc_replay::checkpoint::DEFAULT_EVERY.min((records / 8).max(1));
+    let every_text = every.to_string();
+    run_lhc(
+        &exe,
+        &["log", "checkpoint", "-q", "--every", &every_text],
+        dir_arg,
+    )?;
     let checkpoint_s = started.elapsed().as_secs_f64();
     settle();
     let checkpoints = lhc_replay::checkpoint::list(&dir)?;
@@ -81,10 +88,7 @@ pub fn run(bench: ReplayBench) -> anyhow::Result<ExitCode> {
     );
     println!(
         "{:<58} {:>10.2}",
-        format!(
-            "lhc log checkpoint (one every {} records)",
-            lhc_replay::checkpoint::DEFAULT_EVERY
-        ),
+        format!("lhc log checkpoint (one every {every} records)"),
         checkpoint_s
     );
     let mut worst: f64 = 0.0;
