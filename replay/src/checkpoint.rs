@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 use sha2::Digest;
 
 use crate::drive::{After, Before, Observer};
-use crate::source::{Source, SourceError};
+use crate::source::{PathError, Source, SourceError};
 
 /// Folder of an embedded log that holds its checkpoints.
 pub const DIR: &str = "checkpoints";
@@ -132,13 +132,8 @@ pub struct Checkpoint {
 #[derive(Debug, thiserror::Error)]
 pub enum CheckpointError {
     /// Reading or writing a file failed.
-    #[error("{path}: {source}")]
-    Io {
-        /// The file or folder.
-        path: PathBuf,
-        /// The OS error.
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Io(#[from] PathError),
     /// The log could not be read.
     #[error(transparent)]
     Log(#[from] LogError),
@@ -172,10 +167,7 @@ pub enum CheckpointError {
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CheckpointError + '_ {
-    move |source| CheckpointError::Io {
-        path: path.to_path_buf(),
-        source,
-    }
+    move |source| PathError::on(path)(source).into()
 }
 
 /// The checkpoint files of a log directory: (next offset, path), ascending. A missing
@@ -514,10 +506,7 @@ pub fn resume<T, E: From<CheckpointError>>(
         let check = std::thread::Builder::new()
             .name("lhc-checkpoint-check".into())
             .spawn(move || verify(&copy, &written))
-            .map_err(|source| CheckpointError::Io {
-                path: path.clone(),
-                source,
-            })?;
+            .map_err(io(&path))?;
         let result = work(Some(checkpoint));
         match check.join().expect("the digest check does not panic") {
             Ok(()) => return Ok((result?, warnings)),

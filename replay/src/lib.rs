@@ -24,5 +24,5 @@ pub use query::{cut_at, Cut};
 pub use report::{outage_report, Episode, OutageReport};
 pub use run::{replay, ChainLink, Divergence, ReplayOptions, ReplaySummary};
 pub use sim::{BadConfig, Scenario, SimError, SimOptions, Simulator};
-pub use source::{Source, SourceError, SourceSpec};
+pub use source::{PathError, Source, SourceError, SourceSpec};
 pub use whatif::{whatif, Plan, WhatIf, WhatIfError};

@@ -25,16 +25,32 @@ pub enum SourceSpec {
 #[derive(Debug, thiserror::Error)]
 pub enum SourceError {
     /// The path does not exist or cannot be read.
-    #[error("{path}: {source}")]
-    Io {
-        /// The path.
-        path: PathBuf,
-        /// The OS error.
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Io(#[from] PathError),
     /// The log backend failed.
     #[error(transparent)]
     Log(#[from] LogError),
+}
+
+/// An OS error on a named file or folder (shared by the errors of this crate that read
+/// files, so each names the path the same way).
+#[derive(Debug, thiserror::Error)]
+#[error("{path}: {source}")]
+pub struct PathError {
+    /// The file or folder.
+    pub path: PathBuf,
+    /// The OS error.
+    pub source: std::io::Error,
+}
+
+impl PathError {
+    /// A closure for `map_err` that names `path` on an OS error.
+    pub fn on(path: &Path) -> impl FnOnce(std::io::Error) -> PathError + '_ {
+        move |source| PathError {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
 }
 
 /// Reads records in log order, each with its offset.
@@ -124,10 +140,7 @@ impl Source {
     }
 
     fn jsonl(path: &Path) -> Result<Source, SourceError> {
-        let file = File::open(path).map_err(|source| SourceError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let file = File::open(path).map_err(PathError::on(path))?;
         Ok(Source::idle(
             Inner::Jsonl {
                 lines: lhc_log::jsonl::JsonlLines::new(BufReader::with_capacity(1 << 20, file)),
@@ -294,10 +307,7 @@ impl Reader {
         match &mut self.inner {
             Inner::Jsonl { lines, path, next } => match lines.next() {
                 None => Ok(None),
-                Some(Err(source)) => Err(SourceError::Io {
-                    path: path.clone(),
-                    source,
-                }),
+                Some(Err(source)) => Err(PathError::on(path)(source).into()),
                 Some(Ok((_, line))) => {
                     // Offsets count non-blank lines (as an import into an empty log would);
                     // invalid UTF-8 is left to the decoder: a quarantine there.

@@ -192,9 +192,12 @@ pub fn run(args: WhatIfArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         if let Some(source) = first.lock().expect("not poisoned").take() {
             return Ok(source);
         }
-        source_args.open().map_err(|e| lhc_replay::SourceError::Io {
-            path: source_args.input_path().unwrap_or_default(),
-            source: std::io::Error::other(format!("{e:#}")),
+        source_args.open().map_err(|e| {
+            lhc_replay::PathError {
+                path: source_args.input_path().unwrap_or_default(),
+                source: std::io::Error::other(format!("{e:#}")),
+            }
+            .into()
         })
     };
     let options = lhc_replay::whatif::WhatIfOptions {
