@@ -6,8 +6,15 @@
 //! random seed in the engine), and serialization sorts by key, so digests and saved states
 //! are identical whatever the insertion history. Never iterate one of these to produce
 //! output; use [`DetMap::sorted`].
+//!
+//! [`VecMap`] is the other end: a map of a few entries (a machine's refusals, a user's
+//! machines) as one sorted vector. A `BTreeMap` allocates a node of eleven slots for its
+//! first entry (~450 bytes for a refusal), and 40,000 machines each holding one made a
+//! tenth of a large site's memory. Both keep their entries in key order, so they iterate
+//! and serialize the same way.
 
-use std::collections::HashMap;
+use std::borrow::Borrow;
+use std::collections::{BTreeMap, HashMap};
 use std::hash::Hash;
 use std::ops::{Deref, DerefMut};
 
@@ -58,6 +65,122 @@ impl<'de, K: Eq + Hash + Deserialize<'de>, V: Deserialize<'de>> Deserialize<'de>
     }
 }
 
+/// A small map as a vector sorted by key: the API of a `BTreeMap` that the engine uses,
+/// its iteration order and its serialization, in one allocation the size of its entries.
+/// Lookups are binary searches, so a large one would be slow to change: keep it for maps
+/// of a few entries.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VecMap<K, V>(Vec<(K, V)>);
+
+impl<K, V> Default for VecMap<K, V> {
+    fn default() -> Self {
+        VecMap(Vec::new())
+    }
+}
+
+impl<K: Ord, V> VecMap<K, V> {
+    fn find<Q: Ord + ?Sized>(&self, key: &Q) -> Result<usize, usize>
+    where
+        K: Borrow<Q>,
+    {
+        self.0.binary_search_by(|(k, _)| k.borrow().cmp(key))
+    }
+
+    /// The value of `key`.
+    pub fn get<Q: Ord + ?Sized>(&self, key: &Q) -> Option<&V>
+    where
+        K: Borrow<Q>,
+    {
+        self.find(key).ok().map(|i| &self.0[i].1)
+    }
+
+    /// The value of `key`, to change.
+    pub fn get_mut<Q: Ord + ?Sized>(&mut self, key: &Q) -> Option<&mut V>
+    where
+        K: Borrow<Q>,
+    {
+        self.find(key).ok().map(|i| &mut self.0[i].1)
+    }
+
+    /// The value of `key`, inserted as `V::default()` (under `key` made owned) if absent.
+    pub fn get_or_default<Q: Ord + ?Sized>(&mut self, key: &Q) -> &mut V
+    where
+        K: Borrow<Q> + for<'a> From<&'a Q>,
+        V: Default,
+    {
+        let i = match self.find(key) {
+            Ok(i) => i,
+            Err(i) => {
+                self.0.insert(i, (K::from(key), V::default()));
+                i
+            }
+        };
+        &mut self.0[i].1
+    }
+
+    /// Sets `key` to `value`; returns the value it replaced.
+    pub fn insert(&mut self, key: K, value: V) -> Option<V> {
+        match self.find(&key) {
+            Ok(i) => Some(std::mem::replace(&mut self.0[i].1, value)),
+            Err(i) => {
+                self.0.insert(i, (key, value));
+                None
+            }
+        }
+    }
+
+    /// Removes `key`; returns its value.
+    pub fn remove<Q: Ord + ?Sized>(&mut self, key: &Q) -> Option<V>
+    where
+        K: Borrow<Q>,
+    {
+        self.find(key).ok().map(|i| self.0.remove(i).1)
+    }
+}
+
+impl<K, V> VecMap<K, V> {
+    /// Entries in key order.
+    pub fn iter(&self) -> VecMapIter<'_, K, V> {
+        self.0.iter().map(|(k, v)| (k, v))
+    }
+
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether it has no entry.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// Iterator over a [`VecMap`]'s entries in key order.
+pub type VecMapIter<'a, K, V> =
+    std::iter::Map<std::slice::Iter<'a, (K, V)>, fn(&'a (K, V)) -> (&'a K, &'a V)>;
+
+impl<'a, K, V> IntoIterator for &'a VecMap<K, V> {
+    type Item = (&'a K, &'a V);
+    type IntoIter = VecMapIter<'a, K, V>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
+impl<K: Serialize, V: Serialize> Serialize for VecMap<K, V> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.iter())
+    }
+}
+
+impl<'de, K: Ord + Deserialize<'de>, V: Deserialize<'de>> Deserialize<'de> for VecMap<K, V> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        // Through a B-tree: sorted, and a repeated key keeps its last value, as before.
+        let map = BTreeMap::<K, V>::deserialize(deserializer)?;
+        Ok(VecMap(map.into_iter().collect()))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -77,5 +200,34 @@ mod tests {
         let back: DetMap<String, i32> =
             serde_json::from_str(&serde_json::to_string(&a).unwrap()).unwrap();
         assert_eq!(back, a);
+    }
+
+    #[test]
+    fn vec_map_behaves_as_a_btree_map() {
+        // The same operations on both, in a scrambled order, leave the same entries, the
+        // same iteration and the same JSON.
+        let mut small: VecMap<String, u32> = VecMap::default();
+        let mut tree: BTreeMap<String, u32> = BTreeMap::new();
+        for i in 0..200u32 {
+            let key = format!("k{}", (i * 37) % 23);
+            match i % 4 {
+                0 | 1 => assert_eq!(small.insert(key.clone(), i), tree.insert(key, i)),
+                2 => assert_eq!(small.remove(key.as_str()), tree.remove(key.as_str())),
+                _ => {
+                    *small.get_or_default(key.as_str()) += 1;
+                    *tree.entry(key).or_default() += 1;
+                }
+            }
+            assert_eq!(small.len(), tree.len());
+            assert!(small.iter().eq(tree.iter()));
+        }
+        assert_eq!(small.get("k5"), tree.get("k5"));
+        assert_eq!(
+            serde_json::to_string(&small).unwrap(),
+            serde_json::to_string(&tree).unwrap()
+        );
+        let back: VecMap<String, u32> =
+            serde_json::from_str(&serde_json::to_string(&tree).unwrap()).unwrap();
+        assert_eq!(back, small);
     }
 }

@@ -173,7 +173,7 @@ pub struct StateRows {
     connectors: BTreeMap<String, Connector>,
     machines: DetMap<CompactString, crate::engine::MachineRuntime>,
     pools: BTreeMap<String, Pool>,
-    user_sessions: DetMap<String, BTreeMap<String, Tally>>,
+    user_sessions: DetMap<CompactString, crate::detmap::VecMap<CompactString, Tally>>,
 }
 
 /// A row that does not belong to an engine state: what is wrong with it.

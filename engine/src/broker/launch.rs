@@ -98,7 +98,7 @@ impl Engine {
             c.data.recent_users.insert(user.into(), ts);
             c.data.clients.insert(
                 request.client.name.as_str().into(),
-                (request.client.ip.clone(), ts),
+                (request.client.ip.as_str().into(), ts),
             );
             if result.reason == Some(Reason::CloudUnreachable) {
                 c.data.cloud_unreachable += 1;
@@ -130,7 +130,7 @@ impl Engine {
                 .get_mut(machine.as_str())
                 .and_then(|r| r.pending.last_mut())
             {
-                p.request.clone_from(&result.request);
+                p.request = result.request.as_str().into();
             }
         }
     }
@@ -225,7 +225,7 @@ impl Engine {
         let machines = self.user_sessions.get(user)?;
         machines.iter().find_map(|(machine, tally)| {
             let runtime = self.machines.get(machine.as_str())?;
-            let entry = catalog.machines.get(&machine.to_lowercase())?;
+            let entry = catalog.machines.get(&machine.as_str().to_lowercase())?;
             // The cloud reaches a machine only while its zone offers the cloud path.
             let held = runtime.registrar.holder() == holder
                 && (lhc || crate::engine::zone_offers_cloud(&self.connectors, &entry.zone));
@@ -234,7 +234,7 @@ impl Engine {
             let fits = !entry.maintenance
                 && !self.marked(holder, machine)
                 && resource.delivery_groups.contains(&entry.delivery_group);
-            (tally.disconnected > 0 && held && fits).then(|| machine.clone())
+            (tally.disconnected > 0 && held && fits).then(|| machine.to_string())
         })
     }
 
@@ -334,7 +334,7 @@ impl Engine {
             .filter(|(machine, _)| {
                 let in_group = catalog
                     .machines
-                    .get(&machine.to_lowercase())
+                    .get(&machine.as_str().to_lowercase())
                     .is_some_and(|m| m.delivery_group == group_id);
                 let held = !lhc
                     || self
@@ -488,15 +488,15 @@ impl Engine {
             .get(&machine)
             .map_or(machine.clone(), |m| m.id.clone());
         self.machines.entry(exact.as_str().into()).or_default();
-        let tally = self.user_sessions.entry(user.to_string()).or_default();
-        tally.entry(exact.clone()).or_default().pending += 1;
+        let tally = self.user_sessions.entry(user.into()).or_default();
+        tally.get_or_default(exact.as_str()).pending += 1;
         let runtime = self
             .machines
             .get_mut(exact.as_str())
             .expect("just inserted");
         runtime.pending.push(PendingLaunch {
-            request: String::new(),
-            user: user.to_string(),
+            request: compact_str::CompactString::default(),
+            user: user.into(),
             ts,
         });
         self.pending_expiry.insert((ts, exact.as_str().into()));

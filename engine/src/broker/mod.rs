@@ -66,9 +66,11 @@ pub(crate) struct Placement {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PendingLaunch {
     /// The request.
-    pub request: String,
+    // Compact strings: 40,000 machines each hold their launches not yet reported, and
+    // request ids and user names fit inline (no allocation of their own).
+    pub request: CompactString,
     /// The user, lowercased.
-    pub user: String,
+    pub user: CompactString,
     /// When it was brokered.
     pub ts: Ts,
 }
@@ -90,7 +92,7 @@ pub struct LhcData {
     /// Users who launched through this connector, with their last launch.
     pub recent_users: DetMap<CompactString, Ts>,
     /// Client machines: name → (IP, last seen).
-    pub clients: DetMap<CompactString, (String, Ts)>,
+    pub clients: DetMap<CompactString, (CompactString, Ts)>,
     /// Recent activity during LHC mode, oldest first, at most `ACTIVITY_KEPT`.
     pub activity: VecDeque<Activity>,
     /// Launches rejected `cloud_unreachable` (the detection gap before LHC mode).

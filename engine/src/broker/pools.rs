@@ -3,10 +3,10 @@
 //! launches or maintenance change; pending launches and their expiry; R-LAUNCH-6's
 //! maintenance after a pooled logoff.
 
-use std::collections::BTreeMap;
+use compact_str::CompactString;
 
 use crate::config::DeliveryGroupKind;
-use crate::detmap::DetMap;
+use crate::detmap::{DetMap, VecMap};
 use crate::output::*;
 use crate::record::{SessionReport, SessionState};
 use crate::ts::Ts;
@@ -151,7 +151,7 @@ impl Engine {
         }
         for s in gone {
             let user = s.user.as_str().to_lowercase();
-            if let Some(machines) = self.user_sessions.get_mut(&user) {
+            if let Some(machines) = self.user_sessions.get_mut(user.as_str()) {
                 if let Some(t) = machines.get_mut(machine) {
                     t.uncount(s.state);
                     if *t == Tally::default() {
@@ -159,7 +159,7 @@ impl Engine {
                     }
                 }
                 if machines.is_empty() {
-                    self.user_sessions.remove(&user);
+                    self.user_sessions.remove(user.as_str());
                 }
             }
         }
@@ -170,10 +170,9 @@ impl Engine {
             .filter(|(_, kept)| !**kept)
         {
             self.user_sessions
-                .entry(s.user.as_str().to_lowercase())
+                .entry(s.user.as_str().to_lowercase().into())
                 .or_default()
-                .entry(machine.to_string())
-                .or_default()
+                .get_or_default(machine)
                 .count(s.state);
         }
         let sessions = &runtime.sessions;
@@ -282,7 +281,7 @@ impl Engine {
 
 /// Removes one pending launch of `user` on `machine` from the user index.
 pub(super) fn forget_pending(
-    index: &mut DetMap<String, BTreeMap<String, Tally>>,
+    index: &mut DetMap<CompactString, VecMap<CompactString, Tally>>,
     user: &str,
     machine: &str,
 ) {

@@ -102,7 +102,7 @@ pub struct MachineRuntime {
     pub(crate) sessions: Vec<SessionReport>,
     /// Last refusal per connector ("cloud" included) with the connector's epoch, so a
     /// refusal is reported once per change, not at every heartbeat.
-    pub(crate) refusals: BTreeMap<String, (Reason, u64)>,
+    pub(crate) refusals: crate::detmap::VecMap<compact_str::CompactString, (Reason, u64)>,
     /// The machine's zone as of a site version (None: not configured), so a heartbeat
     /// costs one lookup. Derived from the configuration, so not saved.
     #[serde(skip)]

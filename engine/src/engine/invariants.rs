@@ -78,7 +78,7 @@ impl Engine {
                     .count(s.state);
             }
             for p in &runtime.pending {
-                let machines = counted.entry(p.user.clone()).or_default();
+                let machines = counted.entry(p.user.to_string()).or_default();
                 machines.entry(machine.to_string()).or_default().pending += 1;
             }
         }
@@ -86,7 +86,10 @@ impl Engine {
             .user_sessions
             .sorted()
             .into_iter()
-            .map(|(user, machines)| (user.clone(), machines.clone()))
+            .map(|(user, machines)| {
+                let machines = machines.iter().map(|(m, t)| (m.to_string(), *t));
+                (user.to_string(), machines.collect())
+            })
             .collect();
         if kept != counted {
             return Err(format!(

@@ -59,7 +59,10 @@ pub struct Engine {
     /// Brokering pools by registrar, group and zone (see `broker`).
     pub(crate) pools: BTreeMap<String, crate::broker::Pool>,
     /// Sessions per user (lowercased) per machine: reconnects and session limits.
-    pub(crate) user_sessions: crate::detmap::DetMap<String, BTreeMap<String, crate::broker::Tally>>,
+    pub(crate) user_sessions: crate::detmap::DetMap<
+        compact_str::CompactString,
+        crate::detmap::VecMap<compact_str::CompactString, crate::broker::Tally>,
+    >,
     /// Static assignments the cloud broker made that no config.change records yet:
     /// group → user → machine (lowercased).
     pub(crate) cloud_assignments: BTreeMap<String, BTreeMap<String, String>>,

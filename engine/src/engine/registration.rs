@@ -28,7 +28,7 @@ impl Engine {
                 if let Some(reason) = reason {
                     // The drop is the refusal: the next heartbeat does not repeat it while
                     // the connector's state and elected broker stay as they are (R-REG-2).
-                    let key = Holder::Connector(name).key().into_owned();
+                    let key = Holder::Connector(name).key().as_ref().into();
                     m.refusals.insert(key, (reason, epoch));
                 }
             }
@@ -394,7 +394,9 @@ pub(super) fn refuse(
     if runtime.refusals.get(key.as_ref()) == Some(&(reason, epoch)) {
         return;
     }
-    runtime.refusals.insert(key.into_owned(), (reason, epoch));
+    runtime
+        .refusals
+        .insert(key.as_ref().into(), (reason, epoch));
     out.push(Output::Registration(Registration {
         ts,
         machine: machine.to_string(),
