@@ -9,6 +9,33 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{CommandFactory, Parser, Subcommand};
 
+// The commands print their results with these instead of std's: a standard output that
+// cannot be written (a full disk, `> /dev/full`) ends the command with an error that says
+// so, where std's macros panic. (A reader that went away ends it quietly: see SIGPIPE in
+// `main`.) Defined before the modules, so they shadow std's in all of them.
+macro_rules! println {
+    () => {
+        $crate::write_stdout(format_args!("\n"))
+    };
+    ($($arg:tt)*) => {
+        $crate::write_stdout(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+macro_rules! print {
+    ($($arg:tt)*) => {
+        $crate::write_stdout(format_args!($($arg)*))
+    };
+}
+
+/// Writes to standard output; on failure, says why on stderr and exits with status 2.
+fn write_stdout(args: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    if let Err(error) = std::io::stdout().lock().write_fmt(args) {
+        eprintln!("error: writing the results to standard output: {error}");
+        std::process::exit(2);
+    }
+}
+
 mod args;
 mod bench;
 mod commands;
@@ -153,9 +180,12 @@ fn main() -> ExitCode {
         Command::Lint(args) => lint::run(args, quiet),
         Command::Replay(args) => replay::run(args, quiet),
         Command::Completions { shell } => {
-            let mut command = Cli::command();
-            clap_complete::generate(shell, &mut command, "lhc", &mut std::io::stdout());
-            Ok(ExitCode::SUCCESS)
+            // Into a buffer first: clap_complete panics when its writer fails.
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "lhc", &mut script);
+            std::io::Write::write_all(&mut std::io::stdout().lock(), &script)
+                .map(|()| ExitCode::SUCCESS)
+                .context("writing the completion script")
         }
         Command::Man => clap_mangen::Man::new(Cli::command())
             .render(&mut std::io::stdout())

@@ -672,3 +672,39 @@ fn requests_refused_by_the_http_layer_get_a_json_error() {
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     assert!(child.wait().unwrap().success());
 }
+
+#[test]
+fn a_standard_output_that_cannot_be_written_is_an_error_not_a_panic() {
+    // `> /dev/full`: every write fails with "no space left". The commands that print
+    // through the binary's `println!` (report, lint, forensics, schema) and the completion
+    // script used to panic (status 101); they now say why and exit 2.
+    if !Path::new("/dev/full").exists() {
+        eprintln!("skipped: no /dev/full on this system");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    import_example(&log);
+    let log = log.to_str().unwrap();
+    for args in [
+        vec!["report", "outage", log],
+        vec!["lint", "--format", "json", log],
+        vec!["forensics", "sync", log],
+        vec!["log", "check", log],
+        vec!["schema"],
+        vec!["completions", "bash"],
+        vec!["log", "cat", log],
+    ] {
+        let full = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap();
+        let out = lhc().args(&args).stdout(full).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("No space left on device") && !stderr.contains("panicked"),
+            "{args:?}: {stderr}"
+        );
+    }
+}
