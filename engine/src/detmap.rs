@@ -111,6 +111,7 @@ impl<K: Ord, V> VecMap<K, V> {
         let i = match self.find(key) {
             Ok(i) => i,
             Err(i) => {
+                self.grow_by_one();
                 self.0.insert(i, (K::from(key), V::default()));
                 i
             }
@@ -123,9 +124,18 @@ impl<K: Ord, V> VecMap<K, V> {
         match self.find(&key) {
             Ok(i) => Some(std::mem::replace(&mut self.0[i].1, value)),
             Err(i) => {
+                self.grow_by_one();
                 self.0.insert(i, (key, value));
                 None
             }
+        }
+    }
+
+    /// Makes room for one more entry, and no more: a vector's growth by doubling would
+    /// give the typical map of one entry room for four.
+    fn grow_by_one(&mut self) {
+        if self.0.len() == self.0.capacity() {
+            self.0.reserve_exact(1);
         }
     }
 

@@ -406,7 +406,22 @@ pub struct VdaHeartbeat {
     // Compact: inline up to 24 bytes, so the most frequent record allocates less.
     pub machine: CompactString,
     /// Every session on the machine now.
+    #[serde(deserialize_with = "exact_vec")]
+    #[schemars(with = "Vec<SessionReport>")]
     pub sessions: Vec<SessionReport>,
+}
+
+/// A vector without spare capacity: a heartbeat's session list is kept for its machine
+/// until the next one, and serde's growth by doubling left up to half of 40,000 lists
+/// unused. Trimmed here, on the thread that decodes.
+fn exact_vec<'de, D, T>(deserializer: D) -> Result<Vec<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    let mut list = Vec::<T>::deserialize(deserializer)?;
+    list.shrink_to_fit();
+    Ok(list)
 }
 
 /// Kinds of session events a VDA reports.
