@@ -12,6 +12,11 @@ use crate::config::{ConfigObject, ConfigOp, ObjectKind};
 use crate::output::IntroducedBy;
 use crate::record::ConfigChange;
 
+/// Changes of at least this many operations rebuild the object maps afterwards (see
+/// [`SiteConfig::apply_checked`]): cheap next to applying them, and smaller changes leave
+/// the maps about as full as they were.
+const COMPACT_AFTER_OPS: usize = 1024;
+
 /// An object with its provenance.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Stored {
@@ -119,6 +124,7 @@ impl SiteConfig {
                 self.site()
                     .default_reuse_machines_without_shutdown_in_outage
             });
+        let large = change.ops.len() >= COMPACT_AFTER_OPS;
         for op in change.ops {
             match op {
                 ConfigOp::Upsert(mut object) => {
@@ -144,6 +150,14 @@ impl SiteConfig {
                         .or_default()
                         .insert(r.id.to_lowercase(), introduced_by.clone());
                 }
+            }
+        }
+        if large {
+            // A B-tree filled in key order (a whole site's import is sorted) splits its nodes
+            // half full; rebuilt from its sorted entries, they are full. For 40,000 VDAs that
+            // is ~8 MB less, and the iteration order, hence every digest, is the same.
+            for objects in self.objects.values_mut() {
+                *objects = std::mem::take(objects).into_iter().collect();
             }
         }
         self.version = change.version;
