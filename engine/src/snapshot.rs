@@ -84,9 +84,9 @@ pub struct Snapshot {
     /// Lowercased zone id by lowercased connector id.
     pub(crate) connector_zone: BTreeMap<String, String>,
     /// Machines by lowercased id.
-    pub machines: crate::detmap::DetMap<String, MachineEntry>,
+    pub machines: crate::detmap::DetMap<compact_str::CompactString, MachineEntry>,
     /// Lowercased machine ids in FQDN order (index = rank).
-    pub(crate) by_rank: Vec<String>,
+    pub(crate) by_rank: Vec<compact_str::CompactString>,
     /// Delivery groups by lowercased id.
     pub groups: BTreeMap<String, GroupEntry>,
     /// Resources by lowercased id.
@@ -106,7 +106,7 @@ impl Snapshot {
     pub fn machine(&self, name: &str) -> Option<&MachineEntry> {
         self.machines
             .get(name)
-            .or_else(|| self.machines.get(&name.to_lowercase()))
+            .or_else(|| self.machines.get(name.to_lowercase().as_str()))
     }
 
     /// Peers in the zone of `connector`, itself excluded, in id order.
@@ -487,7 +487,7 @@ impl Snapshot {
             .get(group.as_ref())
             .is_some_and(|g| g.kind == DeliveryGroupKind::MultiSession);
         let zone = lower(&data.zone);
-        let key = lower(id).into_owned();
+        let key = compact_str::CompactString::from(lower(id).as_ref());
         // Most machines join an existing group and zone: look up before allocating keys.
         let zones = match self.group_zone_machines.get_mut(group.as_ref()) {
             Some(zones) => zones,
@@ -500,7 +500,7 @@ impl Snapshot {
             Some(machines) => machines,
             None => zones.entry(zone.to_string()).or_default(),
         }
-        .insert(key.clone());
+        .insert(key.to_string());
         let (zone, group) = (zone.into_owned(), group.into_owned());
         let entry = MachineEntry {
             id: id.to_string(),
@@ -532,7 +532,7 @@ impl Snapshot {
 
     /// Ranks machines in FQDN order (ids are lowercase: byte order is FQDN order).
     fn rank_machines(&mut self) {
-        let mut ids: Vec<String> = self.machines.keys().cloned().collect();
+        let mut ids: Vec<compact_str::CompactString> = self.machines.keys().cloned().collect();
         ids.sort_unstable();
         for (rank, id) in ids.iter().enumerate() {
             self.machines.get_mut(id).expect("listed").rank = rank as u32;
@@ -551,7 +551,7 @@ impl Snapshot {
             }
             ConfigObject::Assignment { data, .. } => {
                 let machine = lower(&data.machine).into_owned();
-                if let Some(m) = self.machines.get(&machine) {
+                if let Some(m) = self.machines.get(machine.as_str()) {
                     let users = self
                         .assignments
                         .entry(m.delivery_group.clone())

@@ -205,7 +205,7 @@ impl Engine {
             }
         }
         if let Some((_, _, rank)) = best {
-            let machine = catalog.by_rank[rank as usize].clone();
+            let machine = catalog.by_rank[rank as usize].to_string();
             return Ok(self.broker_new(&catalog, machine, user, ts, false));
         }
         Err(first_reason.unwrap_or(Reason::NoRegisteredMachine))
@@ -225,7 +225,9 @@ impl Engine {
         let machines = self.user_sessions.get(user)?;
         machines.iter().find_map(|(machine, tally)| {
             let runtime = self.machines.get(machine.as_str())?;
-            let entry = catalog.machines.get(&machine.as_str().to_lowercase())?;
+            let entry = catalog
+                .machines
+                .get(machine.as_str().to_lowercase().as_str())?;
             // The cloud reaches a machine only while its zone offers the cloud path.
             let held = runtime.registrar.holder() == holder
                 && (lhc || crate::engine::zone_offers_cloud(&self.connectors, &entry.zone));
@@ -334,7 +336,7 @@ impl Engine {
             .filter(|(machine, _)| {
                 let in_group = catalog
                     .machines
-                    .get(&machine.as_str().to_lowercase())
+                    .get(machine.as_str().to_lowercase().as_str())
                     .is_some_and(|m| m.delivery_group == group_id);
                 let held = !lhc
                     || self
@@ -410,7 +412,7 @@ impl Engine {
         };
         let entry = catalog
             .machines
-            .get(&machine)
+            .get(machine.as_str())
             .ok_or(Reason::NoRegisteredMachine)?;
         let exact = entry.id.clone();
         let runtime = self.machines.get(exact.as_str());
@@ -449,7 +451,10 @@ impl Engine {
         let taken = |m: &String| {
             catalog.assigned.contains(m)
                 || self.cloud_assigned.contains(m)
-                || catalog.machines.get(m).is_none_or(|e| e.maintenance)
+                || catalog
+                    .machines
+                    .get(m.as_str())
+                    .is_none_or(|e| e.maintenance)
         };
         let zones = || {
             catalog
@@ -485,7 +490,7 @@ impl Engine {
     ) -> Choice {
         let exact = catalog
             .machines
-            .get(&machine)
+            .get(machine.as_str())
             .map_or(machine.clone(), |m| m.id.clone());
         self.machines.entry(exact.as_str().into()).or_default();
         let tally = self.user_sessions.entry(user.into()).or_default();

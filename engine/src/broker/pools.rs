@@ -246,7 +246,7 @@ impl Engine {
         let Some(catalog) = self.snapshot_of(&name).cloned() else {
             return;
         };
-        let Some(entry) = catalog.machines.get(&machine.to_lowercase()) else {
+        let Some(entry) = catalog.machines.get(machine.to_lowercase().as_str()) else {
             return;
         };
         let Some(group) = catalog.groups.get(&entry.delivery_group) else {
