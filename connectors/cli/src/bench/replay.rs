@@ -107,9 +107,8 @@ pub fn run(bench: ReplayBench) -> anyhow::Result<ExitCode> {
 
     // The replay, as a user runs it, in a child process so its peak memory is its own.
     let exe = std::env::current_exe().context("finding the lhc binary")?;
-    let replay_s = best_of_two(&exe, &["replay", "--no-outputs", "-q"], &file)?;
-    // Read now: the what-if's children come next.
-    let peak_kb = children_peak_rss_kb();
+    let (replay_s, peak_kb) =
+        best_of_two_with_peak(&exe, &["replay", "--no-outputs", "-q"], &file)?;
     // A what-if (both sides, one read of the log) against the same file: the issue's bar
     // is 2.5 times a plain replay.
     let whatif_s = best_of_two(
@@ -142,7 +141,7 @@ pub fn run(bench: ReplayBench) -> anyhow::Result<ExitCode> {
         whatif_s
     );
     println!(
-        "\nratio replay / decode: {:.2}  (target >= 0.5)\nwhole replay: {:.1} s  (target <= 15 s for the 12-hour, 40,000-VDA site)\npeak RSS of the replay: {:.0} MB  (target <= 300 MB; the seeds' broker needs ~2.2 GB)\nratio whatif / replay: {:.2}  (target <= 2.5)",
+        "\nratio replay / decode: {:.2}  (target >= 1.0, issue 20; 0.5 before)\nwhole replay: {:.1} s  (target <= 15 s for the 12-hour, 40,000-VDA site)\npeak RSS of the replay: {:.0} MB  (target <= 150 MB, issue 20; the seeds' broker needs ~2.2 GB)\nratio whatif / replay: {:.2}  (target <= 2.5)",
         replay_rate / decode_rate,
         replay_s,
         peak_kb as f64 / 1024.0,
@@ -160,6 +159,22 @@ pub fn best_of_two(
     best_of_two_args(exe, args, &[file.as_os_str()])
 }
 
+/// The shorter of two runs of `lhc ARGS FILE`, seconds, and the larger peak resident set
+/// of the two, KiB.
+fn best_of_two_with_peak(
+    exe: &std::path::Path,
+    args: &[&str],
+    file: &std::path::Path,
+) -> anyhow::Result<(f64, i64)> {
+    let (mut best, mut peak) = (f64::MAX, 0);
+    for _ in 0..2 {
+        let (seconds, kb) = timed_run(exe, args, &[file.as_os_str()])?;
+        best = best.min(seconds);
+        peak = peak.max(kb);
+    }
+    Ok((best, peak))
+}
+
 /// The shorter of two runs of `lhc ARGS MORE`, seconds.
 pub fn best_of_two_args(
     exe: &std::path::Path,
@@ -168,30 +183,54 @@ pub fn best_of_two_args(
 ) -> anyhow::Result<f64> {
     let mut best = f64::MAX;
     for _ in 0..2 {
-        let started = Instant::now();
-        let status = Command::new(exe)
-            .args(args)
-            .args(more)
-            .stdout(Stdio::null())
-            .status()
-            .with_context(|| format!("running lhc {}", args[0]))?;
-        if !status.success() {
-            bail!("lhc {} failed: {status}", args[0]);
-        }
-        best = best.min(started.elapsed().as_secs_f64());
+        best = best.min(timed_run(exe, args, more)?.0);
     }
     Ok(best)
 }
 
-/// Largest resident set of any waited-for child so far, KiB (Linux reports KiB).
-fn children_peak_rss_kb() -> i64 {
-    // SAFETY: getrusage writes into the zeroed struct we pass and reads nothing else.
-    unsafe {
-        let mut usage: libc::rusage = std::mem::zeroed();
-        if libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage) == 0 {
-            usage.ru_maxrss
-        } else {
-            0
+/// One run of `lhc ARGS MORE`: seconds, and its peak resident set in KiB as the child's
+/// own `VmHWM` read while it runs (0 where /proc has none).
+///
+/// Not `getrusage(RUSAGE_CHILDREN)`: Linux starts a spawned child's `ru_maxrss` at the
+/// parent's high-water mark (the child shares the parent's memory until it execs), so it
+/// reported this benchmark's own peak, which holds the simulated site, whenever that was
+/// the larger. `VmHWM` is the new program's alone; it only grows, so the last reading before
+/// the exit, 5 ms at most before it, is the peak but for what those 5 ms add.
+fn timed_run(
+    exe: &std::path::Path,
+    args: &[&str],
+    more: &[&std::ffi::OsStr],
+) -> anyhow::Result<(f64, i64)> {
+    let started = Instant::now();
+    let mut child = Command::new(exe)
+        .args(args)
+        .args(more)
+        .stdout(Stdio::null())
+        .spawn()
+        .with_context(|| format!("running lhc {}", args[0]))?;
+    let status_file = format!("/proc/{}/status", child.id());
+    let mut peak = 0;
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
         }
+        if let Some(kb) = std::fs::read_to_string(&status_file)
+            .ok()
+            .and_then(|s| high_water_kb(&s))
+        {
+            peak = peak.max(kb);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    };
+    let seconds = started.elapsed().as_secs_f64();
+    if !status.success() {
+        bail!("lhc {} failed: {status}", args[0]);
     }
+    Ok((seconds, peak))
+}
+
+/// The `VmHWM` line of a /proc status file, KiB.
+fn high_water_kb(status: &str) -> Option<i64> {
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
 }
