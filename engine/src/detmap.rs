@@ -10,8 +10,8 @@
 //! [`VecMap`] is the other end: a map of a few entries (a machine's refusals, a user's
 //! machines) as one sorted vector. A `BTreeMap` allocates a node of eleven slots for its
 //! first entry (~450 bytes for a refusal), and 40,000 machines each holding one made a
-//! tenth of a large site's memory. Both keep their entries in key order, so they iterate
-//! and serialize the same way.
+//! tenth of a large site's memory. `VecMap` keeps its entries in key order, as a `BTreeMap`
+//! does, so the two iterate and serialize the same way.
 
 use std::borrow::Borrow;
 use std::collections::{BTreeMap, HashMap};
@@ -131,11 +131,17 @@ impl<K: Ord, V> VecMap<K, V> {
         }
     }
 
-    /// Makes room for one more entry, and no more: a vector's growth by doubling would
-    /// give the typical map of one entry room for four.
+    /// Makes room for one more entry: exactly one while the map is small (a vector's
+    /// growth by doubling would give the typical map of one entry room for four), by
+    /// doubling beyond, so that a large one (a user on thousands of machines) still costs
+    /// amortized constant time per insert.
     fn grow_by_one(&mut self) {
         if self.0.len() == self.0.capacity() {
-            self.0.reserve_exact(1);
+            if self.0.len() < 8 {
+                self.0.reserve_exact(1);
+            } else {
+                self.0.reserve(1);
+            }
         }
     }
 

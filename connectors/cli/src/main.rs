@@ -27,6 +27,20 @@ macro_rules! print {
     };
 }
 
+// Diagnostics on stderr: one that cannot be written (`2> /dev/full`) is dropped, since
+// there is nowhere left to say so; std's macros panic (status 101) instead.
+macro_rules! eprintln {
+    ($($arg:tt)*) => {
+        $crate::write_stderr(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
+/// Writes to standard error, ignoring a failure (see `eprintln!` above).
+fn write_stderr(args: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let _ = std::io::stderr().lock().write_fmt(args);
+}
+
 /// Writes to standard output; on failure, says why on stderr and exits with status 2.
 fn write_stdout(args: std::fmt::Arguments<'_>) {
     use std::io::Write;
@@ -149,8 +163,10 @@ enum Command {
 
 // mimalloc: replay decodes records on one thread and frees them on another, which
 // glibc's per-thread arenas handle slowly; and the engine allocates many small strings.
-// Built without transparent huge pages (feature `no_thp`): a 2 MB page partly used counts
-// whole, which cost the 12-hour replay 16 MB of peak RSS and no measurable speed.
+// Built without transparent huge pages (feature `no_thp`, where the kernel leaves them to
+// `madvise`): a 2 MB page partly used counts whole. That saves the 12-hour replay 15 MB of
+// peak RSS and costs it about 15 % of its speed (TLB misses); docs/benchmarks.md has the
+// figures and why the memory bar won.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

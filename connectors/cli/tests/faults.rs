@@ -686,12 +686,15 @@ fn a_standard_output_that_cannot_be_written_is_an_error_not_a_panic() {
     let log = dir.path().join("log");
     import_example(&log);
     let log = log.to_str().unwrap();
+    // Into the scratch folder: the default `schemas` is relative to the source tree.
+    let schemas = dir.path().join("schemas");
+    let schemas = schemas.to_str().unwrap();
     for args in [
         vec!["report", "outage", log],
         vec!["lint", "--format", "json", log],
         vec!["forensics", "sync", log],
         vec!["log", "check", log],
-        vec!["schema"],
+        vec!["schema", "--out", schemas],
         vec!["completions", "bash"],
         vec!["log", "cat", log],
     ] {
@@ -706,5 +709,21 @@ fn a_standard_output_that_cannot_be_written_is_an_error_not_a_panic() {
             stderr.contains("No space left on device") && !stderr.contains("panicked"),
             "{args:?}: {stderr}"
         );
+        // Stderr full as well: nowhere to say why, but still status 2, not a panic's 101;
+        // stderr alone full: diagnostics are dropped and the command does its work.
+        let full = || {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open("/dev/full")
+                .unwrap()
+        };
+        let both = lhc().args(&args).stdout(full()).stderr(full()).status();
+        assert_eq!(both.unwrap().code(), Some(2), "{args:?}");
+        let errors_only = lhc()
+            .args(&args)
+            .stdout(Stdio::null())
+            .stderr(full())
+            .status();
+        assert_eq!(errors_only.unwrap().code(), Some(0), "{args:?}");
     }
 }

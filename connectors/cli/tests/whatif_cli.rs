@@ -784,3 +784,49 @@ fn parameters_go_before_a_patch_older_than_the_log() {
     assert_eq!(zone(&w, "z1")["after"]["lhc_s"], 4680 - 240);
     assert_eq!(w["after"]["quarantined"], 0);
 }
+
+/// `--out` naming a symbolic link or a device writes into it: renaming the page over it
+/// replaced the link itself, and, as root, turned `/dev/full` into a regular file (a
+/// hostile test found it). A device that refuses the page is an error, exit 2.
+#[test]
+fn out_through_a_link_or_onto_a_device_writes_into_it() {
+    use std::os::unix::fs::FileTypeExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let log = scenario("r-launch-6.jsonl");
+    let target = tmp.path().join("page.html");
+    std::fs::write(&target, "old").unwrap();
+    let link = tmp.path().join("link.html");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    ok(lhc(&[
+        "whatif",
+        &log,
+        "-q",
+        "--set",
+        "second_check_s=5",
+        "--out",
+        link.to_str().unwrap(),
+    ]));
+    assert!(std::fs::symlink_metadata(&link).unwrap().is_symlink());
+    let page = std::fs::read_to_string(&target).unwrap();
+    assert!(page.starts_with("<!DOCTYPE html>"), "{page:.80}");
+    if std::fs::metadata("/dev/full").is_ok_and(|m| m.file_type().is_char_device()) {
+        let full = tmp.path().join("full");
+        std::os::unix::fs::symlink("/dev/full", &full).unwrap();
+        for out in [full.to_str().unwrap(), "/dev/full"] {
+            refused(
+                lhc(&[
+                    "whatif",
+                    &log,
+                    "-q",
+                    "--set",
+                    "second_check_s=5",
+                    "--out",
+                    out,
+                ]),
+                "No space left on device",
+            );
+            let kind = std::fs::metadata("/dev/full").unwrap().file_type();
+            assert!(kind.is_char_device(), "/dev/full was replaced");
+        }
+    }
+}

@@ -109,6 +109,11 @@ pub fn run(bench: ReplayBench) -> anyhow::Result<ExitCode> {
     let exe = std::env::current_exe().context("finding the lhc binary")?;
     let (replay_s, peak_kb) =
         best_of_two_with_peak(&exe, &["replay", "--no-outputs", "-q"], &file)?;
+    anyhow::ensure!(
+        peak_kb > 0,
+        "could not read the replay's peak memory (VmHWM in /proc/PID/status): this \
+         benchmark measures it on Linux only"
+    );
     // A what-if (both sides, one read of the log) against the same file: the issue's bar
     // is 2.5 times a plain replay.
     let whatif_s = best_of_two(
@@ -211,8 +216,14 @@ fn timed_run(
     let status_file = format!("/proc/{}/status", child.id());
     let mut peak = 0;
     let status = loop {
-        if let Some(status) = child.try_wait()? {
-            break status;
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) => {}
+            Err(error) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(error).context("waiting for lhc");
+            }
         }
         if let Some(kb) = std::fs::read_to_string(&status_file)
             .ok()

@@ -59,17 +59,34 @@ pub fn write_page(path: &Path, html: &str, quiet: bool) -> anyhow::Result<()> {
 /// path that cannot be written fails before any work), filled and renamed over `path` at
 /// the end (so a reader never sees half a page, and a hard link to another file at `path`
 /// is replaced, never written through). Dropped unfinished, it removes its file.
+///
+/// A `path` that exists and is not a regular file (a symbolic link, a device such as
+/// `/dev/stdout`, a pipe) is opened and written into instead: renaming over it would
+/// replace the link or the device node itself (as root, `/dev/full` became a file).
 pub struct PendingPage {
     path: std::path::PathBuf,
-    temp: std::path::PathBuf,
+    /// The temporary file, or None when writing into `path` itself.
+    temp: Option<std::path::PathBuf>,
     file: Option<std::fs::File>,
 }
 
 impl PendingPage {
-    /// Creates the temporary file beside `path`.
+    /// Creates the temporary file beside `path` (or opens `path`, see the type).
     pub fn create(path: &Path) -> anyhow::Result<PendingPage> {
         if path.is_dir() {
             anyhow::bail!("--out {} is a directory: give a file name", path.display());
+        }
+        if std::fs::symlink_metadata(path).is_ok_and(|m| !m.file_type().is_file()) {
+            let file = std::fs::OpenOptions::new()
+                .write(true)
+                .truncate(true)
+                .open(path)
+                .with_context(|| format!("cannot write {} (--out)", path.display()))?;
+            return Ok(PendingPage {
+                path: path.to_path_buf(),
+                temp: None,
+                file: Some(file),
+            });
         }
         let name = path
             .file_name()
@@ -83,7 +100,7 @@ impl PendingPage {
             .with_context(|| format!("cannot write {} (--out)", path.display()))?;
         Ok(PendingPage {
             path: path.to_path_buf(),
-            temp,
+            temp: Some(temp),
             file: Some(file),
         })
     }
@@ -92,11 +109,22 @@ impl PendingPage {
     pub fn finish(mut self, html: &str, quiet: bool) -> anyhow::Result<()> {
         use std::io::Write as _;
         let mut file = self.file.take().expect("finished once");
+        let Some(temp) = &self.temp else {
+            // Into the link's target or the device: no rename, and no fsync (a pipe or a
+            // terminal refuses one).
+            file.write_all(html.as_bytes())
+                .and_then(|()| file.flush())
+                .with_context(|| format!("writing {}", self.path.display()))?;
+            if !quiet {
+                eprintln!("wrote {}", self.path.display());
+            }
+            return Ok(());
+        };
         file.write_all(html.as_bytes())
             .and_then(|()| file.sync_all())
             .with_context(|| format!("writing {}", self.path.display()))?;
         drop(file);
-        std::fs::rename(&self.temp, &self.path)
+        std::fs::rename(temp, &self.path)
             .with_context(|| format!("writing {}", self.path.display()))?;
         if !quiet {
             eprintln!("wrote {}", self.path.display());
@@ -107,8 +135,8 @@ impl PendingPage {
 
 impl Drop for PendingPage {
     fn drop(&mut self) {
-        if self.file.is_some() {
-            let _ = std::fs::remove_file(&self.temp);
+        if let (Some(_), Some(temp)) = (&self.file, &self.temp) {
+            let _ = std::fs::remove_file(temp);
         }
     }
 }
