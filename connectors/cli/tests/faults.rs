@@ -697,6 +697,7 @@ fn a_standard_output_that_cannot_be_written_is_an_error_not_a_panic() {
         vec!["schema", "--out", schemas],
         vec!["completions", "bash"],
         vec!["log", "cat", log],
+        vec!["replay", log],
     ] {
         let full = std::fs::OpenOptions::new()
             .write(true)
@@ -707,6 +708,11 @@ fn a_standard_output_that_cannot_be_written_is_an_error_not_a_panic() {
         assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
         assert!(
             stderr.contains("No space left on device") && !stderr.contains("panicked"),
+            "{args:?}: {stderr}"
+        );
+        // The message says where it was writing.
+        assert!(
+            stderr.contains("standard output") || stderr.contains("completion script"),
             "{args:?}: {stderr}"
         );
         // Stderr full as well: nowhere to say why, but still status 2, not a panic's 101;

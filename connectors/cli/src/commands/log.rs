@@ -449,6 +449,8 @@ fn append_stdin(target: &LogArgs, quiet: bool) -> anyhow::Result<ExitCode> {
 /// Writes to stdout, turning a closed pipe (`| head`) into a quiet stop.
 struct Out {
     inner: BufWriter<Box<dyn Write>>,
+    /// Where it writes, for error messages.
+    target: String,
 }
 
 impl Out {
@@ -461,6 +463,7 @@ impl Out {
         };
         Ok(Out {
             inner: BufWriter::with_capacity(1 << 20, sink),
+            target: path.map_or("standard output".to_string(), |p| p.display().to_string()),
         })
     }
 
@@ -473,19 +476,19 @@ impl Out {
             self.inner.write_all(bytes)?;
             self.inner.write_all(b"\n")
         })();
-        closed_pipe(result)
+        closed_pipe(result, &self.target)
     }
 
     fn flush(&mut self) -> anyhow::Result<bool> {
-        closed_pipe(self.inner.flush())
+        closed_pipe(self.inner.flush(), &self.target)
     }
 }
 
-fn closed_pipe(result: std::io::Result<()>) -> anyhow::Result<bool> {
+fn closed_pipe(result: std::io::Result<()>, target: &str) -> anyhow::Result<bool> {
     match result {
         Ok(()) => Ok(true),
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(false),
-        Err(e) => Err(e.into()),
+        Err(e) => Err(anyhow::Error::new(e).context(format!("writing to {target}"))),
     }
 }
 

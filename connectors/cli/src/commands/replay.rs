@@ -44,7 +44,7 @@ pub struct ReplayArgs {
     #[arg(long)]
     digest: bool,
     /// Take a state digest every N records (and after the last) and write the chain to --chain.
-    #[arg(long, value_name = "N", requires = "chain")]
+    #[arg(long, value_name = "N", requires = "chain", value_parser = clap::value_parser!(u64).range(1..))]
     digest_every: Option<u64>,
     /// Where --digest-every writes the chain (JSONL: offset, digest).
     #[arg(long, value_name = "FILE", requires = "digest_every")]
@@ -82,6 +82,12 @@ pub fn run(args: ReplayArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         (None, false) => Box::new(std::io::stdout()),
     };
     let mut sink = BufWriter::with_capacity(1 << 20, sink);
+    // Named in write errors: a full disk says where it was writing.
+    let target = args
+        .out
+        .as_ref()
+        .map_or("standard output".to_string(), |p| p.display().to_string());
+    let writing = || format!("writing the outputs to {target}");
     let format = args.format;
     let print = !args.no_outputs;
     let summary = replay(
@@ -94,25 +100,26 @@ pub fn run(args: ReplayArgs, quiet: bool) -> anyhow::Result<ExitCode> {
             }
             match format {
                 Format::Jsonl => {
-                    serde_json::to_writer(&mut sink, output)?;
-                    sink.write_all(b"\n")?;
+                    serde_json::to_writer(&mut sink, output).with_context(writing)?;
+                    sink.write_all(b"\n").with_context(writing)?;
                 }
-                Format::Table => writeln!(sink, "{}", table_line(output))?,
+                Format::Table => writeln!(sink, "{}", table_line(output)).with_context(writing)?,
             }
             Ok(())
         },
     )?;
-    sink.flush()?;
+    sink.flush().with_context(writing)?;
     bar.finish_and_clear();
     if let (Some(path), Some(_)) = (&args.chain, args.digest_every) {
         let mut file = BufWriter::new(
             File::create(path).with_context(|| format!("creating {}", path.display()))?,
         );
+        let writing = || format!("writing the chain to {}", path.display());
         for link in &summary.chain {
-            serde_json::to_writer(&mut file, link)?;
-            file.write_all(b"\n")?;
+            serde_json::to_writer(&mut file, link).with_context(writing)?;
+            file.write_all(b"\n").with_context(writing)?;
         }
-        file.flush()?;
+        file.flush().with_context(writing)?;
     }
     if args.digest {
         let after = summary
