@@ -165,7 +165,7 @@ enum Command {
 // glibc's per-thread arenas handle slowly; and the engine allocates many small strings.
 // Built without transparent huge pages (feature `no_thp`, where the kernel leaves them to
 // `madvise`): a 2 MB page partly used counts whole. That saves the 12-hour replay 15 MB of
-// peak RSS and costs it about 15 % of its speed (TLB misses); docs/benchmarks.md has the
+// peak RSS and costs it about 10 % of its speed (TLB misses); docs/benchmarks.md has the
 // figures and why the memory bar won.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
