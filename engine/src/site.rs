@@ -126,16 +126,12 @@ impl SiteConfig {
                     .default_reuse_machines_without_shutdown_in_outage
             });
         let mut upserts: BTreeMap<ObjectKind, usize> = BTreeMap::new();
-        for op in &change.ops {
-            if let ConfigOp::Upsert(object) = op {
-                *upserts.entry(object.kind()).or_default() += 1;
-            }
-        }
         for op in change.ops {
             match op {
                 ConfigOp::Upsert(mut object) => {
                     self.resolve_reuse_flag(&mut object, default_reuse);
                     let kind = object.kind();
+                    *upserts.entry(kind).or_default() += 1;
                     let id = object.id().to_string();
                     self.index(kind, &id, Some(&object));
                     self.objects.entry(kind).or_default().insert(

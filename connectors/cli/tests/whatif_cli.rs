@@ -797,15 +797,18 @@ fn out_through_a_link_or_onto_a_device_writes_into_it() {
     std::fs::write(&target, "old").unwrap();
     let link = tmp.path().join("link.html");
     std::os::unix::fs::symlink(&target, &link).unwrap();
-    ok(lhc(&[
-        "whatif",
-        &log,
-        "-q",
-        "--set",
-        "second_check_s=5",
-        "--out",
-        link.to_str().unwrap(),
-    ]));
+    let whatif_to = |out: &str| {
+        lhc(&[
+            "whatif",
+            &log,
+            "-q",
+            "--set",
+            "second_check_s=5",
+            "--out",
+            out,
+        ])
+    };
+    ok(whatif_to(link.to_str().unwrap()));
     assert!(std::fs::symlink_metadata(&link).unwrap().is_symlink());
     let page = std::fs::read_to_string(&target).unwrap();
     assert!(page.starts_with("<!DOCTYPE html>"), "{page:.80}");
@@ -813,18 +816,7 @@ fn out_through_a_link_or_onto_a_device_writes_into_it() {
         let full = tmp.path().join("full");
         std::os::unix::fs::symlink("/dev/full", &full).unwrap();
         for out in [full.to_str().unwrap(), "/dev/full"] {
-            refused(
-                lhc(&[
-                    "whatif",
-                    &log,
-                    "-q",
-                    "--set",
-                    "second_check_s=5",
-                    "--out",
-                    out,
-                ]),
-                "No space left on device",
-            );
+            refused(whatif_to(out), "No space left on device");
             let kind = std::fs::metadata("/dev/full").unwrap().file_type();
             assert!(kind.is_char_device(), "/dev/full was replaced");
         }

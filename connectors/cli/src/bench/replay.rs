@@ -108,7 +108,7 @@ pub fn run(bench: ReplayBench) -> anyhow::Result<ExitCode> {
     // The replay, as a user runs it, in a child process so its peak memory is its own.
     let exe = std::env::current_exe().context("finding the lhc binary")?;
     let (replay_s, peak_kb) =
-        best_of_two_with_peak(&exe, &["replay", "--no-outputs", "-q"], &file)?;
+        best_of_two_runs(&exe, &["replay", "--no-outputs", "-q"], &[file.as_os_str()])?;
     anyhow::ensure!(
         peak_kb > 0,
         "could not read the replay's peak memory (VmHWM in /proc/PID/status): this \
@@ -164,33 +164,29 @@ pub fn best_of_two(
     best_of_two_args(exe, args, &[file.as_os_str()])
 }
 
-/// The shorter of two runs of `lhc ARGS FILE`, seconds, and the larger peak resident set
-/// of the two, KiB.
-fn best_of_two_with_peak(
-    exe: &std::path::Path,
-    args: &[&str],
-    file: &std::path::Path,
-) -> anyhow::Result<(f64, i64)> {
-    let (mut best, mut peak) = (f64::MAX, 0);
-    for _ in 0..2 {
-        let (seconds, kb) = timed_run(exe, args, &[file.as_os_str()])?;
-        best = best.min(seconds);
-        peak = peak.max(kb);
-    }
-    Ok((best, peak))
-}
-
 /// The shorter of two runs of `lhc ARGS MORE`, seconds.
 pub fn best_of_two_args(
     exe: &std::path::Path,
     args: &[&str],
     more: &[&std::ffi::OsStr],
 ) -> anyhow::Result<f64> {
-    let mut best = f64::MAX;
+    Ok(best_of_two_runs(exe, args, more)?.0)
+}
+
+/// The shorter of two runs of `lhc ARGS MORE`, seconds, and the larger peak resident set
+/// of the two, KiB.
+fn best_of_two_runs(
+    exe: &std::path::Path,
+    args: &[&str],
+    more: &[&std::ffi::OsStr],
+) -> anyhow::Result<(f64, i64)> {
+    let (mut best, mut peak) = (f64::MAX, 0);
     for _ in 0..2 {
-        best = best.min(timed_run(exe, args, more)?.0);
+        let (seconds, kb) = timed_run(exe, args, more)?;
+        best = best.min(seconds);
+        peak = peak.max(kb);
     }
-    Ok(best)
+    Ok((best, peak))
 }
 
 /// One run of `lhc ARGS MORE`: seconds, and its peak resident set in KiB as the child's

@@ -109,23 +109,19 @@ impl PendingPage {
     pub fn finish(mut self, html: &str, quiet: bool) -> anyhow::Result<()> {
         use std::io::Write as _;
         let mut file = self.file.take().expect("finished once");
-        let Some(temp) = &self.temp else {
-            // Into the link's target or the device: no rename, and no fsync (a pipe or a
-            // terminal refuses one).
-            file.write_all(html.as_bytes())
-                .and_then(|()| file.flush())
-                .with_context(|| format!("writing {}", self.path.display()))?;
-            if !quiet {
-                eprintln!("wrote {}", self.path.display());
-            }
-            return Ok(());
-        };
+        // Into a link's target or a device: no fsync (a pipe or a terminal refuses one)
+        // and no rename.
         file.write_all(html.as_bytes())
-            .and_then(|()| file.sync_all())
+            .and_then(|()| match self.temp {
+                Some(_) => file.sync_all(),
+                None => file.flush(),
+            })
             .with_context(|| format!("writing {}", self.path.display()))?;
         drop(file);
-        std::fs::rename(temp, &self.path)
-            .with_context(|| format!("writing {}", self.path.display()))?;
+        if let Some(temp) = &self.temp {
+            std::fs::rename(temp, &self.path)
+                .with_context(|| format!("writing {}", self.path.display()))?;
+        }
         if !quiet {
             eprintln!("wrote {}", self.path.display());
         }
