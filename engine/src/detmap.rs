@@ -201,6 +201,17 @@ impl<'de, K: Ord + Deserialize<'de>, V: Deserialize<'de>> Deserialize<'de> for V
 mod tests {
     use super::*;
 
+    /// Asserts that `map` is written as `other` is, and that its JSON reads back as itself.
+    fn assert_same_json_and_back<M>(map: &M, other: &impl Serialize)
+    where
+        M: Serialize + for<'de> Deserialize<'de> + PartialEq + std::fmt::Debug,
+    {
+        let json = serde_json::to_string(map).unwrap();
+        assert_eq!(json, serde_json::to_string(other).unwrap());
+        let back: M = serde_json::from_str(&json).unwrap();
+        assert_eq!(&back, map);
+    }
+
     #[test]
     fn serialization_ignores_insertion_order() {
         let mut a = DetMap::default();
@@ -209,13 +220,7 @@ mod tests {
             a.insert(format!("k{i}"), i);
             b.insert(format!("k{}", 99 - i), 99 - i);
         }
-        assert_eq!(
-            serde_json::to_string(&a).unwrap(),
-            serde_json::to_string(&b).unwrap()
-        );
-        let back: DetMap<String, i32> =
-            serde_json::from_str(&serde_json::to_string(&a).unwrap()).unwrap();
-        assert_eq!(back, a);
+        assert_same_json_and_back(&a, &b);
     }
 
     #[test]
@@ -238,12 +243,6 @@ mod tests {
             assert!(small.iter().eq(tree.iter()));
         }
         assert_eq!(small.get("k5"), tree.get("k5"));
-        assert_eq!(
-            serde_json::to_string(&small).unwrap(),
-            serde_json::to_string(&tree).unwrap()
-        );
-        let back: VecMap<String, u32> =
-            serde_json::from_str(&serde_json::to_string(&tree).unwrap()).unwrap();
-        assert_eq!(back, small);
+        assert_same_json_and_back(&small, &tree);
     }
 }

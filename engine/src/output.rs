@@ -34,10 +34,10 @@ impl Output {
     /// The connector the output is about; `None` for a quarantine.
     pub fn connector(&self) -> Option<&str> {
         match self {
-            Output::Event(e) => Some(&e.connector),
-            Output::LaunchDecision(d) => Some(&d.connector),
-            Output::Registration(r) => Some(&r.connector),
-            Output::MachineMaintenance(m) => Some(&m.connector),
+            Output::Event(Event { connector, .. })
+            | Output::LaunchDecision(LaunchDecision { connector, .. })
+            | Output::Registration(Registration { connector, .. })
+            | Output::MachineMaintenance(MachineMaintenance { connector, .. }) => Some(connector),
             Output::Quarantine(_) => None,
         }
     }

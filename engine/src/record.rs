@@ -12,6 +12,25 @@ use crate::config::ConfigOp;
 use crate::record_id::RecordId;
 use crate::ts::Ts;
 
+/// Declares an input record: every record begins with the same two fields, `ts` and
+/// `record_id`, written (and documented in the schemas) here once; unknown fields are
+/// refused (R-LOG-3).
+macro_rules! record_struct {
+    ($(#[$attr:meta])* pub struct $name:ident { $($body:tt)* }) => {
+        $(#[$attr])*
+        #[serde(deny_unknown_fields)]
+        pub struct $name {
+            /// Record time.
+            pub ts: Ts,
+            /// Unique id given by the appending node; a later record with the same id is a
+            /// duplicate and is not applied.
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub record_id: Option<RecordId>,
+            $($body)*
+        }
+    };
+}
+
 /// One log record. The `type` field selects the variant.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "type")]
@@ -74,24 +93,25 @@ pub const RECORD_TYPES: [&str; 13] = [
     "clock.tick",
 ];
 
+/// Evaluates `$body` with `$r` bound to the record's own struct, whichever variant it
+/// is: what every record has (`ts`, `record_id`) is read through this one match.
+macro_rules! each_record {
+    ($record:expr, $r:ident => $body:expr) => {
+        each_record!(@match $record, $r, $body; EngineParams ConfigChange HealthCheck PeerProbe
+            StorefrontHeartbeat ServiceStatus ConnectorLifecycle StorageFault VdaHeartbeat
+            SessionEvent LaunchRequest AdminCommand ClockTick)
+    };
+    (@match $record:expr, $r:ident, $body:expr; $($variant:ident)*) => {
+        match $record {
+            $(Record::$variant($r) => $body,)*
+        }
+    };
+}
+
 impl Record {
     /// The record's time.
     pub fn ts(&self) -> Ts {
-        match self {
-            Record::EngineParams(r) => r.ts,
-            Record::ConfigChange(r) => r.ts,
-            Record::HealthCheck(r) => r.ts,
-            Record::PeerProbe(r) => r.ts,
-            Record::StorefrontHeartbeat(r) => r.ts,
-            Record::ServiceStatus(r) => r.ts,
-            Record::ConnectorLifecycle(r) => r.ts,
-            Record::StorageFault(r) => r.ts,
-            Record::VdaHeartbeat(r) => r.ts,
-            Record::SessionEvent(r) => r.ts,
-            Record::LaunchRequest(r) => r.ts,
-            Record::AdminCommand(r) => r.ts,
-            Record::ClockTick(r) => r.ts,
-        }
+        each_record!(self, r => r.ts)
     }
 
     /// The record's `type` string.
@@ -125,39 +145,11 @@ impl Record {
     }
 
     fn id_slot(&self) -> &Option<RecordId> {
-        match self {
-            Record::EngineParams(r) => &r.record_id,
-            Record::ConfigChange(r) => &r.record_id,
-            Record::HealthCheck(r) => &r.record_id,
-            Record::PeerProbe(r) => &r.record_id,
-            Record::StorefrontHeartbeat(r) => &r.record_id,
-            Record::ServiceStatus(r) => &r.record_id,
-            Record::ConnectorLifecycle(r) => &r.record_id,
-            Record::StorageFault(r) => &r.record_id,
-            Record::VdaHeartbeat(r) => &r.record_id,
-            Record::SessionEvent(r) => &r.record_id,
-            Record::LaunchRequest(r) => &r.record_id,
-            Record::AdminCommand(r) => &r.record_id,
-            Record::ClockTick(r) => &r.record_id,
-        }
+        each_record!(self, r => &r.record_id)
     }
 
     fn id_slot_mut(&mut self) -> &mut Option<RecordId> {
-        match self {
-            Record::EngineParams(r) => &mut r.record_id,
-            Record::ConfigChange(r) => &mut r.record_id,
-            Record::HealthCheck(r) => &mut r.record_id,
-            Record::PeerProbe(r) => &mut r.record_id,
-            Record::StorefrontHeartbeat(r) => &mut r.record_id,
-            Record::ServiceStatus(r) => &mut r.record_id,
-            Record::ConnectorLifecycle(r) => &mut r.record_id,
-            Record::StorageFault(r) => &mut r.record_id,
-            Record::VdaHeartbeat(r) => &mut r.record_id,
-            Record::SessionEvent(r) => &mut r.record_id,
-            Record::LaunchRequest(r) => &mut r.record_id,
-            Record::AdminCommand(r) => &mut r.record_id,
-            Record::ClockTick(r) => &mut r.record_id,
-        }
+        each_record!(self, r => &mut r.record_id)
     }
 
     /// The connector the record names in its `connector` field, if it has one.
@@ -180,115 +172,90 @@ impl Record {
     }
 }
 
-/// Engine parameter overrides (SPEC §9); each absent field keeps its current value.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct EngineParams {
-    /// Record time.
-    pub ts: Ts,
-    /// Unique id given by the appending node; a later record with the same id is a
-    /// duplicate and is not applied.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub record_id: Option<RecordId>,
-    /// Seconds after a first failed check before the outage is confirmed (60).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub second_check_s: Option<u64>,
-    /// The same delay for the on-premises profile (90).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub onprem_outage_s: Option<u64>,
-    /// Age under which a peer's ok check keeps the zone out of LHC mode (120).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub peer_health_window_s: Option<u64>,
-    /// Age under which a StoreFront heartbeat makes a connector eligible (180).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub storefront_window_s: Option<u64>,
-    /// Length of initial_ha (300).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub initial_ha_s: Option<u64>,
-    /// Length of pending_recovery without a failed check (600).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pending_recovery_s: Option<u64>,
-    /// Age under which an ok peer probe makes the peer a candidate (120).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub peer_timeout_s: Option<u64>,
-    /// Period of the 3507/3509 reports (120).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub report_interval_s: Option<u64>,
-    /// Default period of config sync checks (300).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sync_interval_s: Option<u64>,
-    /// Model time an import takes (0).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub import_duration_s: Option<u64>,
+record_struct! {
+    /// Engine parameter overrides (SPEC §9); each absent field keeps its current value.
+    #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+    pub struct EngineParams {
+        /// Seconds after a first failed check before the outage is confirmed (60).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub second_check_s: Option<u64>,
+        /// The same delay for the on-premises profile (90).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub onprem_outage_s: Option<u64>,
+        /// Age under which a peer's ok check keeps the zone out of LHC mode (120).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub peer_health_window_s: Option<u64>,
+        /// Age under which a StoreFront heartbeat makes a connector eligible (180).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub storefront_window_s: Option<u64>,
+        /// Length of initial_ha (300).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub initial_ha_s: Option<u64>,
+        /// Length of pending_recovery without a failed check (600).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub pending_recovery_s: Option<u64>,
+        /// Age under which an ok peer probe makes the peer a candidate (120).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub peer_timeout_s: Option<u64>,
+        /// Period of the 3507/3509 reports (120).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub report_interval_s: Option<u64>,
+        /// Default period of config sync checks (300).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub sync_interval_s: Option<u64>,
+        /// Model time an import takes (0).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub import_duration_s: Option<u64>,
+    }
 }
 
-/// A batch of configuration operations that together make one new site version.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ConfigChange {
-    /// Record time.
-    pub ts: Ts,
-    /// Unique id given by the appending node; a later record with the same id is a
-    /// duplicate and is not applied.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub record_id: Option<RecordId>,
-    /// Site configuration version after this change; strictly increasing.
-    pub version: u64,
-    /// Upserts and deletes, applied in order.
-    pub ops: Vec<ConfigOp>,
+record_struct! {
+    /// A batch of configuration operations that together make one new site version.
+    #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+    pub struct ConfigChange {
+        /// Site configuration version after this change; strictly increasing.
+        pub version: u64,
+        /// Upserts and deletes, applied in order.
+        pub ops: Vec<ConfigOp>,
+    }
 }
 
-/// Result of a connector's check of its control plane.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct HealthCheck {
-    /// Record time.
-    pub ts: Ts,
-    /// Unique id given by the appending node; a later record with the same id is a
-    /// duplicate and is not applied.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub record_id: Option<RecordId>,
-    /// FQDN of the connector that ran the check.
-    pub connector: String,
-    /// Whether the control plane answered.
-    pub ok: bool,
-    /// Free text from the check (HTTP status, error).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub detail: Option<String>,
+record_struct! {
+    /// Result of a connector's check of its control plane.
+    #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+    pub struct HealthCheck {
+        /// FQDN of the connector that ran the check.
+        pub connector: String,
+        /// Whether the control plane answered.
+        pub ok: bool,
+        /// Free text from the check (HTTP status, error).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub detail: Option<String>,
+    }
 }
 
-/// A connector's attempt to reach a peer's election endpoint.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct PeerProbe {
-    /// Record time.
-    pub ts: Ts,
-    /// Unique id given by the appending node; a later record with the same id is a
-    /// duplicate and is not applied.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub record_id: Option<RecordId>,
-    /// FQDN of the probing connector.
-    pub connector: String,
-    /// FQDN of the probed peer.
-    pub peer: String,
-    /// Whether the peer answered.
-    pub ok: bool,
+record_struct! {
+    /// A connector's attempt to reach a peer's election endpoint.
+    #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+    pub struct PeerProbe {
+        /// FQDN of the probing connector.
+        pub connector: String,
+        /// FQDN of the probed peer.
+        pub peer: String,
+        /// Whether the peer answered.
+        pub ok: bool,
+    }
 }
 
-/// A StoreFront server contacted a connector.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct StorefrontHeartbeat {
-    /// Record time.
-    pub ts: Ts,
-    /// Unique id given by the appending node; a later record with the same id is a
-    /// duplicate and is not applied.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub record_id: Option<RecordId>,
-    /// FQDN of the contacted connector.
-    pub connector: String,
-    /// Name of the StoreFront server.
-    pub storefront: String,
+record_struct! {
+    /// A StoreFront server contacted a connector.
+    #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+    pub struct StorefrontHeartbeat {
+        /// FQDN of the contacted connector.
+        pub connector: String,
+        /// Name of the StoreFront server.
+        pub storefront: String,
+    }
 }
 
 /// Connector-local services whose state matters to LHC.
@@ -305,22 +272,17 @@ pub enum Service {
     ConfigSync,
 }
 
-/// A connector-local service started or stopped.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ServiceStatus {
-    /// Record time.
-    pub ts: Ts,
-    /// Unique id given by the appending node; a later record with the same id is a
-    /// duplicate and is not applied.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub record_id: Option<RecordId>,
-    /// FQDN of the connector.
-    pub connector: String,
-    /// Which service.
-    pub service: Service,
-    /// Whether it runs now.
-    pub running: bool,
+record_struct! {
+    /// A connector-local service started or stopped.
+    #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+    pub struct ServiceStatus {
+        /// FQDN of the connector.
+        pub connector: String,
+        /// Which service.
+        pub service: Service,
+        /// Whether it runs now.
+        pub running: bool,
+    }
 }
 
 /// Start or stop of a connector machine.
@@ -333,36 +295,26 @@ pub enum LifecycleEvent {
     Stop,
 }
 
-/// A connector machine started or stopped.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ConnectorLifecycle {
-    /// Record time.
-    pub ts: Ts,
-    /// Unique id given by the appending node; a later record with the same id is a
-    /// duplicate and is not applied.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub record_id: Option<RecordId>,
-    /// FQDN of the connector.
-    pub connector: String,
-    /// What happened.
-    pub event: LifecycleEvent,
+record_struct! {
+    /// A connector machine started or stopped.
+    #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+    pub struct ConnectorLifecycle {
+        /// FQDN of the connector.
+        pub connector: String,
+        /// What happened.
+        pub event: LifecycleEvent,
+    }
 }
 
-/// The connector's local store failed.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct StorageFault {
-    /// Record time.
-    pub ts: Ts,
-    /// Unique id given by the appending node; a later record with the same id is a
-    /// duplicate and is not applied.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub record_id: Option<RecordId>,
-    /// FQDN of the connector.
-    pub connector: String,
-    /// What failed.
-    pub detail: String,
+record_struct! {
+    /// The connector's local store failed.
+    #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+    pub struct StorageFault {
+        /// FQDN of the connector.
+        pub connector: String,
+        /// What failed.
+        pub detail: String,
+    }
 }
 
 /// State of a session as a VDA reports it.
@@ -392,23 +344,18 @@ pub struct SessionReport {
     pub state: SessionState,
 }
 
-/// A VDA pinged the brokers of its zone.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct VdaHeartbeat {
-    /// Record time.
-    pub ts: Ts,
-    /// Unique id given by the appending node; a later record with the same id is a
-    /// duplicate and is not applied.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub record_id: Option<RecordId>,
-    /// FQDN of the VDA.
-    // Compact: inline up to 24 bytes, so the most frequent record allocates less.
-    pub machine: CompactString,
-    /// Every session on the machine now.
-    #[serde(deserialize_with = "exact_vec")]
-    #[schemars(with = "Vec<SessionReport>")]
-    pub sessions: Vec<SessionReport>,
+record_struct! {
+    /// A VDA pinged the brokers of its zone.
+    #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+    pub struct VdaHeartbeat {
+        /// FQDN of the VDA.
+        // Compact: inline up to 24 bytes, so the most frequent record allocates less.
+        pub machine: CompactString,
+        /// Every session on the machine now.
+        #[serde(deserialize_with = "exact_vec")]
+        #[schemars(with = "Vec<SessionReport>")]
+        pub sessions: Vec<SessionReport>,
+    }
 }
 
 /// A vector without spare capacity: a heartbeat's session list is kept for its machine
@@ -438,24 +385,19 @@ pub enum SessionEventKind {
     Reconnect,
 }
 
-/// A session event reported by a VDA.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct SessionEvent {
-    /// Record time.
-    pub ts: Ts,
-    /// Unique id given by the appending node; a later record with the same id is a
-    /// duplicate and is not applied.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub record_id: Option<RecordId>,
-    /// FQDN of the VDA.
-    pub machine: String,
-    /// Session id.
-    pub session: String,
-    /// Session owner.
-    pub user: String,
-    /// What happened.
-    pub event: SessionEventKind,
+record_struct! {
+    /// A session event reported by a VDA.
+    #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+    pub struct SessionEvent {
+        /// FQDN of the VDA.
+        pub machine: String,
+        /// Session id.
+        pub session: String,
+        /// Session owner.
+        pub user: String,
+        /// What happened.
+        pub event: SessionEventKind,
+    }
 }
 
 /// The client device a launch comes from.
@@ -468,32 +410,27 @@ pub struct Client {
     pub ip: String,
 }
 
-/// StoreFront asked a connector to launch a resource.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct LaunchRequest {
-    /// Record time.
-    pub ts: Ts,
-    /// Unique id given by the appending node; a later record with the same id is a
-    /// duplicate and is not applied.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub record_id: Option<RecordId>,
-    /// Request id, echoed in the decision.
-    pub request: String,
-    /// FQDN of the connector asked.
-    pub connector: String,
-    /// User who launches.
-    pub user: String,
-    /// Resource id.
-    pub resource: String,
-    /// Client device.
-    pub client: Client,
-    /// The request id of this launch's first attempt, when StoreFront tries the next
-    /// Delivery Controller after a refusal (`not_elected`, `connector_stopped`); absent on
-    /// a first attempt. Decisions ignore it: it links the attempts of one launch, so a
-    /// report can count what the user saw (the last attempt) apart from raw rejections.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub retry_of: Option<String>,
+record_struct! {
+    /// StoreFront asked a connector to launch a resource.
+    #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+    pub struct LaunchRequest {
+        /// Request id, echoed in the decision.
+        pub request: String,
+        /// FQDN of the connector asked.
+        pub connector: String,
+        /// User who launches.
+        pub user: String,
+        /// Resource id.
+        pub resource: String,
+        /// Client device.
+        pub client: Client,
+        /// The request id of this launch's first attempt, when StoreFront tries the next
+        /// Delivery Controller after a refusal (`not_elected`, `connector_stopped`); absent on
+        /// a first attempt. Decisions ignore it: it links the attempts of one launch, so a
+        /// report can count what the user saw (the last attempt) apart from raw rejections.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub retry_of: Option<String>,
+    }
 }
 
 /// Admin commands (SPEC §7, R-CSS-5), the cmdlet equivalents.
@@ -518,33 +455,23 @@ pub enum AdminCommandName {
     DisableCssTrace,
 }
 
-/// A cmdlet equivalent run on one connector.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct AdminCommand {
-    /// Record time.
-    pub ts: Ts,
-    /// Unique id given by the appending node; a later record with the same id is a
-    /// duplicate and is not applied.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub record_id: Option<RecordId>,
-    /// FQDN of the connector.
-    pub connector: String,
-    /// Which command.
-    pub command: AdminCommandName,
-    /// Argument of `set_config_sync_interval`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub seconds: Option<u64>,
+record_struct! {
+    /// A cmdlet equivalent run on one connector.
+    #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+    pub struct AdminCommand {
+        /// FQDN of the connector.
+        pub connector: String,
+        /// Which command.
+        pub command: AdminCommandName,
+        /// Argument of `set_config_sync_interval`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub seconds: Option<u64>,
+    }
 }
 
-/// Advances time only.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ClockTick {
-    /// Record time.
-    pub ts: Ts,
-    /// Unique id given by the appending node; a later record with the same id is a
-    /// duplicate and is not applied.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub record_id: Option<RecordId>,
+record_struct! {
+    /// Advances time only.
+    #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+    pub struct ClockTick {
+    }
 }

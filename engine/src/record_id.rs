@@ -13,13 +13,13 @@
 //! [`MAX_RUNS`] per producer, the oldest dropped first and remembered as a floor below which
 //! an id can no longer be told from a duplicate (refused, never applied twice).
 
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 
 use compact_str::CompactString;
-use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
-use serde::{de, Deserialize, Deserializer, Serialize, Serializer};
+use serde::{Deserialize, Serialize};
+
+use crate::string_form;
 
 /// Runs of ids remembered per producer.
 pub const MAX_RUNS: usize = 64;
@@ -67,42 +67,13 @@ impl fmt::Display for RecordId {
     }
 }
 
-impl Serialize for RecordId {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_str(self)
-    }
-}
-
-impl<'de> Deserialize<'de> for RecordId {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<RecordId, D::Error> {
-        struct Visitor;
-        impl de::Visitor<'_> for Visitor {
-            type Value = RecordId;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a record id string PRODUCER:RUN.N")
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<RecordId, E> {
-                RecordId::parse(v).map_err(E::custom)
-            }
-        }
-        deserializer.deserialize_str(Visitor)
-    }
-}
-
-impl JsonSchema for RecordId {
-    fn schema_name() -> Cow<'static, str> {
-        "RecordId".into()
-    }
-
-    fn json_schema(_: &mut SchemaGenerator) -> Schema {
-        json_schema!({
-            "type": "string",
-            "pattern": RECORD_ID_PATTERN,
-            "description": "Unique id of a record, PRODUCER:RUN.N; a later record with the \
-                            same id is a duplicate and is not applied."
-        })
-    }
-}
+string_form::impl_string_form!(RecordId, parse: RecordId::parse,
+expecting: "a record id string PRODUCER:RUN.N", name: "RecordId", schema: {
+    "type": "string",
+    "pattern": RECORD_ID_PATTERN,
+    "description": "Unique id of a record, PRODUCER:RUN.N; a later record with the \
+                    same id is a duplicate and is not applied."
+});
 
 /// The ids seen from one producer (see the module invariant).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -5,12 +5,11 @@
 //! always written back in one canonical form (`2026-01-05T09:14:07.250Z`) so outputs are
 //! byte-identical whatever form the input used.
 
-use std::borrow::Cow;
 use std::fmt;
 
 use chrono::{DateTime, SecondsFormat, Utc};
-use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
-use serde::{de, Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::string_form;
 
 /// Prefix of every timestamp error message; the decoder classifies errors by it.
 pub const TIMESTAMP_ERROR_PREFIX: &str = "invalid timestamp";
@@ -89,42 +88,13 @@ impl fmt::Display for Ts {
     }
 }
 
-impl Serialize for Ts {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(&self.to_rfc3339())
-    }
-}
-
-impl<'de> Deserialize<'de> for Ts {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Ts, D::Error> {
-        struct TsVisitor;
-        impl de::Visitor<'_> for TsVisitor {
-            type Value = Ts;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("an RFC 3339 UTC timestamp string")
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Ts, E> {
-                Ts::parse(v).map_err(E::custom)
-            }
-        }
-        deserializer.deserialize_str(TsVisitor)
-    }
-}
-
-impl JsonSchema for Ts {
-    fn schema_name() -> Cow<'static, str> {
-        "Timestamp".into()
-    }
-
-    fn json_schema(_: &mut SchemaGenerator) -> Schema {
-        json_schema!({
-            "type": "string",
-            "format": "date-time",
-            "pattern": TIMESTAMP_PATTERN,
-            "description": "RFC 3339 time in UTC with at most millisecond precision."
-        })
-    }
-}
+string_form::impl_string_form!(Ts, parse: Ts::parse,
+expecting: "an RFC 3339 UTC timestamp string", name: "Timestamp", schema: {
+    "type": "string",
+    "format": "date-time",
+    "pattern": TIMESTAMP_PATTERN,
+    "description": "RFC 3339 time in UTC with at most millisecond precision."
+});
 
 #[cfg(test)]
 mod tests {

@@ -131,13 +131,8 @@ pub struct Checkpoint {
 /// never an error: see [`resume`]).
 #[derive(Debug, thiserror::Error)]
 pub enum CheckpointError {
-    /// Reading or writing a file failed.
-    #[error(transparent)]
-    Io(#[from] PathError),
-    /// The log could not be read.
-    #[error(transparent)]
-    Log(#[from] LogError),
-    /// The replay failed.
+    /// The log or a file could not be read or written, or the replay failed: the errors
+    /// a replay names, with the same words.
     #[error(transparent)]
     Source(#[from] SourceError),
     /// A record the replay just read is no longer in the log.
@@ -164,6 +159,18 @@ pub enum CheckpointError {
         /// Its first offset.
         start: u64,
     },
+}
+
+impl From<PathError> for CheckpointError {
+    fn from(e: PathError) -> Self {
+        CheckpointError::Source(e.into())
+    }
+}
+
+impl From<LogError> for CheckpointError {
+    fn from(e: LogError) -> Self {
+        CheckpointError::Source(e.into())
+    }
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CheckpointError + '_ {

@@ -108,3 +108,18 @@ pub fn drive<R: Records + ?Sized, O: Observer>(
     }
     Ok(applied)
 }
+
+/// Replays the whole of `source` into a fresh engine with a fresh `O`, then hands the
+/// observer and the source's description to `finish`: the shape of every report that
+/// observes a log from its first record (outage report, sync forensics).
+pub(crate) fn observe_whole<O, T>(
+    source: &mut Source,
+    finish: impl FnOnce(O, String) -> T,
+) -> Result<T, O::Error>
+where
+    O: Observer + Default,
+{
+    let mut observer = O::default();
+    drive(source, &mut Engine::new(), &mut observer)?;
+    Ok(finish(observer, source.describe().to_string()))
+}

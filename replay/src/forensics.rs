@@ -17,7 +17,7 @@ use lhc_engine::{snapshot, Engine, Output, Record, Ts};
 use serde::Serialize;
 
 use crate::drive::{After, Before, Flow, Observer};
-use crate::source::{Source, SourceError};
+use crate::source::SourceError;
 
 /// A `config.change` as the forensics see it.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -326,13 +326,6 @@ impl Observer for Found {
         }
         Ok(())
     }
-}
-
-/// Replays `source` and explains every failed import.
-pub fn sync_forensics(source: &mut Source) -> Result<SyncForensics, SourceError> {
-    let mut found = Found::default();
-    crate::drive::drive(source, &mut Engine::new(), &mut found)?;
-    Ok(found.finish(source.describe().to_string()))
 }
 
 impl Found {

@@ -18,11 +18,21 @@ pub mod source;
 pub mod whatif;
 
 pub use drive::{drive, Flow, Observer};
-pub use forensics::{sync_forensics, SyncForensics};
+pub use forensics::SyncForensics;
 pub use lint::{lint, Finding, LintReport, Severity};
 pub use query::{cut_at, Cut};
-pub use report::{outage_report, Episode, OutageReport};
+pub use report::{Episode, OutageReport};
 pub use run::{replay, ChainLink, Divergence, ReplayOptions, ReplaySummary};
 pub use sim::{BadConfig, Scenario, SimError, SimOptions, Simulator};
 pub use source::{PathError, Source, SourceError, SourceSpec};
 pub use whatif::{whatif, Plan, WhatIf, WhatIfError};
+
+/// Replays `source` and builds the outage report (episodes, launches, versions).
+pub fn outage_report(source: &mut Source) -> Result<OutageReport, SourceError> {
+    drive::observe_whole(source, report::Reporter::finish)
+}
+
+/// Replays `source` and explains every failed import (505), grouped by root cause.
+pub fn sync_forensics(source: &mut Source) -> Result<SyncForensics, SourceError> {
+    drive::observe_whole(source, forensics::Found::finish)
+}

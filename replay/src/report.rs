@@ -16,7 +16,7 @@ use lhc_engine::{Engine, Output, Ts};
 use serde::Serialize;
 
 use crate::drive::{After, Before, Flow, Observer};
-use crate::source::{Source, SourceError};
+use crate::source::SourceError;
 
 /// A span of one connector's state.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -261,13 +261,6 @@ struct Open {
     finals: BTreeMap<String, (String, String)>,
     /// Each launch's rows in `failed_launches`.
     rows_of: BTreeMap<String, Vec<usize>>,
-}
-
-/// Replays `source` and builds the report.
-pub fn outage_report(source: &mut Source) -> Result<OutageReport, SourceError> {
-    let mut reporter = Reporter::default();
-    crate::drive::drive(source, &mut Engine::new(), &mut reporter)?;
-    Ok(reporter.finish(source.describe().to_string()))
 }
 
 impl Reporter {

@@ -82,14 +82,23 @@ fn setting(text: &str, what: &str) -> Result<Setting, WhatIfError> {
     Ok(Setting { key, value })
 }
 
-/// Refuses a key given twice: which value should win is the user's to say.
-fn once(given: &[Setting], s: &Setting, item: &str) -> Result<(), WhatIfError> {
+/// Keeps `s` in `given`, said in `described` as `what KEY = VALUE`; refuses a key given
+/// twice: which value should win is the user's to say.
+fn keep_once(
+    given: &mut Vec<Setting>,
+    described: &mut Vec<String>,
+    s: Setting,
+    item: &str,
+    what: &str,
+) -> Result<(), WhatIfError> {
     if given.iter().any(|p| p.key == s.key) {
         return Err(WhatIfError::bad(
             item,
             format!("{} is set twice: give it once", s.key),
         ));
     }
+    described.push(format!("{what} {} = {}", s.key, s.value));
+    given.push(s);
     Ok(())
 }
 
@@ -126,11 +135,13 @@ impl Plan {
         Params::default()
             .apply(&params)
             .map_err(|e| WhatIfError::bad(&item, e))?;
-        once(&self.params, &s, &item)?;
-        self.described
-            .push(format!("engine parameter {} = {}", s.key, s.value));
-        self.params.push(s);
-        Ok(())
+        keep_once(
+            &mut self.params,
+            &mut self.described,
+            s,
+            &item,
+            "engine parameter",
+        )
     }
 
     /// Adds `--site KEY=VALUE`.
@@ -138,11 +149,13 @@ impl Plan {
         let s = setting(text, "--site")?;
         let item = format!("--site {text}");
         with_setting(&SiteData::default(), &s).map_err(|e| WhatIfError::bad(&item, e))?;
-        once(&self.site, &s, &item)?;
-        self.described
-            .push(format!("site setting {} = {}", s.key, s.value));
-        self.site.push(s);
-        Ok(())
+        keep_once(
+            &mut self.site,
+            &mut self.described,
+            s,
+            &item,
+            "site setting",
+        )
     }
 
     /// Adds `--group GROUP:KEY=VALUE`.
@@ -388,50 +401,50 @@ impl Filter {
 mod tests {
     use super::*;
 
+    /// Asserts that a setter refused, with an error naming every one of `needles`.
+    fn assert_refused(result: Result<(), WhatIfError>, needles: &[&str]) {
+        let e = result.unwrap_err().to_string();
+        assert!(needles.iter().all(|n| e.contains(n)), "{e}");
+    }
+
     #[test]
     fn settings_are_checked_by_the_types_own_rules() {
         let mut plan = Plan::default();
         plan.set_param("onprem_outage_s=30").unwrap();
-        let e = plan.set_param("onprem_outage=30").unwrap_err().to_string();
-        assert!(
-            e.contains("--set onprem_outage=30") && e.contains("onprem_outage_s"),
-            "{e}"
-        );
-        let e = plan.set_param("sync_interval_s=0").unwrap_err().to_string();
-        assert!(e.contains("at least 1 second"), "{e}");
-        let e = plan.set_param("initial_ha_s=soon").unwrap_err().to_string();
-        assert!(e.contains("whole seconds"), "{e}");
+        let checks: [(Result<(), WhatIfError>, &[&str]); 6] = [
+            (
+                plan.set_param("onprem_outage=30"),
+                &["--set onprem_outage=30", "onprem_outage_s"],
+            ),
+            (plan.set_param("sync_interval_s=0"), &["at least 1 second"]),
+            (plan.set_param("initial_ha_s=soon"), &["whole seconds"]),
+            (plan.set_site("reuse=true"), &["unknown field `reuse`"]),
+            (
+                plan.set_site("lhc_enabled=maybe"),
+                &["--site lhc_enabled=maybe"],
+            ),
+            (plan.set_group("pooled=true"), &["GROUP:KEY=VALUE"]),
+        ];
+        for (result, needles) in checks {
+            assert_refused(result, needles);
+        }
         plan.set_site("reuse_machines_without_shutdown_in_outage_allowed=true")
             .unwrap();
-        let e = plan.set_site("reuse=true").unwrap_err().to_string();
-        assert!(e.contains("unknown field `reuse`"), "{e}");
-        let e = plan.set_site("lhc_enabled=maybe").unwrap_err().to_string();
-        assert!(e.contains("--site lhc_enabled=maybe"), "{e}");
         plan.set_group("pooled:reuse_machines_without_shutdown_in_outage=true")
             .unwrap();
-        let e = plan.set_group("pooled=true").unwrap_err().to_string();
-        assert!(e.contains("GROUP:KEY=VALUE"), "{e}");
         assert_eq!(plan.described.len(), 3);
     }
 
     #[test]
     fn filters_name_unknown_types_and_fields_and_match_prefixes() {
         let mut plan = Plan::default();
-        let e = plan
-            .drop_records("config.chang version=7")
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("unknown record type") && e.contains("config.change"),
-            "{e}"
+        assert_refused(
+            plan.drop_records("config.chang version=7"),
+            &["unknown record type", "config.change"],
         );
-        let e = plan
-            .drop_records("connector.lifecycle host=cc1")
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("no field \"host\"") && e.contains("connector"),
-            "{e}"
+        assert_refused(
+            plan.drop_records("connector.lifecycle host=cc1"),
+            &["no field \"host\"", "connector"],
         );
         plan.drop_records("connector.lifecycle connector=cc1* event=stop")
             .unwrap();
