@@ -224,6 +224,11 @@ impl Engine {
         let lhc = matches!(holder, Holder::Connector(_));
         let machines = self.user_sessions.get(user)?;
         machines.iter().find_map(|(machine, tally)| {
+            // Most of a user's machines hold no disconnected session: asked first, the
+            // answer spares two lookups (and a cache miss each) per machine.
+            if tally.disconnected == 0 {
+                return None;
+            }
             let runtime = self.machines.get(machine.as_str())?;
             let entry = catalog
                 .machines
@@ -236,7 +241,7 @@ impl Engine {
             let fits = !entry.maintenance
                 && !self.marked(holder, machine)
                 && resource.delivery_groups.contains(&entry.delivery_group);
-            (tally.disconnected > 0 && held && fits).then(|| machine.to_string())
+            (held && fits).then(|| machine.to_string())
         })
     }
 

@@ -140,7 +140,9 @@ impl Tally {
 
 /// Key of the pool of `holder`, group and zone (see [`Holder::key`]).
 fn pool_key(holder: Holder<'_>, group: &str, zone: &str) -> String {
-    format!("{}\u{1f}{group}\u{1f}{zone}", holder.key())
+    // `join` sizes one allocation for the pieces: every heartbeat builds its machine's key,
+    // and `format!`'s machinery showed in profiles.
+    [holder.key().as_ref(), group, zone].join("\u{1f}")
 }
 
 impl Engine {

@@ -150,8 +150,8 @@ impl Engine {
             kept.fill(true);
         }
         for s in gone {
-            let user = s.user.as_str().to_lowercase();
-            if let Some(machines) = self.user_sessions.get_mut(user.as_str()) {
+            let user = crate::snapshot::lower(&s.user);
+            if let Some(machines) = self.user_sessions.get_mut(user.as_ref()) {
                 if let Some(t) = machines.get_mut(machine) {
                     t.uncount(s.state);
                     if *t == Tally::default() {
@@ -159,7 +159,7 @@ impl Engine {
                     }
                 }
                 if machines.is_empty() {
-                    self.user_sessions.remove(user.as_str());
+                    self.user_sessions.remove(user.as_ref());
                 }
             }
         }
@@ -169,11 +169,13 @@ impl Engine {
             .zip(&kept)
             .filter(|(_, kept)| !**kept)
         {
-            self.user_sessions
-                .entry(s.user.as_str().to_lowercase().into())
-                .or_default()
-                .get_or_default(machine)
-                .count(s.state);
+            let user = crate::snapshot::lower(&s.user);
+            // Looked up before `entry`, which needs an owned key: most users are there.
+            let tallies = match self.user_sessions.get_mut(user.as_ref()) {
+                Some(tallies) => tallies,
+                None => self.user_sessions.entry(user.as_ref().into()).or_default(),
+            };
+            tallies.get_or_default(machine).count(s.state);
         }
         let sessions = &runtime.sessions;
         let user_sessions = &mut self.user_sessions;
