@@ -472,6 +472,5 @@ record_struct! {
 record_struct! {
     /// Advances time only.
     #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-    pub struct ClockTick {
-    }
+    pub struct ClockTick {}
 }

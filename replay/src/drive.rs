@@ -110,8 +110,8 @@ pub fn drive<R: Records + ?Sized, O: Observer>(
 }
 
 /// Replays the whole of `source` into a fresh engine with a fresh `O`, then hands the
-/// observer and the source's description to `finish`: the shape of every report that
-/// observes a log from its first record (outage report, sync forensics).
+/// observer and the source's description to `finish`: for the reports that conclude from
+/// what they observed alone (outage report, sync forensics; lint also reads the engine).
 pub(crate) fn observe_whole<O, T>(
     source: &mut Source,
     finish: impl FnOnce(O, String) -> T,

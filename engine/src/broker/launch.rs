@@ -232,7 +232,7 @@ impl Engine {
             let runtime = self.machines.get(machine.as_str())?;
             let entry = catalog
                 .machines
-                .get(machine.as_str().to_lowercase().as_str())?;
+                .get(crate::snapshot::lower(machine).as_ref())?;
             // The cloud reaches a machine only while its zone offers the cloud path.
             let held = runtime.registrar.holder() == holder
                 && (lhc || crate::engine::zone_offers_cloud(&self.connectors, &entry.zone));

@@ -169,13 +169,11 @@ impl Engine {
             .zip(&kept)
             .filter(|(_, kept)| !**kept)
         {
-            let user = crate::snapshot::lower(&s.user);
-            // Looked up before `entry`, which needs an owned key: most users are there.
-            let tallies = match self.user_sessions.get_mut(user.as_ref()) {
-                Some(tallies) => tallies,
-                None => self.user_sessions.entry(user.as_ref().into()).or_default(),
-            };
-            tallies.get_or_default(machine).count(s.state);
+            self.user_sessions
+                .entry(crate::snapshot::lower(&s.user).as_ref().into())
+                .or_default()
+                .get_or_default(machine)
+                .count(s.state);
         }
         let sessions = &runtime.sessions;
         let user_sessions = &mut self.user_sessions;

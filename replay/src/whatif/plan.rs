@@ -123,8 +123,13 @@ impl Plan {
         let item = format!("--set {text}");
         let params = with_setting(&EngineParams::default(), &s)
             .map_err(|e| WhatIfError::bad(&item, param_error(&e)))?;
-        if s.key == "ts" {
-            return Err(WhatIfError::bad(&item, "`ts` is not a parameter".into()));
+        // Every record's own fields: the what-if's records get their time and id where
+        // they are merged.
+        if s.key == "ts" || s.key == "record_id" {
+            return Err(WhatIfError::bad(
+                &item,
+                format!("`{}` is not a parameter", s.key),
+            ));
         }
         if s.value.is_null() {
             return Err(WhatIfError::bad(
@@ -411,7 +416,15 @@ mod tests {
     fn settings_are_checked_by_the_types_own_rules() {
         let mut plan = Plan::default();
         plan.set_param("onprem_outage_s=30").unwrap();
-        let checks: [(Result<(), WhatIfError>, &[&str]); 6] = [
+        let checks: [(Result<(), WhatIfError>, &[&str]); 8] = [
+            (
+                plan.set_param("ts=2026-01-05T09:00:00Z"),
+                &["`ts` is not a parameter"],
+            ),
+            (
+                plan.set_param("record_id=x:1.1"),
+                &["`record_id` is not a parameter"],
+            ),
             (
                 plan.set_param("onprem_outage=30"),
                 &["--set onprem_outage=30", "onprem_outage_s"],
