@@ -356,7 +356,7 @@ fn rebuild(
 /// buffer of tens of MB costs more in page faults than the decompression itself.
 fn decompress(frame: &[u8], bytes: u64) -> Result<Vec<u8>, String> {
     let out = zstd::bulk::decompress(frame, bytes as usize)
-        .map_err(|e| format!("unreadable state: {e}"))?;
+        .map_err(|e| format!("unreadable state: the compressed part is damaged (zstd: {e})"))?;
     if out.len() as u64 != bytes {
         return Err(format!(
             "a part is {} bytes, not the {bytes} its header says (damaged)",

@@ -74,7 +74,9 @@ use commands::{
     long_version = long_version(),
     propagate_version = true,
     max_term_width = 100,
-    after_help = "Exit status: 0 ok, 1 findings (lint, log check, schema --check), 2 error."
+    after_help = "Exit status: 0 ok; 1 findings (lint errors, log check damage, schema --check \
+                  out of date, replay --verify mismatch, kafka init topic settings that delete \
+                  records); 2 error (whatif --verify refuses a mismatch as an error)."
 )]
 struct Cli {
     /// Print no progress bars or summaries (for scripts); errors still go to stderr.
@@ -213,11 +215,28 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("error: {error:#}");
+            eprintln!("error: {}", error_line(&error));
             // 1 is for findings (lint, check); an error is 2, as clap's usage errors are.
             ExitCode::from(2)
         }
     }
+}
+
+/// The error and its causes on one line, each said once: many errors already end with
+/// their cause's words (a path's OS error, a log's reason), which `{:#}` would repeat.
+fn error_line(error: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
 }
 
 /// This build, as checkpoints name the engine that wrote them: the version and the commit.
@@ -304,7 +323,7 @@ fn schema(out: PathBuf, check: bool, quiet: bool) -> anyhow::Result<ExitCode> {
         }
         std::fs::write(&path, &file.text).with_context(|| format!("writing {}", path.display()))?;
         if !quiet {
-            println!("wrote {}", path.display());
+            eprintln!("wrote {}", path.display());
         }
     }
     if stale.is_empty() {

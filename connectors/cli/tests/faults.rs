@@ -676,7 +676,7 @@ fn requests_refused_by_the_http_layer_get_a_json_error() {
 #[test]
 fn a_standard_output_that_cannot_be_written_is_an_error_not_a_panic() {
     // `> /dev/full`: every write fails with "no space left". The commands that print
-    // through the binary's `println!` (report, lint, forensics, schema) and the completion
+    // through the binary's `println!` (report, lint, forensics) and the completion
     // script used to panic (status 101); they now say why and exit 2.
     if !Path::new("/dev/full").exists() {
         eprintln!("skipped: no /dev/full on this system");
@@ -694,7 +694,6 @@ fn a_standard_output_that_cannot_be_written_is_an_error_not_a_panic() {
         vec!["lint", "--format", "json", log],
         vec!["forensics", "sync", log],
         vec!["log", "check", log],
-        vec!["schema", "--out", schemas],
         vec!["completions", "bash"],
         vec!["log", "cat", log],
         vec!["replay", log],
@@ -731,5 +730,24 @@ fn a_standard_output_that_cannot_be_written_is_an_error_not_a_panic() {
             .stderr(full())
             .status();
         assert_eq!(errors_only.unwrap().code(), Some(0), "{args:?}");
+    }
+    // `schema --out` writes files and says so on stderr: a full stdout stops nothing (it
+    // used to stop after the first file).
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let out = lhc()
+        .args(["schema", "--out", schemas])
+        .stdout(full)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let said = String::from_utf8_lossy(&out.stderr);
+    let written = lhc_engine::schema::generate();
+    assert_eq!(said.matches("wrote ").count(), written.len(), "{said}");
+    for file in written {
+        let path = Path::new(schemas).join(&file.path);
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), file.text);
     }
 }

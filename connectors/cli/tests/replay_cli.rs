@@ -283,14 +283,15 @@ fn query_from_a_checkpoint_answers_as_from_the_start_and_a_damaged_one_is_named(
     ok(lhc(&["log", "import", &file, &log, "-q"]));
     let refused_zero = lhc(&["log", "checkpoint", &log, "--every", "0"]);
     assert_eq!(refused_zero.status.code(), Some(2));
-    let (said, _) = ok(lhc(&["log", "checkpoint", &log, "--every", "4000"]));
+    let (out, said) = ok(lhc(&["log", "checkpoint", &log, "--every", "4000"]));
     assert!(said.contains("checkpoint(s) written"), "{said}");
+    assert!(out.is_empty(), "the summary goes to stderr: {out}");
     let written = std::fs::read_dir(tmp.path().join("log/checkpoints"))
         .unwrap()
         .count();
     assert!(written >= 4, "{said}");
     // Again: nothing to write, every one kept.
-    let (again, _) = ok(lhc(&["log", "checkpoint", &log, "--every", "4000"]));
+    let (_, again) = ok(lhc(&["log", "checkpoint", &log, "--every", "4000"]));
     assert!(
         again.contains(&format!("0 checkpoint(s) written, {written} kept")),
         "{again}"
@@ -353,7 +354,32 @@ fn query_from_a_checkpoint_answers_as_from_the_start_and_a_damaged_one_is_named(
         "{note}"
     );
     assert!(note.contains("started from the checkpoint after"), "{note}");
-    let (said, warned) = ok(lhc(&["log", "checkpoint", &log, "--every", "4000"]));
-    assert!(warned.contains("warning: removed checkpoint"), "{warned}");
+    let (_, said) = ok(lhc(&["log", "checkpoint", &log, "--every", "4000"]));
+    assert!(said.contains("warning: removed checkpoint"), "{said}");
     assert!(said.contains("1 checkpoint(s) written"), "{said}");
+}
+
+/// An error names each cause once: a missing file's OS error and a missing log's reason
+/// used to be repeated at the end of the line.
+#[test]
+fn an_error_line_says_each_cause_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let missing = tmp.path().join("nothing").display().to_string();
+    for args in [
+        vec!["replay", missing.as_str()],
+        vec!["log", "stats", missing.as_str()],
+        vec!["report", "outage", missing.as_str()],
+    ] {
+        let out = lhc(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let said = String::from_utf8(out.stderr).unwrap();
+        assert!(said.starts_with("error: "), "{args:?}: {said}");
+        for cause in [
+            "No such file or directory (os error 2)",
+            "no log directory here",
+        ] {
+            assert!(said.matches(cause).count() <= 1, "{args:?}: {said}");
+        }
+        assert!(said.contains(&missing), "{args:?}: {said}");
+    }
 }

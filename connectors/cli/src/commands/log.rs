@@ -179,7 +179,9 @@ fn checkpoint(dir: &Path, every: u64, verify: bool, quiet: bool) -> anyhow::Resu
         Some(offset) => format!("resumed from the checkpoint after {offset} records"),
         None => "replayed from the first record".to_string(),
     };
-    println!(
+    // A summary, on stderr as `log import` and `log export` give theirs: the command's
+    // results are the files.
+    eprintln!(
         "{}: {} records; {from}; {} checkpoint(s) written, {} kept (one every {every} records, \
          in {})",
         dir.display(),
