@@ -498,6 +498,66 @@ fn a_node_starts_without_kafka_and_publishes_when_it_returns() {
         "{stderr}"
     );
 
+    // A directory is continued only by the kind of source that filled it: a state folded
+    // from a log is at the log's offsets, a Kafka node's at its journal's, with its
+    // position in the topic apart. Continued by the other, records would be read twice.
+    let example = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/examples/site-outage.jsonl"
+    );
+    let log = dir.path().join("embedded");
+    let folded = dir.path().join("folded");
+    let imported = lhc()
+        .args(["log", "import", example])
+        .arg(&log)
+        .output()
+        .unwrap();
+    assert!(imported.status.success(), "{imported:?}");
+    let fold = |data: &std::path::Path| {
+        lhc()
+            .args(["connector", "fold", "--log"])
+            .arg(&log)
+            .arg("--data")
+            .arg(data)
+            .output()
+            .unwrap()
+    };
+    assert!(fold(&folded).status.success());
+    let run = |extra: &[&str], data: &std::path::Path| {
+        lhc()
+            .args(["connector", "run", "--connector", NODE])
+            .args(extra)
+            .args(["--listen", &format!("127.0.0.1:{}", free_port())])
+            .args(["--kafka-append-timeout", "1s"])
+            .args(["--cloud-url", &format!("http://127.0.0.1:{cloud}/")])
+            .arg("--data")
+            .arg(data)
+            .output()
+            .unwrap()
+    };
+    let log_arg = log.display().to_string();
+    for (what, out, words) in [
+        (
+            "run --kafka on a folded log",
+            run(&kafka, &folded),
+            "folded from a log",
+        ),
+        (
+            "fold into a Kafka node's",
+            fold(&data),
+            "state of a Kafka node",
+        ),
+        (
+            "run on a log with a Kafka node's",
+            run(&["--log", log_arg.as_str()], &data),
+            "state of a Kafka node",
+        ),
+    ] {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{what}: {stderr}");
+        assert!(stderr.contains(words), "{what}: {stderr}");
+    }
+
     // The node that folded the topic starts, and decides.
     let (mut node, port) = start_node(&kafka, &data, cloud);
     let (status, health) = http(port, "GET", "/readyz", "").unwrap();

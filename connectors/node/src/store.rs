@@ -96,6 +96,12 @@ pub enum NodeError {
     /// The committer thread stopped on an error.
     #[error("commit failed: {0}")]
     Commit(String),
+    /// The directory's state was folded from another kind of source: a Kafka node numbers
+    /// its records in its own journal and keeps its position in the topic apart, while a
+    /// fold of a log numbers them as the log does; continued by the other, records would
+    /// be read again or skipped.
+    #[error("{0}")]
+    OtherSource(String),
 }
 
 /// Memory settings of the store.
@@ -662,6 +668,30 @@ impl Store {
             .map_err(|e| self.error(e))
     }
 
+    /// Whether a Kafka node (`connector run --kafka`) made this directory: it recorded its
+    /// topic and site, or its position in the topic.
+    pub fn is_kafka_node(&self) -> Result<bool, NodeError> {
+        Ok(self.kafka_source()?.is_some() || self.kafka_next()?.is_some())
+    }
+
+    /// Refuses a directory a Kafka node made: its state is not at a log's offsets, so
+    /// `what` (a fold of a log, a node on an embedded log) would read records again or
+    /// skip them.
+    pub fn refuse_kafka_node(&self, what: &str) -> Result<(), NodeError> {
+        if !self.is_kafka_node()? {
+            return Ok(());
+        }
+        let source = self
+            .kafka_source()?
+            .unwrap_or_else(|| "a Kafka topic".to_string());
+        Err(NodeError::OtherSource(format!(
+            "{} holds the state of a Kafka node ({source}): it numbers records in its own \
+             journal and keeps its position in the topic, so {what} cannot continue it; run \
+             the node with --kafka again, or give this one another --data",
+            self.path.display()
+        )))
+    }
+
     /// The next Kafka offset to read (Kafka mode), if one was stored.
     pub fn kafka_next(&self) -> Result<Option<u64>, NodeError> {
         let bytes = self
@@ -999,6 +1029,7 @@ pub fn fold(
     batch: usize,
     follow: Option<&dyn Fn() -> bool>,
 ) -> Result<(FoldSummary, Engine), NodeError> {
+    store.refuse_kafka_node("a fold of a log")?;
     let mut folder = Folder::open(store)?;
     let resumed_at = folder.next();
     let mut reader = log.reader(resumed_at.max(log.start_offset()?))?;

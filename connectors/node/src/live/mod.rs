@@ -441,7 +441,10 @@ pub async fn run(
     let bell = Arc::new(Bell::default());
     let record_waiters = Arc::new(RecordWaiters::default());
     let (log, kafka, local_rx): (Arc<dyn Log>, _, _) = match site_log {
-        SiteLog::Direct(log) => (log, None, None),
+        SiteLog::Direct(log) => {
+            store.refuse_kafka_node("a node on an embedded log")?;
+            (log, None, None)
+        }
         SiteLog::Kafka(k) => {
             let (tx, rx) = std::sync::mpsc::channel();
             let next = store.kafka_next()?.unwrap_or(0);
@@ -657,6 +660,17 @@ async fn connect_kafka(link: &Arc<KafkaLink>, store: &Store, folded: u64) -> Res
     // site's (and its outbox published as this site's records).
     let source = format!("{}/{}", link.kafka.topic(), link.kafka.site());
     let recorded = store.kafka_source()?;
+    // A state folded from a log (`connector fold`, or a node on an embedded log) is at
+    // that log's offsets, with no position in the topic: read from the topic's start, its
+    // records would be applied again.
+    if recorded.is_none() && store.kafka_next()?.is_none() && folded > 0 {
+        return Err(RunError::Node(NodeError::OtherSource(format!(
+            "this data directory holds {folded} record(s) folded from a log (`lhc connector \
+             fold`, or a node on an embedded log), not by a Kafka node: a Kafka node numbers \
+             records in its own journal and keeps its position in the topic, and folds the \
+             topic itself when it starts; give it an empty --data"
+        ))));
+    }
     if let Some(recorded) = &recorded {
         if *recorded != source {
             return Err(RunError::Fold(format!(
