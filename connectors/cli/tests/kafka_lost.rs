@@ -465,32 +465,29 @@ fn a_node_starts_without_kafka_and_publishes_when_it_returns() {
     stop(&mut node);
 
     cluster.broker_down(1).unwrap();
+    let run = |extra: &[&str], data: &std::path::Path| {
+        lhc()
+            .args(["connector", "run", "--connector", NODE])
+            .args(extra)
+            .args(["--listen", &format!("127.0.0.1:{}", free_port())])
+            .args(["--kafka-append-timeout", "1s"])
+            .args(["--cloud-url", &format!("http://127.0.0.1:{cloud}/")])
+            .arg("--data")
+            .arg(data)
+            .output()
+            .unwrap()
+    };
     // A node with no state refuses: it has nothing to decide from.
-    let refused = lhc()
-        .args(["connector", "run", "--connector", NODE])
-        .args(kafka)
-        .args(["--listen", &format!("127.0.0.1:{}", free_port())])
-        .args(["--kafka-append-timeout", "1s"])
-        .args(["--cloud-url", &format!("http://127.0.0.1:{cloud}/")])
-        .arg("--data")
-        .arg(dir.path().join("fresh"))
-        .output()
-        .unwrap();
+    let refused = run(&kafka, &dir.path().join("fresh"));
     assert!(!refused.status.success());
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(stderr.contains(&brokers), "{stderr}");
 
     // A directory folds one site: started for another, it refuses, naming both.
-    let other = lhc()
-        .args(["connector", "run", "--connector", NODE])
-        .args(["--kafka", brokers.as_str(), "--site", "another-site"])
-        .args(["--listen", &format!("127.0.0.1:{}", free_port())])
-        .args(["--kafka-append-timeout", "1s"])
-        .args(["--cloud-url", &format!("http://127.0.0.1:{cloud}/")])
-        .arg("--data")
-        .arg(&data)
-        .output()
-        .unwrap();
+    let other = run(
+        &["--kafka", brokers.as_str(), "--site", "another-site"],
+        &data,
+    );
     assert!(!other.status.success());
     let stderr = String::from_utf8_lossy(&other.stderr);
     assert!(
@@ -523,18 +520,6 @@ fn a_node_starts_without_kafka_and_publishes_when_it_returns() {
             .unwrap()
     };
     assert!(fold(&folded).status.success());
-    let run = |extra: &[&str], data: &std::path::Path| {
-        lhc()
-            .args(["connector", "run", "--connector", NODE])
-            .args(extra)
-            .args(["--listen", &format!("127.0.0.1:{}", free_port())])
-            .args(["--kafka-append-timeout", "1s"])
-            .args(["--cloud-url", &format!("http://127.0.0.1:{cloud}/")])
-            .arg("--data")
-            .arg(data)
-            .output()
-            .unwrap()
-    };
     let log_arg = log.display().to_string();
     for (what, out, words) in [
         (

@@ -668,22 +668,16 @@ impl Store {
             .map_err(|e| self.error(e))
     }
 
-    /// Whether a Kafka node (`connector run --kafka`) made this directory: it recorded its
-    /// topic and site, or its position in the topic.
-    pub fn is_kafka_node(&self) -> Result<bool, NodeError> {
-        Ok(self.kafka_source()?.is_some() || self.kafka_next()?.is_some())
-    }
-
-    /// Refuses a directory a Kafka node made: its state is not at a log's offsets, so
-    /// `what` (a fold of a log, a node on an embedded log) would read records again or
-    /// skip them.
+    /// Refuses a directory a Kafka node (`connector run --kafka`) made, one that recorded
+    /// its topic and site or its position in the topic: its state is not at a log's
+    /// offsets, so `what` (a fold of a log, a node on an embedded log) would read records
+    /// again or skip them.
     pub fn refuse_kafka_node(&self, what: &str) -> Result<(), NodeError> {
-        if !self.is_kafka_node()? {
+        let recorded = self.kafka_source()?;
+        if recorded.is_none() && self.kafka_next()?.is_none() {
             return Ok(());
         }
-        let source = self
-            .kafka_source()?
-            .unwrap_or_else(|| "a Kafka topic".to_string());
+        let source = recorded.unwrap_or_else(|| "a Kafka topic".to_string());
         Err(NodeError::OtherSource(format!(
             "{} holds the state of a Kafka node ({source}): it numbers records in its own \
              journal and keeps its position in the topic, so {what} cannot continue it; run \
