@@ -26,7 +26,7 @@ pub mod ts;
 pub mod view;
 
 pub use decode::{decode_record, decode_record_at, encode_record, DecodeError, DecodeErrorKind};
-pub use engine::{ConfigPart, Engine, Validation};
+pub use engine::{Admitted, ConfigPart, Engine, Validation, CATCH_UP_STEP};
 pub use output::Output;
 pub use record::Record;
 pub use ts::Ts;

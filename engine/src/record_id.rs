@@ -95,8 +95,9 @@ pub enum Refusal {
 }
 
 impl SeenIds {
-    /// Records `(epoch, n)` as seen; refuses an id seen before or too old to tell.
-    pub fn claim(&mut self, epoch: u32, n: u64) -> Result<(), Refusal> {
+    /// Whether `(epoch, n)` would be claimed; on success, the position of the first run
+    /// that starts after it.
+    pub fn check(&self, epoch: u32, n: u64) -> Result<usize, Refusal> {
         if self.floor.is_some_and(|f| (epoch, n) <= f) {
             return Err(Refusal::Forgotten);
         }
@@ -108,6 +109,12 @@ impl SeenIds {
                 return Err(Refusal::Duplicate);
             }
         }
+        Ok(after)
+    }
+
+    /// Records `(epoch, n)` as seen; refuses an id seen before or too old to tell.
+    pub fn claim(&mut self, epoch: u32, n: u64) -> Result<(), Refusal> {
+        let after = self.check(epoch, n)?;
         let joins_before = after > 0 && {
             let (e, _, b) = self.runs[after - 1];
             e == epoch && b.checked_add(1) == Some(n)

@@ -3,9 +3,11 @@
 //! `lint` and `sync_forensics` are observers; none has a loop of its own.
 //!
 //! Invariant: every record the source yields is applied exactly once, in order, unless an
-//! observer stops the replay before it; the observer sees the engine only between records.
+//! observer stops the replay before it; the observer sees the engine between records, and
+//! part-way through a record only to take the outputs of a long gap's timers
+//! ([`Observer::during`]), so no replay holds more than a bounded number of outputs.
 
-use lhc_engine::{DecodeError, Engine, Output, Record};
+use lhc_engine::{DecodeError, Engine, Output, Record, CATCH_UP_STEP};
 
 use crate::source::{Decoded, Source, SourceError};
 
@@ -48,9 +50,9 @@ pub struct Before<'a> {
     pub record: &'a Result<Record, DecodeError>,
 }
 
-/// A record just applied.
+/// A record just applied, or (in [`Observer::during`]) being applied.
 pub struct After<'a> {
-    /// The engine after it.
+    /// The engine after it (during it: at the last timer fired).
     pub engine: &'a Engine,
     /// The record's offset.
     pub offset: u64,
@@ -70,6 +72,11 @@ pub trait Observer {
 
     /// Sees what the record made.
     fn after(&mut self, step: After<'_>) -> Result<(), Self::Error>;
+
+    /// Takes the outputs of the timers due before a record, while it is being applied,
+    /// whenever they reach [`CATCH_UP_STEP`] (a gap of days in LHC mode); `after` follows
+    /// with the rest. No default: an observer that ignored these would lose outputs.
+    fn during(&mut self, step: After<'_>) -> Result<(), Self::Error>;
 }
 
 /// Applies every record of `source` to `engine`, showing each to `observer`; returns the
@@ -90,7 +97,21 @@ pub fn drive<R: Records + ?Sized, O: Observer>(
         if observer.before(before)? == Flow::Stop {
             break;
         }
-        engine.apply(offset, decoded, &mut outputs);
+        engine.apply_in_steps(
+            offset,
+            decoded,
+            &mut outputs,
+            CATCH_UP_STEP,
+            |engine, outputs| {
+                observer.during(After {
+                    engine,
+                    offset,
+                    outputs: &mut *outputs,
+                })?;
+                outputs.clear();
+                Ok::<(), O::Error>(())
+            },
+        )?;
         applied += 1;
         if outputs
             .iter()

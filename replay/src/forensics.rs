@@ -228,8 +228,19 @@ impl Observer for Found {
     }
 
     fn after(&mut self, step: After<'_>) -> Result<(), SourceError> {
-        let engine = step.engine;
-        let outputs = step.outputs;
+        self.take(step.engine, step.outputs);
+        Ok(())
+    }
+
+    fn during(&mut self, step: After<'_>) -> Result<(), SourceError> {
+        self.take(step.engine, step.outputs);
+        Ok(())
+    }
+}
+
+impl Found {
+    /// Follows 505s and the launches decided on a stale snapshot.
+    fn take(&mut self, engine: &Engine, outputs: &[Output]) {
         for o in outputs.iter() {
             match &o {
                 Output::Event(e) => {
@@ -324,7 +335,6 @@ impl Observer for Found {
                 _ => {}
             }
         }
-        Ok(())
     }
 }
 

@@ -165,56 +165,14 @@ impl Observer for Seen {
         Ok(Flow::Apply)
     }
 
+    fn during(&mut self, step: After<'_>) -> Result<(), SourceError> {
+        self.take(step.engine, step.outputs);
+        Ok(())
+    }
+
     fn after(&mut self, step: After<'_>) -> Result<(), SourceError> {
         let engine = step.engine;
-        let outputs = step.outputs;
-        for o in outputs.iter() {
-            match o {
-                Output::Event(e) => match e.kind() {
-                    Some(EventKind::HealthCheckFailed) => {
-                        *self
-                            .failures_by_hour
-                            .entry((e.connector.clone(), e.ts.millis() / 3_600_000))
-                            .or_default() += 1;
-                    }
-                    Some(EventKind::ImportFailed(_)) => {
-                        let streak = self
-                            .failing
-                            .entry(e.connector.clone())
-                            .or_insert((e.ts, e.ts, 0));
-                        streak.1 = e.ts;
-                        streak.2 += 1;
-                    }
-                    Some(EventKind::Imported(_)) => {
-                        if let Some((first, last, count)) = self.failing.remove(&e.connector) {
-                            if e.ts.seconds_since(first) > sync_interval(engine, &e.connector) {
-                                self.long_failures.push((
-                                    e.connector.clone(),
-                                    first,
-                                    last,
-                                    count,
-                                    true,
-                                ));
-                            }
-                        }
-                    }
-                    _ => {}
-                },
-                Output::Quarantine(q) => {
-                    // Grouped by the field at fault ("field `ts`: ...").
-                    let field = q.error.split(':').next().unwrap_or("").to_string();
-                    let entry =
-                        self.quarantined
-                            .entry(field)
-                            .or_insert((0, Vec::new(), q.error.clone()));
-                    entry.0 += 1;
-                    if entry.1.len() < 5 {
-                        entry.1.push(q.offset);
-                    }
-                }
-                _ => {}
-            }
-        }
+        self.take(engine, step.outputs);
         let Some((ts, admin)) = self.current else {
             return Ok(());
         };
@@ -510,4 +468,57 @@ pub fn lint(source: &mut Source) -> Result<LintReport, SourceError> {
         source: source.describe().to_string(),
         findings,
     })
+}
+
+impl Seen {
+    /// Counts what the outputs show: failed checks, 505 streaks, quarantines.
+    fn take(&mut self, engine: &Engine, outputs: &[Output]) {
+        for o in outputs.iter() {
+            match o {
+                Output::Event(e) => match e.kind() {
+                    Some(EventKind::HealthCheckFailed) => {
+                        *self
+                            .failures_by_hour
+                            .entry((e.connector.clone(), e.ts.millis() / 3_600_000))
+                            .or_default() += 1;
+                    }
+                    Some(EventKind::ImportFailed(_)) => {
+                        let streak = self
+                            .failing
+                            .entry(e.connector.clone())
+                            .or_insert((e.ts, e.ts, 0));
+                        streak.1 = e.ts;
+                        streak.2 += 1;
+                    }
+                    Some(EventKind::Imported(_)) => {
+                        if let Some((first, last, count)) = self.failing.remove(&e.connector) {
+                            if e.ts.seconds_since(first) > sync_interval(engine, &e.connector) {
+                                self.long_failures.push((
+                                    e.connector.clone(),
+                                    first,
+                                    last,
+                                    count,
+                                    true,
+                                ));
+                            }
+                        }
+                    }
+                    _ => {}
+                },
+                Output::Quarantine(q) => {
+                    // Grouped by the field at fault ("field `ts`: ...").
+                    let field = q.error.split(':').next().unwrap_or("").to_string();
+                    let entry =
+                        self.quarantined
+                            .entry(field)
+                            .or_insert((0, Vec::new(), q.error.clone()));
+                    entry.0 += 1;
+                    if entry.1.len() < 5 {
+                        entry.1.push(q.offset);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
 }

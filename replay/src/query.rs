@@ -11,13 +11,15 @@ use lhc_engine::{Engine, Output, Ts};
 use crate::drive::{After, Before, Flow, Observer};
 use crate::source::{Source, SourceError};
 
-/// The state of a log at an instant, with every output produced up to it.
+/// The state of a log at an instant, with the history of its machines and launches.
 pub struct Cut {
     /// The engine at the instant.
     pub engine: Engine,
-    /// Every output up to the instant, with the offset of the input that produced it (the
-    /// timers fired at the instant carry the offset of the last record applied).
-    pub outputs: Vec<(u64, Output)>,
+    /// Every registration, maintenance mark and launch decision up to the instant, with the
+    /// offset of the input that produced it (those at the instant carry the offset of the
+    /// last record applied): what `query` lists. Events are not kept, so a cut after a
+    /// long outage does not hold its thousands of periodic reports.
+    pub history: Vec<(u64, Output)>,
     /// Offset of the last record applied.
     pub last_offset: Option<u64>,
     /// Time of the log's first and of the last applied record (decodable ones).
@@ -61,7 +63,7 @@ pub fn cut_from(
     let resume = resume.unwrap_or_default();
     let mut cutter = Cutter {
         at,
-        outputs: Vec::new(),
+        history: Vec::new(),
         last_offset: resume.last_offset,
         first_ts: resume.first_ts,
         last_ts: resume.last_ts,
@@ -70,7 +72,7 @@ pub fn cut_from(
     };
     crate::drive::drive(source, &mut engine, &mut cutter)?;
     let Cutter {
-        mut outputs,
+        mut history,
         last_offset,
         first_ts,
         last_ts,
@@ -79,12 +81,15 @@ pub fn cut_from(
         ..
     } = cutter;
     let mut out = Vec::new();
-    engine.advance_to(at, &mut out);
     let at_offset = last_offset.unwrap_or(0);
-    outputs.extend(out.drain(..).map(|o| (at_offset, o)));
+    while !engine.catch_up(at, lhc_engine::CATCH_UP_STEP, &mut out) {
+        keep(&mut history, at_offset, &mut out);
+    }
+    engine.advance_to(at, &mut out);
+    keep(&mut history, at_offset, &mut out);
     Ok(Cut {
         engine,
-        outputs,
+        history,
         last_offset,
         first_ts,
         last_ts,
@@ -93,10 +98,27 @@ pub fn cut_from(
     })
 }
 
-/// Replays up to the first record after `at`, keeping every output.
+/// Keeps the outputs a [`Cut`]'s history holds, draining `outputs`.
+fn keep(history: &mut Vec<(u64, Output)>, offset: u64, outputs: &mut Vec<Output>) {
+    history.extend(
+        outputs
+            .drain(..)
+            .filter(|o| {
+                matches!(
+                    o,
+                    Output::Registration(_)
+                        | Output::MachineMaintenance(_)
+                        | Output::LaunchDecision(_)
+                )
+            })
+            .map(|o| (offset, o)),
+    );
+}
+
+/// Replays up to the first record after `at`, keeping the history.
 struct Cutter {
     at: Ts,
-    outputs: Vec<(u64, Output)>,
+    history: Vec<(u64, Output)>,
     last_offset: Option<u64>,
     first_ts: Option<Ts>,
     last_ts: Option<Ts>,
@@ -124,11 +146,14 @@ impl Observer for Cutter {
         Ok(Flow::Apply)
     }
 
+    fn during(&mut self, step: After<'_>) -> Result<(), SourceError> {
+        keep(&mut self.history, step.offset, step.outputs);
+        Ok(())
+    }
+
     fn after(&mut self, step: After<'_>) -> Result<(), SourceError> {
-        let offset = step.offset;
-        let outputs = step.outputs;
-        self.outputs.extend(outputs.drain(..).map(|o| (offset, o)));
-        self.last_offset = Some(offset);
+        keep(&mut self.history, step.offset, step.outputs);
+        self.last_offset = Some(step.offset);
         Ok(())
     }
 }

@@ -174,8 +174,22 @@ pub struct Episode {
     pub no_broker: Vec<Band>,
     /// Moments to mark on the time axis, in time order.
     pub annotations: Vec<Annotation>,
-    /// The HA service's summaries (3507, 3508, 3509, 3510) as output.
+    /// The HA service's summaries (3507, 3508, 3509, 3510) as output: every 3508/3510, and
+    /// the periodic 3507/3509 while the list is shorter than [`PERIODIC_LISTED`].
     pub summaries: Vec<Output>,
+    /// Periodic reports (3507/3509) that came once the list was full: counted, not
+    /// listed. Only an outage of weeks (or a record dated years ahead) has any.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub periodic_not_listed: u64,
+}
+
+/// Periodic reports (3507/3509) an episode lists: two weeks of one connector's, every
+/// two minutes. Past that they are counted, so a report stays readable and its size
+/// bounded whatever the log's gaps.
+pub const PERIODIC_LISTED: usize = 10_000;
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Rejections of one reason in an episode.
@@ -339,6 +353,13 @@ impl Observer for Reporter {
         Ok(Flow::Apply)
     }
 
+    fn during(&mut self, step: After<'_>) -> Result<(), SourceError> {
+        for o in step.outputs.iter() {
+            self.observe(step.engine, o);
+        }
+        Ok(())
+    }
+
     fn after(&mut self, step: After<'_>) -> Result<(), SourceError> {
         let engine = step.engine;
         let outputs = step.outputs;
@@ -442,16 +463,26 @@ impl Reporter {
                         self.on_election(engine, e, &v, zone);
                     }
                     Some(
-                        EventKind::ElectedReport(_)
+                        kind @ (EventKind::ElectedReport(_)
                         | EventKind::ElectedSummary(_)
                         | EventKind::NonElected(_)
-                        | EventKind::NonElectedSummary(_),
+                        | EventKind::NonElectedSummary(_)),
                     ) => {
-                        if let Some(o) = open.get_mut(&zone) {
-                            o.episode.summaries.push(output.clone());
-                        } else if let Some(last) = done.iter_mut().rev().find(|d| d.zone == zone) {
+                        let episode = match open.get_mut(&zone) {
+                            Some(o) => Some(&mut o.episode),
                             // 3508/3510 come with the transition that closed the episode.
-                            last.summaries.push(output.clone());
+                            None => done.iter_mut().rev().find(|d| d.zone == zone),
+                        };
+                        if let Some(episode) = episode {
+                            let periodic = matches!(
+                                kind,
+                                EventKind::ElectedReport(_) | EventKind::NonElected(_)
+                            );
+                            if periodic && episode.summaries.len() >= PERIODIC_LISTED {
+                                episode.periodic_not_listed += 1;
+                            } else {
+                                episode.summaries.push(output.clone());
+                            }
                         }
                     }
                     Some(EventKind::Imported(i)) => {
@@ -772,6 +803,7 @@ impl Reporter {
                         },
                     ],
                     summaries: Vec::new(),
+                    periodic_not_listed: 0,
                 },
                 current,
                 brokering_since: None,

@@ -112,6 +112,20 @@ struct Replayer<'a, S, E> {
     error: std::marker::PhantomData<E>,
 }
 
+impl<S, E> Replayer<'_, S, E>
+where
+    S: FnMut(u64, &Output) -> Result<(), E>,
+{
+    /// Hands the outputs to the sink, in order.
+    fn emit(&mut self, offset: u64, outputs: &mut Vec<Output>) -> Result<(), E> {
+        for output in outputs.drain(..) {
+            self.summary.outputs += 1;
+            (self.sink)(offset, &output)?;
+        }
+        Ok(())
+    }
+}
+
 impl<S, E> Observer for Replayer<'_, S, E>
 where
     S: FnMut(u64, &Output) -> Result<(), E>,
@@ -119,15 +133,16 @@ where
 {
     type Error = E;
 
+    fn during(&mut self, step: After<'_>) -> Result<(), E> {
+        self.emit(step.offset, step.outputs)
+    }
+
     fn after(&mut self, step: After<'_>) -> Result<(), E> {
-        let (engine, offset, outputs) = (step.engine, step.offset, step.outputs);
+        let (engine, offset) = (step.engine, step.offset);
+        self.emit(offset, step.outputs)?;
         let summary = &mut self.summary;
         summary.records += 1;
         summary.last_offset = Some(offset);
-        for output in outputs.drain(..) {
-            summary.outputs += 1;
-            (self.sink)(offset, &output)?;
-        }
         let every = self
             .options
             .digest_every

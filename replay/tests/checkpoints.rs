@@ -114,9 +114,9 @@ fn from_checkpoint(dir: &Path, at: Ts) -> (Option<u64>, Cut, Vec<String>) {
 }
 
 /// Everything a query answers from, as text: the engine (by digest and connector view),
-/// the span facts, and the outputs of the records from `from` on.
+/// the span facts, and the history of the records from `from` on.
 fn answer(cut: &Cut, from: u64) -> String {
-    let outputs: Vec<_> = cut.outputs.iter().filter(|(o, _)| *o >= from).collect();
+    let history: Vec<_> = cut.history.iter().filter(|(o, _)| *o >= from).collect();
     serde_json::json!({
         "digest": cut.engine.digest(),
         "connectors": cut.engine.connector_summaries(),
@@ -124,7 +124,7 @@ fn answer(cut: &Cut, from: u64) -> String {
         "first_ts": cut.first_ts,
         "last_ts": cut.last_ts,
         "more_after": cut.more_after,
-        "outputs": outputs,
+        "history": history,
     })
     .to_string()
 }

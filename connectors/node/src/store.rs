@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use lhc_engine::site::SiteConfig;
-use lhc_engine::{decode_record_at, ConfigPart, Engine, Output, Validation};
+use lhc_engine::{decode_record_at, Admitted, ConfigPart, Engine, Output, Validation};
 use lhc_log::{Log, LogEntry, LogError};
 use rocksdb::{ColumnFamilyDescriptor, IteratorMode, Options, WriteBatch, WriteOptions};
 use xxhash_rust::xxh3::xxh3_128;
@@ -388,7 +388,7 @@ impl Store {
         &self,
         engine: &mut Engine,
         next: u64,
-        outputs: &[(u64, Vec<Output>)],
+        outputs: &[Outputs],
         journal: &JournalChanges,
     ) -> Result<(), NodeError> {
         let part = engine.take_config();
@@ -429,7 +429,7 @@ impl Store {
         site: Option<&SiteConfig>,
         validations: &BTreeMap<u64, Validation>,
         next: u64,
-        outputs: &[(u64, Vec<Output>)],
+        outputs: &[Outputs],
         journal: &JournalChanges,
     ) -> Result<(), NodeError> {
         let mut written = self.written.lock().expect("written");
@@ -489,9 +489,9 @@ impl Store {
         }
         batch.put_cf(&meta, NEXT_KEY, next.to_be_bytes());
         let cf = self.cf(OUTPUTS);
-        for (offset, list) in outputs {
-            for (index, output) in list.iter().enumerate() {
-                let key = output_key(*offset, index as u32);
+        for (offset, first, list) in outputs {
+            for (index, output) in (*first..).zip(list) {
+                let key = output_key(*offset, index);
                 batch.put_cf(
                     &cf,
                     key,
@@ -781,6 +781,29 @@ impl Store {
     }
 }
 
+impl Store {
+    /// How many outputs the store holds for input `offset`: the index its next one takes.
+    pub fn outputs_of(&self, offset: u64) -> Result<u32, NodeError> {
+        let Some(after) = offset.checked_add(1) else {
+            return Ok(0);
+        };
+        let key = output_key(after, 0);
+        let mut last = self.db.iterator_cf(
+            &self.cf(OUTPUTS),
+            IteratorMode::From(&key, rocksdb::Direction::Reverse),
+        );
+        match last.next() {
+            Some(item) => {
+                let (key, _) = item.map_err(|e| self.error(e))?;
+                let found = u64::from_be_bytes(key[..8].try_into().expect("8-byte prefix"));
+                let index = u32::from_be_bytes(key[8..12].try_into().expect("4-byte index"));
+                Ok(if found == offset { index + 1 } else { 0 })
+            }
+            None => Ok(0),
+        }
+    }
+}
+
 /// Journal changes written with a commit (Kafka mode; empty otherwise).
 #[derive(Clone, Debug, Default)]
 pub struct JournalChanges {
@@ -814,9 +837,13 @@ pub struct CommitJob {
     site: Option<SiteConfig>,
     validations: BTreeMap<u64, Validation>,
     next: u64,
-    outputs: Vec<(u64, Vec<Output>)>,
+    outputs: Vec<Outputs>,
     journal: JournalChanges,
 }
+
+/// Outputs of one input offset, from the index of the first (0 unless the record's
+/// outputs were committed in steps, see [`Folder::in_progress`]).
+pub type Outputs = (u64, u32, Vec<Output>);
 
 /// Key of an output: input offset and index, big-endian so keys sort in log order.
 fn output_key(offset: u64, index: u32) -> Vec<u8> {
@@ -831,7 +858,13 @@ pub struct Folder<S: Deref<Target = Store>> {
     store: S,
     engine: Arc<RwLock<Engine>>,
     next: u64,
-    pending: Vec<(u64, Vec<Output>)>,
+    pending: Vec<Outputs>,
+    /// A record applied in steps (a long gap's timers first): the index its next output
+    /// takes; committed states may hold the steps before.
+    in_progress: Option<(Admitted, u32)>,
+    /// Outputs the store already holds for the next offset (a restart after a commit in
+    /// the middle of a record): the index the record's next output takes.
+    resume_index: u32,
     journal: JournalChanges,
     uncommitted: usize,
     commits: u64,
@@ -844,11 +877,14 @@ impl<S: Deref<Target = Store>> Folder<S> {
     pub fn open(store: S) -> Result<Folder<S>, NodeError> {
         let (engine, next) = store.load()?;
         let sent_site_version = store.written.lock().expect("written").site_version;
+        let resume_index = store.outputs_of(next)?;
         Ok(Folder {
             store,
             engine: Arc::new(RwLock::new(engine)),
             next,
             pending: Vec::new(),
+            in_progress: None,
+            resume_index,
             journal: JournalChanges::default(),
             sent_site_version,
             uncommitted: 0,
@@ -902,23 +938,78 @@ impl<S: Deref<Target = Store>> Folder<S> {
     }
 
     /// Applies an entry already decoded (the live node looks at the record first).
+    ///
+    /// A record after a long gap in LHC mode makes one 3507/3509 report per connector
+    /// every report interval: once the timers due before it have made
+    /// [`lhc_engine::CATCH_UP_STEP`] outputs, it stops part-way and [`Folder::in_progress`]
+    /// says so. The caller commits and calls [`Folder::resume`] until it is done, so memory
+    /// and a commit's size stay bounded; a commit taken part-way holds the state after the
+    /// timers fired so far, with the record not yet applied (`next` is its offset).
     pub fn apply_decoded(
         &mut self,
         offset: u64,
         record: Result<lhc_engine::Record, lhc_engine::DecodeError>,
     ) -> &[Output] {
-        let mut outputs = Vec::new();
-        self.engine
-            .write()
+        assert!(
+            self.in_progress.is_none(),
+            "a record is applied only once the one in progress is done"
+        );
+        let admitted = self
+            .engine
+            .read()
             .expect("engine lock")
-            .apply(offset, record, &mut outputs);
+            .admit(offset, record);
+        let first = std::mem::take(&mut self.resume_index);
+        match admitted {
+            Ok(admitted) => {
+                self.in_progress = Some((admitted, first));
+                self.resume()
+            }
+            Err(quarantined) => self.finish(offset, first, vec![quarantined]),
+        }
+    }
+
+    /// Whether a record is applied only part-way (see [`Folder::apply_decoded`]).
+    pub fn in_progress(&self) -> bool {
+        self.in_progress.is_some()
+    }
+
+    /// Goes on with the record in progress, after a commit; returns the outputs of this
+    /// step (none if no record is in progress).
+    pub fn resume(&mut self) -> &[Output] {
+        let Some((admitted, first)) = self.in_progress.take() else {
+            return &[];
+        };
+        let offset = self.next;
+        let mut outputs = Vec::new();
+        let mut engine = self.engine.write().expect("engine lock");
+        if engine.catch_up(admitted.ts(), lhc_engine::CATCH_UP_STEP, &mut outputs) {
+            engine.apply_admitted(admitted, &mut outputs);
+            drop(engine);
+            return self.finish(offset, first, outputs);
+        }
+        drop(engine);
+        let count = outputs.len() as u32;
+        self.in_progress = Some((admitted, first + count));
+        // A step to commit, though the record is not applied yet.
+        self.uncommitted += 1;
+        self.keep(offset, first, outputs)
+    }
+
+    /// The record at `offset` is applied: its last outputs, from index `first`.
+    fn finish(&mut self, offset: u64, first: u32, outputs: Vec<Output>) -> &[Output] {
         self.next = offset + 1;
         self.uncommitted += 1;
+        self.keep(offset, first, outputs)
+    }
+
+    /// Keeps outputs for the next commit and returns them.
+    fn keep(&mut self, offset: u64, first: u32, outputs: Vec<Output>) -> &[Output] {
         if outputs.is_empty() {
             return &[];
         }
-        self.pending.push((offset, outputs));
-        &self.pending.last().expect("just pushed").1
+        self.pending.push((offset, first, outputs));
+        &self.pending.last().expect("just pushed").2
     }
 
     /// Journal changes to write with the next commit.
@@ -928,7 +1019,7 @@ impl<S: Deref<Target = Store>> Folder<S> {
 
     /// Writes everything applied since the last commit in one batch and returns the outputs
     /// it made durable, in order.
-    pub fn commit(&mut self) -> Result<Vec<(u64, Vec<Output>)>, NodeError> {
+    pub fn commit(&mut self) -> Result<Vec<Outputs>, NodeError> {
         if self.uncommitted == 0 && self.journal.is_empty() {
             return Ok(Vec::new());
         }
@@ -1042,6 +1133,10 @@ pub fn fold(
             }
         };
         folder.apply(&entry);
+        while folder.in_progress() {
+            folder.commit()?;
+            folder.resume();
+        }
         applied += 1;
         if folder.uncommitted() >= batch.max(1) {
             folder.commit()?;

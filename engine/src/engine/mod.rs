@@ -45,6 +45,10 @@ pub use events::snake;
 pub(crate) use registration::zone_offers_cloud;
 use sync::snapshot_in;
 
+/// Outputs a driver lets pile up before it takes them, in [`Engine::apply_in_steps`]: a
+/// few megabytes, far more than any record makes but a gap of years.
+pub const CATCH_UP_STEP: usize = 8192;
+
 /// The whole engine state.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Engine {
@@ -174,26 +178,86 @@ impl Engine {
     }
 
     /// Applies one log entry: a decoded record, or the error that made it undecodable.
+    ///
+    /// All of its outputs land in `out`, the timers due before it included: after a long
+    /// gap in LHC mode that is one 3507/3509 report per connector every report interval.
+    /// A driver that must not hold them all at once uses [`Engine::admit`],
+    /// [`Engine::catch_up`] and [`Engine::apply_admitted`] instead, with the same result.
     pub fn apply(
         &mut self,
         offset: u64,
         input: Result<Record, DecodeError>,
         out: &mut Vec<Output>,
     ) {
-        let record = match input {
-            Ok(r) => r,
-            Err(e) => {
-                out.push(quarantine(offset, e.without_offset()));
-                return;
-            }
-        };
+        match self.admit(offset, input) {
+            Ok(admitted) => self.apply_admitted(admitted, out),
+            Err(quarantined) => out.push(quarantined),
+        }
+    }
+
+    /// Checks one log entry without changing anything: the record, ready for
+    /// [`Engine::apply_admitted`], or the `quarantine` output that says why it cannot be
+    /// applied (R-LOG-4). Between the two, only [`Engine::catch_up`] may change the engine.
+    pub fn admit(
+        &self,
+        offset: u64,
+        input: Result<Record, DecodeError>,
+    ) -> Result<Admitted, Output> {
+        let record = input.map_err(|e| quarantine(offset, e.without_offset()))?;
         // First: a duplicate is named as one, whatever else is wrong with it (its `ts` is
         // older than the records appended since the first copy).
-        if let Err(error) = self.claim_id(&record) {
-            out.push(quarantine(offset, error));
-            return;
+        self.check_id(&record)
+            .and_then(|()| self.admissible(&record))
+            .map_err(|error| quarantine(offset, error))?;
+        Ok(Admitted { offset, record })
+    }
+
+    /// Fires the timers due by `until` (R-STATE-9) until `out` holds `max` outputs or more;
+    /// true once none is left due. A driver calls it with an admitted record's `ts`, hands
+    /// `out` on and clears it between calls, so a gap of years is a stream of bounded steps
+    /// rather than one allocation. The outputs are those `apply` would make, in its order.
+    pub fn catch_up(&mut self, until: Ts, max: usize, out: &mut Vec<Output>) -> bool {
+        if self.now.is_some_and(|now| until < now) {
+            return true;
         }
-        if let Err(error) = self.admissible(&record) {
+        self.expire_pending(until);
+        self.fire_due(until, max, out)
+    }
+
+    /// [`Engine::apply`] in bounded steps: whenever the timers due before the record have
+    /// added `step` outputs to `out`, `flush` is handed the engine (part-way, at the last
+    /// timer's time) and `out`, which it drains. An error from `flush` stops before the
+    /// record is applied.
+    pub fn apply_in_steps<E>(
+        &mut self,
+        offset: u64,
+        input: Result<Record, DecodeError>,
+        out: &mut Vec<Output>,
+        step: usize,
+        mut flush: impl FnMut(&Engine, &mut Vec<Output>) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let admitted = match self.admit(offset, input) {
+            Ok(admitted) => admitted,
+            Err(quarantined) => {
+                out.push(quarantined);
+                return Ok(());
+            }
+        };
+        // Relative to what `out` holds, so a `flush` that keeps its outputs still advances.
+        while !self.catch_up(admitted.ts(), out.len().saturating_add(step.max(1)), out) {
+            flush(self, out)?;
+        }
+        self.apply_admitted(admitted, out);
+        Ok(())
+    }
+
+    /// Applies a record [`Engine::admit`] accepted (firing whatever timers are still due
+    /// before it).
+    pub fn apply_admitted(&mut self, admitted: Admitted, out: &mut Vec<Output>) {
+        let Admitted { offset, record } = admitted;
+        // Checked by `admit`; claimed only now, so that a state committed between catch-up
+        // steps has not yet seen the record, which comes again after a restart.
+        if let Err(error) = self.claim_id(&record) {
             out.push(quarantine(offset, error));
             return;
         }
@@ -225,24 +289,25 @@ impl Engine {
     /// Claims the record's id, if it has one: the first record with an id is applied (or
     /// quarantined for its own fault), every later one is a duplicate.
     fn claim_id(&mut self, record: &Record) -> Result<(), String> {
-        use crate::record_id::Refusal;
         let Some(id) = record.record_id() else {
             return Ok(());
         };
         let seen = self.record_ids.entry(id.producer.clone()).or_default();
-        match seen.claim(id.epoch, id.n) {
-            Ok(()) => Ok(()),
-            Err(Refusal::Duplicate) => Err(format!(
-                "field `record_id`: {id} was already applied; this copy is a duplicate (an \
-                 append retried after its delivery was in doubt) and is not applied again"
-            )),
-            Err(Refusal::Forgotten) => Err(format!(
-                "field `record_id`: {id} is older than every id of {} the engine still \
-                 remembers ({} runs), so it cannot be told from a duplicate and is not \
-                 applied",
-                id.producer,
-                crate::record_id::MAX_RUNS
-            )),
+        seen.claim(id.epoch, id.n)
+            .map_err(|refusal| id_refused(id, refusal))
+    }
+
+    /// Whether [`Engine::claim_id`] would claim the record's id.
+    fn check_id(&self, record: &Record) -> Result<(), String> {
+        let Some(id) = record.record_id() else {
+            return Ok(());
+        };
+        match self.record_ids.get(id.producer.as_str()) {
+            Some(seen) => seen
+                .check(id.epoch, id.n)
+                .map(drop)
+                .map_err(|refusal| id_refused(id, refusal)),
+            None => Ok(()),
         }
     }
 
@@ -415,5 +480,37 @@ impl Engine {
             _ => {}
         }
         false
+    }
+}
+
+/// Why a record's id is refused, in words an admin can act on.
+fn id_refused(id: &crate::record_id::RecordId, refusal: crate::record_id::Refusal) -> String {
+    use crate::record_id::Refusal;
+    match refusal {
+        Refusal::Duplicate => format!(
+            "field `record_id`: {id} was already applied; this copy is a duplicate (an \
+             append retried after its delivery was in doubt) and is not applied again"
+        ),
+        Refusal::Forgotten => format!(
+            "field `record_id`: {id} is older than every id of {} the engine still \
+             remembers ({} runs), so it cannot be told from a duplicate and is not \
+             applied",
+            id.producer,
+            crate::record_id::MAX_RUNS
+        ),
+    }
+}
+
+/// A record [`Engine::admit`] accepted, waiting for [`Engine::apply_admitted`].
+#[derive(Debug)]
+pub struct Admitted {
+    offset: u64,
+    record: Record,
+}
+
+impl Admitted {
+    /// The record's time: timers due by it fire before it ([`Engine::catch_up`]).
+    pub fn ts(&self) -> Ts {
+        self.record.ts()
     }
 }

@@ -82,13 +82,26 @@ impl Engine {
     }
 
     pub(super) fn fire_timers(&mut self, until: Ts, out: &mut Vec<Output>) {
+        self.fire_due(until, usize::MAX, out);
+    }
+
+    /// Fires the timers due by `until` in order while `out` holds fewer than `max` outputs;
+    /// true once none is left due.
+    pub(super) fn fire_due(&mut self, until: Ts, max: usize, out: &mut Vec<Output>) -> bool {
         if self.quiet_until.is_some_and(|quiet| until < quiet) {
-            return;
+            return true;
         }
-        while let Some((deadline, name, timer, detail)) = self.next_timer() {
+        loop {
+            let Some((deadline, name, timer, detail)) = self.next_timer() else {
+                self.quiet_until = Some(Ts(i64::MAX));
+                return true;
+            };
             if deadline > until {
                 self.quiet_until = Some(deadline);
-                return;
+                return true;
+            }
+            if out.len() >= max {
+                return false;
             }
             // A deadline that a lowered period moved before the last record fires now, never
             // in the past (R-STATE-8); every other fires at its deadline.
@@ -113,7 +126,6 @@ impl Engine {
             }
             self.update_view(&name, deadline, out);
         }
-        self.quiet_until = Some(Ts(i64::MAX));
     }
 
     pub(super) fn report(&mut self, name: &str, ts: Ts, out: &mut Vec<Output>) {

@@ -221,6 +221,20 @@ impl Observer for Watcher {
         self.reporter.before(step)
     }
 
+    fn during(&mut self, step: After<'_>) -> Result<(), SourceError> {
+        for output in step.outputs.iter() {
+            self.observe(step.engine, step.offset, output);
+        }
+        if let Some(found) = self.found.as_mut() {
+            found.during(After {
+                engine: step.engine,
+                offset: step.offset,
+                outputs: step.outputs,
+            })?;
+        }
+        self.reporter.during(step)
+    }
+
     fn after(&mut self, step: After<'_>) -> Result<(), SourceError> {
         let engine = step.engine;
         self.last_offset = Some(step.offset);

@@ -400,7 +400,7 @@ fn answer(
                 })
             });
             let history: Vec<Value> = cut
-                .outputs
+                .history
                 .iter()
                 .filter(|(_, o)| match o {
                     Output::Registration(r) => r.machine.eq_ignore_ascii_case(name),
@@ -497,7 +497,7 @@ fn answer(
                     .is_none_or(|f| f.eq_ignore_ascii_case(value))
             };
             let list: Vec<Value> = cut
-                .outputs
+                .history
                 .iter()
                 .filter_map(|(offset, o)| match o {
                     Output::LaunchDecision(d) if d.ts >= from && d.ts <= to => Some((offset, d)),

@@ -470,6 +470,10 @@ fn episode(e: &Episode, n: usize, zone: Option<&Zone>) -> Markup {
             @if !e.summaries.is_empty() {
                 h3 { "HA summaries (3507–3510)" }
                 (summaries_table(&e.summaries))
+                @if e.periodic_not_listed > 0 {
+                    p { "… and " (e.periodic_not_listed) " later periodic reports (3507/3509), \
+                        not listed (a list holds " (lhc_replay::report::PERIODIC_LISTED) ")." }
+                }
             }
         }
     }

@@ -116,6 +116,18 @@ fn fold_on(
     source: &mut Source,
     jobs: &std::sync::mpsc::SyncSender<CommitJob>,
 ) -> Result<(), NodeError> {
+    if let Source::Kafka { .. } = source {
+        // A record committed part-way (a long gap's timers, in steps) is in the journal at
+        // the next offset, and the topic position committed with it is past it: it is
+        // finished first, or it would never be applied.
+        let after = folder.next().checked_sub(1);
+        for (offset, bytes) in folder.store().journal(after, 1)? {
+            if offset == folder.next() {
+                tracing::info!(offset, "finishing the record a commit left part-way");
+                apply_entry(shared, folder, &bytes, Some(record_hash(&bytes)), jobs)?;
+            }
+        }
+    }
     let mut last_commit = Instant::now();
     let interval = shared.config.commit_interval;
     loop {
@@ -127,7 +139,7 @@ fn fold_on(
                     let Some(entry) = reader.next(Duration::ZERO)? else {
                         break;
                     };
-                    apply_entry(shared, folder, &entry.bytes, None);
+                    apply_entry(shared, folder, &entry.bytes, None, jobs)?;
                     applied += 1;
                 }
                 if applied > 0 {
@@ -157,7 +169,7 @@ fn fold_on(
                             .lock()
                             .expect("unseen")
                             .insert(offset, bytes.clone());
-                        apply_entry(shared, folder, &bytes, Some(hash));
+                        apply_entry(shared, folder, &bytes, Some(hash), jobs)?;
                         let _ = reply.send(Ok(offset));
                         applied += 1;
                     }
@@ -188,7 +200,7 @@ fn fold_on(
                         .journal_mut()
                         .journal
                         .push((offset, entry.bytes.clone()));
-                    apply_entry(shared, folder, &entry.bytes, Some(hash));
+                    apply_entry(shared, folder, &entry.bytes, Some(hash), jobs)?;
                     applied += 1;
                 }
                 if read > 0 {
@@ -232,13 +244,16 @@ fn fold_on(
     }
 }
 
-/// Applies one record at the folder's next offset and answers whoever waits for it.
+/// Applies one record at the folder's next offset and answers whoever waits for it. A
+/// record after a long gap in LHC mode is applied in steps, each handed to the committer
+/// (see `Folder::apply_decoded`).
 fn apply_entry(
     shared: &Shared,
     folder: &mut Folder<Arc<Store>>,
     bytes: &[u8],
     hash: Option<[u8; 16]>,
-) {
+    jobs: &std::sync::mpsc::SyncSender<CommitJob>,
+) -> Result<(), NodeError> {
     let offset = folder.next();
     let record = decode_record_at(bytes, offset);
     let mut waiting_launch = None;
@@ -257,8 +272,63 @@ fn apply_entry(
             }
         }
     }
-    let me = &shared.config.connector;
+    let request = waiting_launch.as_deref();
     let outputs = folder.apply_decoded(offset, record);
+    let (mut quarantine, mut answer) = take_outputs(shared, offset, outputs, request, lost_ts_race);
+    while folder.in_progress() {
+        if let Some(job) = folder.commit_job() {
+            if jobs.send(job).is_err() {
+                return Err(NodeError::Commit("the committer stopped".into()));
+            }
+        }
+        let outputs = folder.resume();
+        let (q, a) = take_outputs(shared, offset, outputs, request, lost_ts_race);
+        quarantine = quarantine.or(q);
+        answer = answer.or(a);
+    }
+    if shared.record_waiters.count.load(Ordering::SeqCst) > 0 {
+        let hash = hash.unwrap_or_else(|| record_hash(bytes));
+        // Identical records (the same admin command twice in one millisecond) queue their
+        // waiters under one hash: each application answers the oldest.
+        let waiter = {
+            let mut map = shared.record_waiters.map.lock().expect("waiters");
+            let waiter = map.get_mut(&hash).and_then(|queue| queue.pop_front());
+            if map.get(&hash).is_some_and(|queue| queue.is_empty()) {
+                map.remove(&hash);
+            }
+            waiter
+        };
+        if let Some(waiter) = waiter {
+            shared.record_waiters.count.fetch_sub(1, Ordering::SeqCst);
+            let _ = waiter.send(Applied {
+                offset,
+                quarantine: quarantine.clone(),
+            });
+        }
+    }
+    let Some(request) = waiting_launch else {
+        return Ok(());
+    };
+    let answer = answer.unwrap_or_else(|| LaunchAnswer::Quarantined {
+        error: "the engine made no decision for this request".into(),
+        lost_ts_race: false,
+    });
+    if let Some(waiter) = shared.waiters.lock().expect("waiters").remove(&request) {
+        let _ = waiter.send(answer);
+    }
+    Ok(())
+}
+
+/// Shows one step's outputs to the dashboard, the stats and the node's log; returns the
+/// quarantine, if any, and the answer for the launch `request` waits for, if they hold it.
+fn take_outputs(
+    shared: &Shared,
+    offset: u64,
+    outputs: &[Output],
+    request: Option<&str>,
+    lost_ts_race: bool,
+) -> (Option<String>, Option<LaunchAnswer>) {
+    let me = &shared.config.connector;
     {
         let engine = shared.engine.read().expect("engine lock");
         let mut history = shared.dashboard.lock().expect("dashboard");
@@ -310,44 +380,19 @@ fn apply_entry(
         }
     }
     drop(stats);
-    if shared.record_waiters.count.load(Ordering::SeqCst) > 0 {
-        let hash = hash.unwrap_or_else(|| record_hash(bytes));
-        // Identical records (the same admin command twice in one millisecond) queue their
-        // waiters under one hash: each application answers the oldest.
-        let waiter = {
-            let mut map = shared.record_waiters.map.lock().expect("waiters");
-            let waiter = map.get_mut(&hash).and_then(|queue| queue.pop_front());
-            if map.get(&hash).is_some_and(|queue| queue.is_empty()) {
-                map.remove(&hash);
+    let answer = request.and_then(|request| {
+        outputs.iter().find_map(|o| match o {
+            Output::LaunchDecision(d) if d.request == request => {
+                Some(LaunchAnswer::Decided(d.clone()))
             }
-            waiter
-        };
-        if let Some(waiter) = waiter {
-            shared.record_waiters.count.fetch_sub(1, Ordering::SeqCst);
-            let _ = waiter.send(Applied {
-                offset,
-                quarantine: quarantine.clone(),
-            });
-        }
-    }
-    let Some(request) = waiting_launch else {
-        return;
-    };
-    let answer = outputs.iter().find_map(|o| match o {
-        Output::LaunchDecision(d) if d.request == request => Some(LaunchAnswer::Decided(d.clone())),
-        Output::Quarantine(q) => Some(LaunchAnswer::Quarantined {
-            error: q.error.clone(),
-            lost_ts_race,
-        }),
-        _ => None,
+            Output::Quarantine(q) => Some(LaunchAnswer::Quarantined {
+                error: q.error.clone(),
+                lost_ts_race,
+            }),
+            _ => None,
+        })
     });
-    let answer = answer.unwrap_or_else(|| LaunchAnswer::Quarantined {
-        error: "the engine made no decision for this request".into(),
-        lost_ts_race: false,
-    });
-    if let Some(waiter) = shared.waiters.lock().expect("waiters").remove(&request) {
-        let _ = waiter.send(answer);
-    }
+    (quarantine, answer)
 }
 
 /// An event of the last minute by the wall clock: what this node lives through, not the

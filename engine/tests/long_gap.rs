@@ -1,0 +1,123 @@
+//! A record long after the previous one while a zone is in LHC mode: the timers due before
+//! it make one 3507/3509 report per connector every report interval (R-STATE-9), hundreds of
+//! thousands a year. `Engine::apply_in_steps` hands them over in bounded steps, with the
+//! same outputs in the same order and the same state as `Engine::apply`.
+
+use lhc_engine::{decode_record_at, Engine, Output, CATCH_UP_STEP};
+
+/// The split-brain scenario (a zone in LHC mode to its end), then a record `days` later.
+fn log_with_gap(days: u32) -> Vec<String> {
+    let scenario = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/scenarios/r-elect-4-split-brain-launches.jsonl"
+    ))
+    .unwrap();
+    let mut lines: Vec<String> = scenario.lines().map(str::to_string).collect();
+    // The scenario ends on 2026-01-05.
+    let later = format!(
+        r#"{{"ts":"2026-{:02}-{:02}T09:00:00.000Z","type":"clock.tick"}}"#,
+        1 + (4 + days) / 31,
+        1 + (4 + days) % 31
+    );
+    lines.push(later);
+    lines
+}
+
+fn apply_all(lines: &[String]) -> (Vec<(u64, Output)>, String) {
+    let mut engine = Engine::new();
+    let mut all = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let mut out = Vec::new();
+        engine.apply(
+            i as u64,
+            decode_record_at(line.as_bytes(), i as u64),
+            &mut out,
+        );
+        all.extend(out.into_iter().map(|o| (i as u64, o)));
+    }
+    (all, engine.digest())
+}
+
+#[test]
+fn a_long_gap_is_applied_in_bounded_steps_with_the_same_outputs() {
+    let lines = log_with_gap(40);
+    let (whole, digest) = apply_all(&lines);
+    let reports = whole
+        .iter()
+        .filter(|(_, o)| matches!(o, Output::Event(e) if e.event_id == 3507))
+        .count();
+    assert!(
+        reports > 5 * CATCH_UP_STEP,
+        "the gap makes many steps' worth of reports ({reports})"
+    );
+
+    for step in [1, 7, CATCH_UP_STEP] {
+        let mut engine = Engine::new();
+        let mut stepped = Vec::new();
+        let mut flushes = 0;
+        for (i, line) in lines.iter().enumerate() {
+            let offset = i as u64;
+            let mut out = Vec::new();
+            engine
+                .apply_in_steps(
+                    offset,
+                    decode_record_at(line.as_bytes(), offset),
+                    &mut out,
+                    step,
+                    |during: &Engine, out: &mut Vec<Output>| {
+                        flushes += 1;
+                        // Bounded: a timer adds at most a few outputs past the step.
+                        assert!(out.len() < step + 8, "{} outputs in one step", out.len());
+                        // The engine is part-way: at the last timer's time, before the record.
+                        let last = out.iter().rev().find_map(|o| match o {
+                            Output::Event(e) => Some(e.ts),
+                            _ => None,
+                        });
+                        assert_eq!(during.now(), last);
+                        stepped.extend(out.drain(..).map(|o| (offset, o)));
+                        Ok::<(), ()>(())
+                    },
+                )
+                .unwrap();
+            stepped.extend(out.into_iter().map(|o| (offset, o)));
+        }
+        assert!(
+            flushes >= whole.len() / step / 2,
+            "step {step}: {flushes} flushes"
+        );
+        assert_eq!(stepped.len(), whole.len(), "step {step}");
+        assert!(
+            stepped == whole,
+            "step {step}: the same outputs in the same order"
+        );
+        assert_eq!(engine.digest(), digest, "step {step}: the same state");
+    }
+}
+
+/// `admit` changes nothing: a refused record is refused by `apply` with the same output,
+/// and an admitted one is applied by `apply_admitted` as `apply` would.
+#[test]
+fn admit_then_apply_admitted_is_apply() {
+    let lines = log_with_gap(2);
+    let (whole, digest) = apply_all(&lines);
+    let mut engine = Engine::new();
+    let mut outputs = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let offset = i as u64;
+        let before = engine.digest();
+        match engine.admit(offset, decode_record_at(line.as_bytes(), offset)) {
+            Ok(admitted) => {
+                assert_eq!(engine.digest(), before, "admitting changes nothing");
+                let mut out = Vec::new();
+                engine.apply_admitted(admitted, &mut out);
+                outputs.extend(out.into_iter().map(|o| (offset, o)));
+            }
+            Err(quarantined) => {
+                assert_eq!(engine.digest(), before);
+                outputs.push((offset, quarantined));
+            }
+        }
+    }
+    assert!(outputs == whole);
+    assert_eq!(engine.digest(), digest);
+}
