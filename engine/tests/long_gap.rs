@@ -94,8 +94,8 @@ fn a_long_gap_is_applied_in_bounded_steps_with_the_same_outputs() {
     }
 }
 
-/// `admit` changes nothing: a refused record is refused by `apply` with the same output,
-/// and an admitted one is applied by `apply_admitted` as `apply` would.
+/// `admit` changes nothing for a record it admits, which `apply_admitted` then applies as
+/// `apply` would; a refused record gets the output `apply` gives it.
 #[test]
 fn admit_then_apply_admitted_is_apply() {
     let lines = log_with_gap(2);
@@ -112,12 +112,69 @@ fn admit_then_apply_admitted_is_apply() {
                 engine.apply_admitted(admitted, &mut out);
                 outputs.extend(out.into_iter().map(|o| (offset, o)));
             }
-            Err(quarantined) => {
-                assert_eq!(engine.digest(), before);
-                outputs.push((offset, quarantined));
-            }
+            Err(quarantined) => outputs.push((offset, quarantined)),
         }
     }
     assert!(outputs == whole);
+    assert_eq!(engine.digest(), digest);
+}
+
+/// The first record with an id is the one that counts: quarantined for its own fault (an
+/// old `ts`, an unknown connector), its id is claimed all the same, and a later copy is a
+/// duplicate, whether records are applied whole or in steps.
+#[test]
+fn a_refused_record_claims_its_id() {
+    let config = log_with_gap(0).remove(0);
+    let lines = [
+        config.as_str(),
+        r#"{"ts":"2026-01-05T09:00:10.000Z","type":"health.check","connector":"cc-a.z1.example","ok":true,"record_id":"p@1:1.0"}"#,
+        r#"{"ts":"2026-01-05T09:00:05.000Z","type":"health.check","connector":"cc-a.z1.example","ok":false,"record_id":"p@1:1.1"}"#,
+        r#"{"ts":"2026-01-05T09:00:20.000Z","type":"health.check","connector":"cc-a.z1.example","ok":false,"record_id":"p@1:1.1"}"#,
+        r#"{"ts":"2026-01-05T09:00:30.000Z","type":"health.check","connector":"cc-x.z1.example","ok":false,"record_id":"p@1:1.2"}"#,
+        r#"{"ts":"2026-01-05T09:00:40.000Z","type":"health.check","connector":"cc-a.z1.example","ok":false,"record_id":"p@1:1.2"}"#,
+    ];
+    let lines: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
+    let (whole, digest) = apply_all(&lines);
+    let quarantines: Vec<(u64, &str)> = whole
+        .iter()
+        .filter_map(|(offset, o)| match o {
+            Output::Quarantine(q) => Some((*offset, q.error.as_str())),
+            _ => None,
+        })
+        .collect();
+    let fields: Vec<(u64, &str)> = quarantines
+        .iter()
+        .map(|(offset, error)| (*offset, error.split(':').next().unwrap()))
+        .collect();
+    assert_eq!(
+        fields,
+        [
+            (2, "field `ts`"),
+            (3, "field `record_id`"),
+            (4, "field `connector`"),
+            (5, "field `record_id`"),
+        ],
+        "{quarantines:?}"
+    );
+    let mut engine = Engine::new();
+    let mut stepped = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let offset = i as u64;
+        let mut out = Vec::new();
+        engine
+            .apply_in_steps(
+                offset,
+                decode_record_at(line.as_bytes(), offset),
+                &mut out,
+                1,
+                |_, out: &mut Vec<Output>| {
+                    stepped.extend(out.drain(..).map(|o| (offset, o)));
+                    Ok::<(), ()>(())
+                },
+            )
+            .unwrap();
+        stepped.extend(out.into_iter().map(|o| (offset, o)));
+    }
+    assert!(stepped == whole);
     assert_eq!(engine.digest(), digest);
 }

@@ -61,6 +61,11 @@ const LOG_DOCS: &str = "docs/engine.md#processing-one-record";
 /// on each) before it is a finding.
 const FORCED_GRACE_S: i64 = 300;
 
+/// A record dated this long after the previous one is a finding: a live site's log has
+/// health checks every minute, so a week without a record is a clock set wrong, or pieces
+/// of logs joined out of order.
+const JUMP_S: i64 = 7 * 24 * 3600;
+
 /// Health-check failures (3001) per connector per hour above which the network flaps.
 const FLAP_PER_HOUR: usize = 3;
 
@@ -99,6 +104,25 @@ struct Seen {
     started_in_outage: Vec<(String, String, lhc_engine::Ts)>,
     /// Time of the last record.
     end: Option<lhc_engine::Ts>,
+    /// The record being applied, if it is dated `JUMP_S` or more after the engine's time:
+    /// its jump, while its outputs are counted.
+    jumping: Option<Jump>,
+    /// Records that moved time `JUMP_S` or more ahead.
+    jumps: Vec<Jump>,
+}
+
+/// A record dated far after the previous one.
+#[derive(Debug)]
+struct Jump {
+    offset: u64,
+    /// The record's `type`.
+    kind: &'static str,
+    from: lhc_engine::Ts,
+    to: lhc_engine::Ts,
+    /// Outputs of the timers of the gap and of the record.
+    outputs: u64,
+    /// Later records quarantined for being older than the record before them.
+    older_after: u64,
 }
 
 /// A connector's config sync interval, its override included, in seconds.
@@ -162,16 +186,37 @@ impl Observer for Seen {
             Ok(Record::AdminCommand(_)) | Ok(Record::ConnectorLifecycle(_))
         );
         self.current = record.as_ref().ok().map(|r| (r.ts(), admin));
+        self.jumping = match (record, engine.now()) {
+            (Ok(r), Some(now)) if r.ts().seconds_since(now) >= JUMP_S => Some(Jump {
+                offset: step.offset,
+                kind: r.type_name(),
+                from: now,
+                to: r.ts(),
+                outputs: 0,
+                older_after: 0,
+            }),
+            _ => None,
+        };
         Ok(Flow::Apply)
     }
 
     fn during(&mut self, step: After<'_>) -> Result<(), SourceError> {
+        if let Some(jump) = self.jumping.as_mut() {
+            jump.outputs += step.outputs.len() as u64;
+        }
         self.take(step.engine, step.outputs);
         Ok(())
     }
 
     fn after(&mut self, step: After<'_>) -> Result<(), SourceError> {
         let engine = step.engine;
+        if let Some(mut jump) = self.jumping.take() {
+            // Only a record applied moves time (a quarantined one changes nothing).
+            if engine.now() == Some(jump.to) {
+                jump.outputs += step.outputs.len() as u64;
+                self.jumps.push(jump);
+            }
+        }
         self.take(engine, step.outputs);
         let Some((ts, admin)) = self.current else {
             return Ok(());
@@ -235,6 +280,7 @@ pub fn lint(source: &mut Source) -> Result<LintReport, SourceError> {
         mut long_failures,
         started_in_outage,
         end: seen_end,
+        jumps,
         ..
     } = seen;
     // Imports still failing at the end of the log, for longer than a sync interval (to
@@ -451,6 +497,30 @@ pub fn lint(source: &mut Source) -> Result<LintReport, SourceError> {
             docs: LHC_DOCS,
         });
     }
+    // Records dated far after the previous one.
+    for jump in jumps {
+        let days = jump.to.seconds_since(jump.from) / 86_400;
+        findings.push(Finding {
+            check: "clock-jump",
+            severity: Severity::Warning,
+            subject: format!("offset {}", jump.offset),
+            detail: format!(
+                "dated {}, {days} day(s) after the record before it ({}): every timer of the \
+                 gap fired first ({} output(s): a 3507/3509 report every report interval \
+                 for each connector in LHC mode); {} later record(s) were quarantined for \
+                 being older than it",
+                jump.to, jump.from, jump.outputs, jump.older_after
+            ),
+            fix: format!(
+                "if its clock was wrong, fix the clock of whatever produced it; `lhc log cat --from {}` \
+                 shows the record, and `lhc whatif --drop '{} ts={}'` what the log says \
+                 without it",
+                jump.offset, jump.kind, jump.to
+            ),
+            cites: "R-STATE-9",
+            docs: LOG_DOCS,
+        });
+    }
     // Connectors started during an outage.
     for (connector, zone, ts) in started_in_outage {
         findings.push(Finding {
@@ -506,6 +576,11 @@ impl Seen {
                     _ => {}
                 },
                 Output::Quarantine(q) => {
+                    if q.error.starts_with("field `ts`") {
+                        if let Some(jump) = self.jumps.last_mut() {
+                            jump.older_after += 1;
+                        }
+                    }
                     // Grouped by the field at fault ("field `ts`: ...").
                     let field = q.error.split(':').next().unwrap_or("").to_string();
                     let entry =

@@ -239,3 +239,63 @@ fn behaviour_checks_fire_on_simulated_scenarios() {
         "{found:?}"
     );
 }
+
+/// A record dated weeks after the previous one (a producer's clock set wrong): a
+/// `clock-jump` warning at its offset that counts the gap's outputs and the later records
+/// quarantined for being older; a gap of a few days is not one.
+#[test]
+fn a_clock_jump_is_named_with_what_it_cost() {
+    let tmp = tempfile::tempdir().unwrap();
+    let example = include_str!("../../../docs/examples/site-outage.jsonl");
+    let lines: Vec<&str> = example.lines().collect();
+    let last_ts = |line: &str| {
+        let v: Value = serde_json::from_str(line).unwrap();
+        Ts::parse(v["ts"].as_str().unwrap()).unwrap()
+    };
+    let end = last_ts(lines.last().unwrap());
+    let tick = |ts: Ts| format!(r#"{{"ts":"{ts}","type":"clock.tick"}}"#);
+    let day = 86_400_000;
+    // Three days later: quiet. Then thirty days after that, then two records dated
+    // before the jump.
+    let mut log: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
+    let near = Ts(end.millis() + 3 * day);
+    let far = Ts(near.millis() + 30 * day);
+    log.push(tick(near));
+    log.push(tick(far));
+    log.push(tick(Ts(near.millis() + day)));
+    log.push(tick(Ts(near.millis() + 2 * day)));
+    let path = tmp.path().join("jump.jsonl");
+    std::fs::write(&path, log.join("\n") + "\n").unwrap();
+    let (found, _) = findings(path.to_str().unwrap());
+    let jumps: Vec<&Value> = found
+        .iter()
+        .filter(|f| f["check"] == "clock-jump")
+        .collect();
+    assert_eq!(jumps.len(), 1, "{found:?}");
+    let jump = jumps[0];
+    assert_eq!(jump["subject"], format!("offset {}", lines.len() + 1));
+    assert_eq!(jump["severity"], "warning");
+    assert_eq!(jump["cites"], "R-STATE-9");
+    let detail = jump["detail"].as_str().unwrap();
+    assert!(detail.contains("30 day(s)"), "{detail}");
+    assert!(
+        detail.contains("2 later record(s) were quarantined"),
+        "{detail}"
+    );
+    assert!(has(&found, "quarantined-records", "offset"), "{found:?}");
+    // The fix's what-if removes exactly that record.
+    let fix = jump["fix"].as_str().unwrap();
+    let filter = fix.split('\'').nth(1).unwrap();
+    let out = lhc(&["whatif", "-q", "--drop", filter, path.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("removed 1 record(s)")
+            || String::from_utf8_lossy(&out.stdout).contains("removed 1 record(s)"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}

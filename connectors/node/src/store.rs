@@ -863,8 +863,8 @@ pub struct Folder<S: Deref<Target = Store>> {
     /// takes; committed states may hold the steps before.
     in_progress: Option<(Admitted, u32)>,
     /// Outputs the store already holds for the next offset (a restart after a commit in
-    /// the middle of a record): the index the record's next output takes.
-    resume_index: u32,
+    /// the middle of a record): that offset and the index its next output takes.
+    resume: (u64, u32),
     journal: JournalChanges,
     uncommitted: usize,
     commits: u64,
@@ -877,14 +877,14 @@ impl<S: Deref<Target = Store>> Folder<S> {
     pub fn open(store: S) -> Result<Folder<S>, NodeError> {
         let (engine, next) = store.load()?;
         let sent_site_version = store.written.lock().expect("written").site_version;
-        let resume_index = store.outputs_of(next)?;
+        let resume = (next, store.outputs_of(next)?);
         Ok(Folder {
             store,
             engine: Arc::new(RwLock::new(engine)),
             next,
             pending: Vec::new(),
             in_progress: None,
-            resume_index,
+            resume,
             journal: JournalChanges::default(),
             sent_site_version,
             uncommitted: 0,
@@ -956,10 +956,16 @@ impl<S: Deref<Target = Store>> Folder<S> {
         );
         let admitted = self
             .engine
-            .read()
+            .write()
             .expect("engine lock")
             .admit(offset, record);
-        let first = std::mem::take(&mut self.resume_index);
+        // Offsets need not be dense (a Kafka partition shared by sites): a commit taken
+        // part-way must name this record's own offset as the next to apply.
+        self.next = offset;
+        let first = match std::mem::take(&mut self.resume) {
+            (at, index) if at == offset => index,
+            _ => 0,
+        };
         match admitted {
             Ok(admitted) => {
                 self.in_progress = Some((admitted, first));
@@ -980,7 +986,7 @@ impl<S: Deref<Target = Store>> Folder<S> {
         let Some((admitted, first)) = self.in_progress.take() else {
             return &[];
         };
-        let offset = self.next;
+        let offset = admitted.offset();
         let mut outputs = Vec::new();
         let mut engine = self.engine.write().expect("engine lock");
         if engine.catch_up(admitted.ts(), lhc_engine::CATCH_UP_STEP, &mut outputs) {

@@ -195,11 +195,14 @@ impl Engine {
         }
     }
 
-    /// Checks one log entry without changing anything: the record, ready for
-    /// [`Engine::apply_admitted`], or the `quarantine` output that says why it cannot be
-    /// applied (R-LOG-4). Between the two, only [`Engine::catch_up`] may change the engine.
+    /// Checks one log entry: the record, ready for [`Engine::apply_admitted`], or the
+    /// `quarantine` output that says why it cannot be applied (R-LOG-4). An admitted record
+    /// changes nothing yet; between the two, only [`Engine::catch_up`] may change the
+    /// engine. A refused record changes nothing either, but for the claim of its id when
+    /// the id was new: the first record with an id is the one that counts, applied or
+    /// quarantined for its own fault, and every later copy is a duplicate.
     pub fn admit(
-        &self,
+        &mut self,
         offset: u64,
         input: Result<Record, DecodeError>,
     ) -> Result<Admitted, Output> {
@@ -207,8 +210,11 @@ impl Engine {
         // First: a duplicate is named as one, whatever else is wrong with it (its `ts` is
         // older than the records appended since the first copy).
         self.check_id(&record)
-            .and_then(|()| self.admissible(&record))
             .map_err(|error| quarantine(offset, error))?;
+        if let Err(error) = self.admissible(&record) {
+            self.claim_id(&record).expect("checked just before");
+            return Err(quarantine(offset, error));
+        }
         Ok(Admitted { offset, record })
     }
 
@@ -512,5 +518,10 @@ impl Admitted {
     /// The record's time: timers due by it fire before it ([`Engine::catch_up`]).
     pub fn ts(&self) -> Ts {
         self.record.ts()
+    }
+
+    /// The record's offset in the log.
+    pub fn offset(&self) -> u64 {
+        self.offset
     }
 }

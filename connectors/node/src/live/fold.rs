@@ -82,7 +82,6 @@ pub(crate) fn fold_loop(
         }
         _ => Source::Direct(shared.log.reader(folder.next())?),
     };
-    shared.fold_ready.store(true, Ordering::SeqCst);
     // Serializing and writing the state happens on the committer thread, so answers never
     // wait for a commit; the bound makes the fold wait if the disk falls behind.
     let (jobs, pending_jobs) = std::sync::mpsc::sync_channel::<CommitJob>(2);
@@ -125,9 +124,14 @@ fn fold_on(
             if offset == folder.next() {
                 tracing::info!(offset, "finishing the record a commit left part-way");
                 apply_entry(shared, folder, &bytes, Some(record_hash(&bytes)), jobs)?;
+                shared.applied.send_replace(folder.next());
             }
         }
     }
+    // Only now: the node is caught up (and serves) once this is set and its position in
+    // the site log is at the end, and that position is already past a record finished
+    // just above.
+    shared.fold_ready.store(true, Ordering::SeqCst);
     let mut last_commit = Instant::now();
     let interval = shared.config.commit_interval;
     loop {
