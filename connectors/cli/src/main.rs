@@ -335,3 +335,15 @@ fn schema(out: PathBuf, check: bool, quiet: bool) -> anyhow::Result<ExitCode> {
     eprintln!("regenerate with `lhc schema --out {}`", out.display());
     Ok(ExitCode::FAILURE)
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// clap checks a command line's definition only in debug builds; the tests run in
+    /// release, so ask for the check.
+    #[test]
+    fn the_command_line_is_well_formed() {
+        super::Cli::command().debug_assert();
+    }
+}

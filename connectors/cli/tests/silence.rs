@@ -181,6 +181,34 @@ fn query_says_when_the_instant_is_outside_the_log_and_reads_offsets_and_zones() 
     ]));
     assert_eq!(utc, offset);
     assert_eq!(utc, zoned);
+    // The log may follow the subcommand, as it follows every other command's options.
+    let (after_subcommand, _) = ok(lhc(&[
+        "query",
+        "--at",
+        "2026-01-05T09:30:00Z",
+        "digest",
+        &ex,
+    ]));
+    assert_eq!(utc, after_subcommand);
+    let (machine_before, _) = ok(lhc(&[
+        "query",
+        &ex,
+        "--at",
+        "2026-01-05T09:30:00Z",
+        "--json",
+        "machine",
+        "vda-srv01.corp.example",
+    ]));
+    let (machine_after, _) = ok(lhc(&[
+        "query",
+        "--at",
+        "2026-01-05T09:30:00Z",
+        "--json",
+        "machine",
+        "vda-srv01.corp.example",
+        &ex,
+    ]));
+    assert_eq!(machine_before, machine_after);
     refused(
         lhc(&["query", &ex, "--at", "2026-01-05T10:30:00", "digest"]),
         "with --tz",
