@@ -591,3 +591,22 @@ fn a_node_starts_without_kafka_and_publishes_when_it_returns() {
     replay.arg("replay").args(kafka);
     assert_decisions(replay, &answers);
 }
+
+/// A partition shared by two sites that ends with the other site's records: the node's
+/// position moves past the records it skips, so it is caught up and serves (it used to
+/// wait for ever, not ready, with "0 record(s) to fold").
+#[test]
+fn a_node_is_ready_when_another_site_ends_the_partition() {
+    let (_cluster, brokers) = mock_cluster();
+    let dir = tempfile::tempdir().unwrap();
+    let other = dir.path().join("other");
+    std::fs::create_dir(&other).unwrap();
+    import_site(&["--kafka", brokers.as_str(), "--site", "a"], dir.path());
+    import_site(&["--kafka", brokers.as_str(), "--site", "b"], &other);
+    let cloud = stub_cloud(Arc::new(AtomicBool::new(true)));
+    let kafka = ["--kafka", brokers.as_str(), "--site", "a"];
+    let (mut node, port) = start_node(&kafka, &dir.path().join("node"), cloud);
+    let mut answers = Vec::new();
+    wait_brokered(port, "shared", &mut answers);
+    stop(&mut node);
+}

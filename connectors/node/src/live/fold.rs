@@ -207,6 +207,16 @@ fn fold_on(
                     apply_entry(shared, folder, &entry.bytes, Some(hash), jobs)?;
                     applied += 1;
                 }
+                // Records of other sites sharing the partition are skipped by the reader:
+                // its position moves past them, and so does this site's, or a partition
+                // that ends with another site's records would never look caught up.
+                if let Some(position) = reader.as_ref().map(|r| r.position()) {
+                    if position > link.next.load(Ordering::SeqCst) {
+                        link.next.store(position, Ordering::SeqCst);
+                        folder.journal_mut().kafka_next = Some(position);
+                        read = read.max(1);
+                    }
+                }
                 if read > 0 {
                     shared
                         .site_pos
