@@ -770,8 +770,7 @@ impl Store {
             if start.as_deref() == Some(&key[..]) {
                 continue;
             }
-            let offset = u64::from_be_bytes(key[..8].try_into().expect("8-byte prefix"));
-            let index = u32::from_be_bytes(key[8..12].try_into().expect("4-byte index"));
+            let (offset, index) = parse_output_key(&key);
             all.push((offset, index, value.to_vec()));
             if all.len() >= limit {
                 break;
@@ -795,8 +794,7 @@ impl Store {
         match last.next() {
             Some(item) => {
                 let (key, _) = item.map_err(|e| self.error(e))?;
-                let found = u64::from_be_bytes(key[..8].try_into().expect("8-byte prefix"));
-                let index = u32::from_be_bytes(key[8..12].try_into().expect("4-byte index"));
+                let (found, index) = parse_output_key(&key);
                 Ok(if found == offset { index + 1 } else { 0 })
             }
             None => Ok(0),
@@ -850,6 +848,13 @@ fn output_key(offset: u64, index: u32) -> Vec<u8> {
     let mut key = offset.to_be_bytes().to_vec();
     key.extend_from_slice(&index.to_be_bytes());
     key
+}
+
+/// The input offset and index an output key names (see [`output_key`]).
+fn parse_output_key(key: &[u8]) -> (u64, u32) {
+    let offset = u64::from_be_bytes(key[..8].try_into().expect("8-byte prefix"));
+    let index = u32::from_be_bytes(key[8..12].try_into().expect("4-byte index"));
+    (offset, index)
 }
 
 /// Applies log entries to an engine and commits them to a store in batches: the one path
