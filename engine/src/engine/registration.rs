@@ -2,6 +2,7 @@
 //! nobody), with every change of registrar and every refusal as an output; session events
 //! and the brokers' session counts.
 
+use compact_str::CompactString;
 use std::collections::BTreeMap;
 
 use crate::output::*;
@@ -157,21 +158,19 @@ impl Engine {
     }
 
     pub(super) fn session_event(&mut self, ev: &SessionEvent, ts: Ts, out: &mut Vec<Output>) {
-        let configured = self.site.machine_id(&ev.machine).is_some();
-        let machine = self
-            .site
-            .machine_id(&ev.machine)
-            .unwrap_or(&ev.machine)
-            .to_string();
-        let held = self
-            .machines
-            .get(machine.as_str())
-            .is_some_and(|r| r.registrar != Registrar::None);
-        if !configured && !held {
+        // One site lookup; the name is inline (no allocation) for ids of up to 24 bytes.
+        let configured = self.site.machine_id(&ev.machine);
+        let machine = CompactString::from(configured.unwrap_or(&ev.machine));
+        if configured.is_none()
+            && !self
+                .machines
+                .get(machine.as_str())
+                .is_some_and(|r| r.registrar != Registrar::None)
+        {
             // A machine the site does not know and nobody holds: nothing to keep.
             return;
         }
-        let runtime = self.machines.entry(machine.as_str().into()).or_default();
+        let runtime = self.machines.entry(machine.clone()).or_default();
         let old = runtime.sessions.clone();
         let existing = runtime.sessions.iter().position(|s| s.id == ev.session);
         match (ev.event, existing) {
