@@ -822,3 +822,31 @@ fn out_through_a_link_or_onto_a_device_writes_into_it() {
         }
     }
 }
+
+/// A patch record dated long after the log's end, on a log that ends with a zone in LHC
+/// mode: refused before the timers of the gap run (they would make a 3507/3509 report
+/// per connector every report interval up to the year 9999, about half an hour of CPU).
+/// The run gets 20 seconds of CPU; refusing takes a fraction of one.
+#[test]
+fn a_patch_far_past_the_end_is_refused_without_replaying_the_gap() {
+    let tmp = tempfile::tempdir().unwrap();
+    let patch = tmp.path().join("far.jsonl");
+    std::fs::write(
+        &patch,
+        "{\"ts\":\"9999-01-01T00:00:00.000Z\",\"type\":\"clock.tick\"}\n",
+    )
+    .unwrap();
+    let log = scenario("r-elect-4-split-brain-launches.jsonl");
+    let out = std::process::Command::new("bash")
+        .arg("-c")
+        .arg("ulimit -t 20 && exec \"$@\"")
+        .arg("bash")
+        .arg(env!("CARGO_BIN_EXE_lhc"))
+        .args(["whatif", "-q", &log, "--patch", patch.to_str().unwrap()])
+        .output()
+        .unwrap();
+    refused(
+        out,
+        "far.jsonl line 1: its ts 9999-01-01T00:00:00.000Z is after the log's last record",
+    );
+}

@@ -329,6 +329,12 @@ impl<R: Records> Records for Modified<'_, R> {
             // Placed after every source record at or before its time; an undecodable
             // source record has no time and keeps its place.
             let due = match &self.peeked {
+                // After the log's last record: `check` refuses the patch. Applying it
+                // first would make the timers of the whole gap fire (years of periodic
+                // reports for a zone left in LHC mode) only to be refused afterwards.
+                None if self.seen.last_source_ts.is_some_and(|last| ts > last) => {
+                    return Ok(None);
+                }
                 None => true,
                 Some((_, Ok(r))) => r.ts() > ts,
                 Some((_, Err(_))) => false,
