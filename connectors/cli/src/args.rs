@@ -313,8 +313,7 @@ impl LogArgs {
 #[derive(clap::Args, Clone, Debug)]
 pub struct SourceArgs {
     /// A JSONL file or an embedded log directory [default: lhc-data/log].
-    // Global: `lhc query --at T digest LOG` names the log after the subcommand.
-    #[arg(value_name = "PATH", conflicts_with = "kafka", global = true)]
+    #[arg(value_name = "PATH", conflicts_with = "kafka")]
     pub path: Option<PathBuf>,
     #[command(flatten)]
     pub kafka: KafkaArgs,

@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 
 mod common;
 
-use common::{example, lhc, ok, refused, stderr};
+use common::{example, lhc, ok, refused, root, stderr};
 
 #[test]
 fn a_directory_that_is_not_a_log_is_an_error_not_zero_episodes() {
@@ -209,6 +209,42 @@ fn query_says_when_the_instant_is_outside_the_log_and_reads_offsets_and_zones() 
         &ex,
     ]));
     assert_eq!(machine_before, machine_after);
+    // Named on both sides, the same log is fine; two different logs are refused (the one
+    // after the subcommand silently won before).
+    let (both, _) = ok(lhc(&[
+        "query",
+        &ex,
+        "--at",
+        "2026-01-05T09:30:00Z",
+        "digest",
+        &ex,
+    ]));
+    assert_eq!(utc, both);
+    let other = root().join("engine/tests/scenarios/r-launch-6.jsonl");
+    let other = other.to_str().unwrap();
+    refused(
+        lhc(&[
+            "query",
+            &ex,
+            "--at",
+            "2026-01-05T09:30:00Z",
+            "digest",
+            other,
+        ]),
+        "the log is named twice",
+    );
+    refused(
+        lhc(&[
+            "query",
+            "--at",
+            "2026-01-05T09:30:00Z",
+            "--kafka",
+            "localhost:9",
+            "digest",
+            &ex,
+        ]),
+        "name two sources",
+    );
     refused(
         lhc(&["query", &ex, "--at", "2026-01-05T10:30:00", "digest"]),
         "with --tz",

@@ -1,5 +1,6 @@
 //! `lhc query PATH --at TS [what]`: the site as it was at an instant, from a replay up to it.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{bail, Context};
@@ -44,19 +45,29 @@ pub struct QueryArgs {
 pub enum What {
     /// Each connector: state and since when, elected broker and candidates, snapshot
     /// version, registrations (the default).
-    Connectors,
+    Connectors {
+        #[command(flatten)]
+        log: LogAfter,
+    },
     /// Each VDA seen: who it is registered with and its sessions.
-    Registrations,
+    Registrations {
+        #[command(flatten)]
+        log: LogAfter,
+    },
     /// Every session the VDAs reported (optionally one user's).
     Sessions {
         /// Only this user's sessions.
         #[arg(long)]
         user: Option<String>,
+        #[command(flatten)]
+        log: LogAfter,
     },
     /// One machine: its state at the instant and every output about it up to then.
     Machine {
         /// Machine id.
         name: String,
+        #[command(flatten)]
+        log: LogAfter,
     },
     /// Launch decisions in a window ending at the instant: who launched what, through
     /// which connector, and what came of it.
@@ -79,14 +90,44 @@ pub enum What {
         /// Only this user's launches.
         #[arg(long)]
         user: Option<String>,
+        #[command(flatten)]
+        log: LogAfter,
     },
     /// The LHC database content of a connector besides its configuration (R-DATA).
     LhcData {
         /// Connector FQDN.
         connector: String,
+        #[command(flatten)]
+        log: LogAfter,
     },
     /// The state digest at the instant (compare with `lhc replay --digest` of a cut log).
-    Digest,
+    Digest {
+        #[command(flatten)]
+        log: LogAfter,
+    },
+}
+
+/// The log, when it is named after the subcommand (`lhc query --at T digest LOG`).
+#[derive(clap::Args, Clone, Default)]
+pub struct LogAfter {
+    /// A JSONL file or an embedded log directory, when not named before the subcommand.
+    #[arg(value_name = "PATH")]
+    path: Option<PathBuf>,
+}
+
+impl What {
+    /// The log named after the subcommand, if any.
+    fn log_after(&self) -> Option<&PathBuf> {
+        match self {
+            What::Connectors { log }
+            | What::Registrations { log }
+            | What::Sessions { log, .. }
+            | What::Machine { log, .. }
+            | What::Launches { log, .. }
+            | What::LhcData { log, .. }
+            | What::Digest { log } => log.path.as_ref(),
+        }
+    }
 }
 
 /// The records an answer needs, by time.
@@ -110,7 +151,23 @@ pub enum OutcomeFilter {
 pub fn run(args: QueryArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     let zone = args.tz.as_deref().map(Zone::named).transpose()?;
     let at = parse_instant(&args.at, zone.as_ref())?;
-    let what = args.what.clone().unwrap_or(What::Connectors);
+    let mut args = args;
+    let what = args.what.clone().unwrap_or(What::Connectors {
+        log: LogAfter::default(),
+    });
+    if let Some(after) = what.log_after() {
+        match &args.source.path {
+            Some(before) if before != after => bail!(
+                "the log is named twice, {} before the subcommand and {} after it: name it once",
+                before.display(),
+                after.display()
+            ),
+            _ if args.source.kafka.kafka.is_some() => {
+                bail!("{} and --kafka name two sources: give one", after.display())
+            }
+            _ => args.source.path = Some(after.clone()),
+        }
+    }
     // The first instant whose records the answer needs: a checkpoint that covers only
     // records before it serves (the outputs of the records it covers are not kept).
     let needs_from = match &what {
@@ -245,19 +302,19 @@ fn text(v: &Value) -> String {
 /// The rows of a listing answer.
 fn list_of<'a>(what: &What, value: &'a Value) -> Option<&'a Value> {
     Some(match what {
-        What::Connectors => &value["connectors"],
-        What::Registrations => &value["machines"],
+        What::Connectors { .. } => &value["connectors"],
+        What::Registrations { .. } => &value["machines"],
         What::Sessions { .. } => &value["sessions"],
         What::Launches { .. } => &value["launches"],
         What::Machine { .. } => &value["history"],
-        What::LhcData { .. } | What::Digest => return None,
+        What::LhcData { .. } | What::Digest { .. } => return None,
     })
 }
 
 /// Aligned columns with a header for the listings; JSON for the LHC data.
 fn print_table(what: &What, value: &Value) {
     let (rows, columns): (&Value, &[&str]) = match what {
-        What::Connectors => (
+        What::Connectors { .. } => (
             &value["connectors"],
             &[
                 "connector",
@@ -269,12 +326,12 @@ fn print_table(what: &What, value: &Value) {
                 "registrations",
             ],
         ),
-        What::Registrations => (
+        What::Registrations { .. } => (
             &value["machines"],
             &["machine", "registered_with", "sessions"],
         ),
         What::Sessions { .. } => (&value["sessions"], &["machine", "session", "user", "state"]),
-        What::Digest => {
+        What::Digest { .. } => {
             println!("{}", text(&value["digest"]));
             return;
         }
@@ -357,10 +414,10 @@ fn answer(
 ) -> anyhow::Result<Value> {
     let engine = &cut.engine;
     Ok(match what {
-        What::Connectors => {
+        What::Connectors { .. } => {
             json!({ "at": at, "connectors": engine.connector_summaries() })
         }
-        What::Registrations => {
+        What::Registrations { .. } => {
             let list: Vec<_> = engine
                 .machines()
                 .sorted()
@@ -369,7 +426,7 @@ fn answer(
                 .collect();
             json!({ "at": at, "machines": list })
         }
-        What::Sessions { user } => {
+        What::Sessions { user, .. } => {
             let mut list = Vec::new();
             for (name, m) in engine.machines().sorted() {
                 for s in m.sessions() {
@@ -386,7 +443,7 @@ fn answer(
             }
             json!({ "at": at, "sessions": list })
         }
-        What::Machine { name } => {
+        What::Machine { name, .. } => {
             // Machine names resolve case-insensitively, as the engine resolves them.
             let exact = engine
                 .site()
@@ -459,6 +516,7 @@ fn answer(
             reason,
             connector,
             user,
+            ..
         } => {
             let from = match since {
                 Some(f) => parse_instant(f, zone)?,
@@ -524,12 +582,12 @@ fn answer(
                 .collect();
             json!({ "from": from, "to": to, "launches": list })
         }
-        What::LhcData { connector } => {
+        What::LhcData { connector, .. } => {
             let data = engine
                 .lhc_data(connector)
                 .with_context(|| format!("no connector {connector:?} in the log up to {at}"))?;
             json!({ "at": at, "connector": connector, "data": data })
         }
-        What::Digest => json!({ "at": at, "digest": engine.digest() }),
+        What::Digest { .. } => json!({ "at": at, "digest": engine.digest() }),
     })
 }
