@@ -173,7 +173,10 @@ enum Command {
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage_or_help(e),
+    };
     // A running node logs what an operator reads (state changes, elections, imports) at
     // info; the one-shot commands keep to warnings.
     let node = matches!(
@@ -217,6 +220,27 @@ fn main() -> ExitCode {
         Err(error) => {
             eprintln!("error: {}", error_line(&error));
             // 1 is for findings (lint, check); an error is 2, as clap's usage errors are.
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// What clap has to say instead of a command: help, the version, or a usage error. clap's
+/// own `exit` ignores a failed write, so `lhc --help > /dev/full` said nothing and exited
+/// 0; here a failed write is an error (exit 2), and a reader gone away ends the process
+/// quietly, as it does every printing command.
+fn usage_or_help(e: clap::Error) -> ExitCode {
+    restore_default_sigpipe();
+    let code = e.exit_code();
+    match e.print() {
+        Ok(()) => ExitCode::from(u8::try_from(code).unwrap_or(2)),
+        Err(io) => {
+            let what = match e.kind() {
+                clap::error::ErrorKind::DisplayVersion => "the version to standard output",
+                clap::error::ErrorKind::DisplayHelp => "the help to standard output",
+                _ => "the usage error to standard error",
+            };
+            eprintln!("error: writing {what}: {io}");
             ExitCode::from(2)
         }
     }
