@@ -227,13 +227,13 @@ fn main() -> ExitCode {
 
 /// What clap has to say instead of a command: help, the version, or a usage error. clap's
 /// own `exit` ignores a failed write, so `lhc --help > /dev/full` said nothing and exited
-/// 0; here a failed write is an error (exit 2), and a reader gone away ends the process
-/// quietly, as it does every printing command.
+/// 0; here a failed write is an error (exit 2). A reader gone away (`lhc --help | head -1`)
+/// is not: the exit status stays clap's, as before.
 fn usage_or_help(e: clap::Error) -> ExitCode {
-    restore_default_sigpipe();
-    let code = e.exit_code();
+    let code = ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2));
     match e.print() {
-        Ok(()) => ExitCode::from(u8::try_from(code).unwrap_or(2)),
+        Ok(()) => code,
+        Err(io) if io.kind() == std::io::ErrorKind::BrokenPipe => code,
         Err(io) => {
             let what = match e.kind() {
                 clap::error::ErrorKind::DisplayVersion => "the version to standard output",

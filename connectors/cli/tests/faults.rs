@@ -735,6 +735,19 @@ fn a_standard_output_that_cannot_be_written_is_an_error_not_a_panic() {
             .status();
         assert_eq!(errors_only.unwrap().code(), Some(0), "{args:?}");
     }
+    // Help and the version to a reader already gone (`lhc --help | head -1` once head has
+    // exited): not an error, clap's status as before, and nothing on stderr.
+    for args in [vec!["--help"], vec!["--version"], vec!["query", "--help"]] {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let out = lhc()
+            .args(&args)
+            .stdout(Stdio::from(writer))
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{args:?}");
+        assert!(out.stderr.is_empty(), "{args:?}: {:?}", out.stderr);
+    }
     // `schema --out` writes files and says so on stderr: a full stdout stops nothing (it
     // used to stop after the first file).
     let full = std::fs::OpenOptions::new()

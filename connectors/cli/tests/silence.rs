@@ -220,6 +220,19 @@ fn query_says_when_the_instant_is_outside_the_log_and_reads_offsets_and_zones() 
         &ex,
     ]));
     assert_eq!(utc, both);
+    // The same log spelled another way (absolute, through a link) is the same log.
+    let link = tempfile::tempdir().unwrap();
+    let linked = link.path().join("site.jsonl");
+    std::os::unix::fs::symlink(std::fs::canonicalize(&ex).unwrap(), &linked).unwrap();
+    let (spelled, _) = ok(lhc(&[
+        "query",
+        &ex,
+        "--at",
+        "2026-01-05T09:30:00Z",
+        "digest",
+        linked.to_str().unwrap(),
+    ]));
+    assert_eq!(utc, spelled);
     let other = root().join("engine/tests/scenarios/r-launch-6.jsonl");
     let other = other.to_str().unwrap();
     refused(

@@ -115,6 +115,15 @@ pub struct LogAfter {
     path: Option<PathBuf>,
 }
 
+/// Whether two paths name the same file or directory (`x`, `./x`, its absolute path, a
+/// link to it); paths that cannot be resolved (missing) are compared as written.
+fn same_file(a: &std::path::Path, b: &std::path::Path) -> bool {
+    match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
+    }
+}
+
 impl What {
     /// The log named after the subcommand, if any.
     fn log_after(&self) -> Option<&PathBuf> {
@@ -157,7 +166,7 @@ pub fn run(args: QueryArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     });
     if let Some(after) = what.log_after() {
         match &args.source.path {
-            Some(before) if before != after => bail!(
+            Some(before) if !same_file(before, after) => bail!(
                 "the log is named twice, {} before the subcommand and {} after it: name it once",
                 before.display(),
                 after.display()
