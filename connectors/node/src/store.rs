@@ -70,6 +70,14 @@ fn snapshot_family(version: u64) -> String {
 const LEGACY_STATE_KEY: &[u8] = b"engine";
 /// Key of the next offset to apply.
 const NEXT_KEY: &[u8] = b"next_offset";
+/// Meta key: the layout of this store (u32 big-endian), written with every commit. Stores
+/// without it were written before it existed, in layouts this build reads.
+const FORMAT_KEY: &[u8] = b"store_format";
+/// The layout this build writes: state rows, outputs by (offset, index) with a record's
+/// catch-up steps continuing its indices. A store of a later format is refused at open,
+/// so a downgraded build never folds on in a layout it does not know (an older build than
+/// this one would write a part-way record's outputs from index 0 again, losing the steps').
+pub const STORE_FORMAT: u32 = 1;
 
 /// Errors of the node store; each names what to check.
 #[derive(Debug, thiserror::Error)]
@@ -96,6 +104,18 @@ pub enum NodeError {
     /// The committer thread stopped on an error.
     #[error("commit failed: {0}")]
     Commit(String),
+    /// A later build wrote the store in a layout this one does not know.
+    #[error(
+        "cache snapshot {path}: written by a newer lhc (store format {found}; this build \
+         reads formats up to {STORE_FORMAT}): run that build again, or fold the log into an \
+         empty directory"
+    )]
+    NewerFormat {
+        /// The store directory.
+        path: PathBuf,
+        /// The format it holds.
+        found: u32,
+    },
     /// The directory's state was folded from another kind of source: a Kafka node numbers
     /// its records in its own journal and keeps its position in the topic apart, while a
     /// fold of a log numbers them as the log does; continued by the other, records would
@@ -223,6 +243,16 @@ impl Store {
             written: Mutex::new(Written::default()),
             row_stats: Mutex::new(RowStats::default()),
         };
+        // Before anything else is read or dropped: a later layout is not this build's to
+        // interpret.
+        if let Some(found) = store.format()? {
+            if found > STORE_FORMAT {
+                return Err(NodeError::NewerFormat {
+                    path: store.path.clone(),
+                    found,
+                });
+            }
+        }
         let listed = store.listed_snapshots()?;
         // A snapshot family the meta does not list is an import interrupted before its
         // switch (R-CSS-3/4): the listed ones stay in use, the leftover goes.
@@ -244,6 +274,25 @@ impl Store {
             ..Written::default()
         };
         Ok(store)
+    }
+
+    /// The store format it was written in (None: before formats were recorded).
+    pub fn format(&self) -> Result<Option<u32>, NodeError> {
+        let Some(bytes) = self
+            .db
+            .get_cf(&self.cf(META), FORMAT_KEY)
+            .map_err(|e| self.error(e))?
+        else {
+            return Ok(None);
+        };
+        let bytes: [u8; 4] = bytes
+            .as_slice()
+            .try_into()
+            .map_err(|_| NodeError::Corrupt {
+                path: self.path.clone(),
+                detail: format!("store format of {} bytes", bytes.len()),
+            })?;
+        Ok(Some(u32::from_be_bytes(bytes)))
     }
 
     /// Snapshot versions the meta lists (the ones in use).
@@ -488,6 +537,7 @@ impl Store {
             batch.delete_cf(&meta, LEGACY_STATE_KEY);
         }
         batch.put_cf(&meta, NEXT_KEY, next.to_be_bytes());
+        batch.put_cf(&meta, FORMAT_KEY, STORE_FORMAT.to_be_bytes());
         let cf = self.cf(OUTPUTS);
         for (offset, first, list) in outputs {
             for (index, output) in (*first..).zip(list) {

@@ -184,3 +184,46 @@ fn a_commit_of_a_few_heartbeats_on_a_big_site_writes_a_few_rows() {
     let (loaded, _) = store.load().unwrap();
     assert_eq!(loaded.digest(), engine.read().unwrap().digest());
 }
+
+/// A store records its format with every commit; a store of a later format is refused at
+/// open, naming both formats, and left as it was.
+#[test]
+fn a_store_of_a_later_format_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let records = lines(repo("docs/examples/site-outage.jsonl"));
+    {
+        let store = Store::open(dir.path(), &StoreOptions::default()).unwrap();
+        assert_eq!(
+            store.format().unwrap(),
+            None,
+            "an empty store has no format yet"
+        );
+        let mut folder = Folder::open(&store).unwrap();
+        folder.apply(&LogEntry {
+            offset: 0,
+            bytes: records[0].clone(),
+        });
+        folder.commit().unwrap();
+        assert_eq!(store.format().unwrap(), Some(lhc_node::store::STORE_FORMAT));
+    }
+    // What a later build would leave: its format in the meta family.
+    let later = lhc_node::store::STORE_FORMAT + 1;
+    {
+        let mut options = rocksdb::Options::default();
+        options.create_missing_column_families(true);
+        let families = rocksdb::DB::list_cf(&options, dir.path()).unwrap();
+        let db = rocksdb::DB::open_cf(&options, dir.path(), &families).unwrap();
+        let meta = db.cf_handle("meta").unwrap();
+        db.put_cf(&meta, b"store_format", later.to_be_bytes())
+            .unwrap();
+    }
+    let error = match Store::open(dir.path(), &StoreOptions::default()) {
+        Ok(_) => panic!("a store of format {later} was opened"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        error.contains(&format!("store format {later}"))
+            && error.contains(&format!("up to {}", lhc_node::store::STORE_FORMAT)),
+        "{error}"
+    );
+}
