@@ -186,7 +186,7 @@ fn a_commit_of_a_few_heartbeats_on_a_big_site_writes_a_few_rows() {
 }
 
 /// A store records its format with every commit; a store of a later format is refused at
-/// open, naming both formats, and left as it was.
+/// open, naming both formats.
 #[test]
 fn a_store_of_a_later_format_is_refused() {
     let dir = tempfile::tempdir().unwrap();
