@@ -178,6 +178,14 @@ fn quick_benchmarks_run_and_report_their_ratios() {
         );
     }
     assert!(node.contains("start to serving /healthz"), "{node}");
+    // Under each embedded run, its log's fsyncs (with `fsync always`, at least one each).
+    let fsyncs: Vec<u64> = node
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("the log's fsyncs: "))
+        .map(|rest| rest.split(',').next().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(fsyncs.len(), 2, "{node}");
+    assert!(fsyncs.iter().all(|&n| n > 0), "{node}");
     let (replay, _) = ok(lhc(&["bench", "replay", "--quick"]));
     assert!(
         replay.contains("ratio replay / decode")

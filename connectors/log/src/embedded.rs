@@ -17,6 +17,7 @@
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -784,7 +785,7 @@ impl Writer {
 
     fn sync_quietly(&mut self) {
         if let Some(active) = &self.active {
-            if let Err(e) = active.file.sync_data() {
+            if let Err(e) = timed_sync(&active.file) {
                 tracing::error!("fsync of the log failed: {e}");
             }
         }
@@ -896,14 +897,58 @@ impl Writer {
     fn sync_active(&mut self) -> Result<(), LogError> {
         if let Some(active) = &self.active {
             let path = segment_path(&self.dir, active.base);
-            active
-                .file
-                .sync_data()
-                .map_err(|e| LogError::io(&path, e))?;
+            timed_sync(&active.file).map_err(|e| LogError::io(&path, e))?;
         }
         self.dirty_since = None;
         Ok(())
     }
+}
+
+/// How long the appenders' fsyncs took, over every embedded log of this process: what
+/// tells a slow disk from a slow node (`lhc bench node` prints it beside each run's
+/// latencies).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FsyncStats {
+    /// fsyncs of appended records.
+    pub count: u64,
+    /// Those that took 10 ms or more.
+    pub over_10ms: u64,
+    /// The longest, in microseconds.
+    pub max_us: u64,
+}
+
+/// Counters behind [`fsync_stats`]: relaxed atomics, diagnostics only.
+static FSYNC_COUNT: AtomicU64 = AtomicU64::new(0);
+static FSYNC_SLOW: AtomicU64 = AtomicU64::new(0);
+static FSYNC_MAX_US: AtomicU64 = AtomicU64::new(0);
+
+/// The fsyncs of appended records so far in this process.
+pub fn fsync_stats() -> FsyncStats {
+    FsyncStats {
+        count: FSYNC_COUNT.load(Ordering::Relaxed),
+        over_10ms: FSYNC_SLOW.load(Ordering::Relaxed),
+        max_us: FSYNC_MAX_US.load(Ordering::Relaxed),
+    }
+}
+
+/// Starts [`fsync_stats`] again from zero (between a benchmark's runs).
+pub fn reset_fsync_stats() {
+    FSYNC_COUNT.store(0, Ordering::Relaxed);
+    FSYNC_SLOW.store(0, Ordering::Relaxed);
+    FSYNC_MAX_US.store(0, Ordering::Relaxed);
+}
+
+/// `sync_data`, counted in [`fsync_stats`].
+fn timed_sync(file: &File) -> std::io::Result<()> {
+    let started = Instant::now();
+    let result = file.sync_data();
+    let us = started.elapsed().as_micros() as u64;
+    FSYNC_COUNT.fetch_add(1, Ordering::Relaxed);
+    if us >= 10_000 {
+        FSYNC_SLOW.fetch_add(1, Ordering::Relaxed);
+    }
+    FSYNC_MAX_US.fetch_max(us, Ordering::Relaxed);
+    result
 }
 
 /// Frames encoded but not yet written, with their index entries.

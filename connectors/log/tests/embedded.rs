@@ -381,6 +381,29 @@ fn two_writers_on_one_directory_share_the_log() {
     assert_eq!((report.records, report.torn_tail), (150, None));
 }
 
+/// Every append with `fsync always` is counted in the process's fsync figures (what
+/// `lhc bench node` prints beside each run); with `never` none is.
+#[test]
+fn fsyncs_of_appends_are_counted() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Other tests of this process append too: the counter only grows, by at least ours.
+    let before = lhc_log::embedded::fsync_stats().count;
+    let log = EmbeddedLog::open(
+        tmp.path(),
+        EmbeddedOptions {
+            fsync: FsyncPolicy::Always,
+            ..options(1 << 20)
+        },
+    )
+    .unwrap();
+    for i in 0..5 {
+        log.append(&[record(i).as_slice()]).unwrap();
+    }
+    let after = lhc_log::embedded::fsync_stats();
+    assert!(after.count >= before + 5, "{before} -> {after:?}");
+    assert!(after.over_10ms <= after.count);
+}
+
 #[test]
 fn fsync_policy_parses() {
     assert_eq!("always".parse::<FsyncPolicy>(), Ok(FsyncPolicy::Always));

@@ -56,8 +56,19 @@ pub fn run(bench: NodeBench) -> anyhow::Result<ExitCode> {
             1 => name.to_string(),
             _ => format!("{name}, run {run}"),
         };
+        lhc_log::embedded::reset_fsync_stats();
         let e = latency(&bench, Backend::Embedded)?;
         e.print(&label(&embedded_name));
+        // A tail the disk made shows here: a stall holds every append waiting for it.
+        let fsyncs = lhc_log::embedded::fsync_stats();
+        if fsyncs.count > 0 {
+            println!(
+                "  the log's fsyncs: {}, {} of 10 ms or more, the longest {:.2} ms",
+                fsyncs.count,
+                fsyncs.over_10ms,
+                fsyncs.max_us as f64 / 1000.0
+            );
+        }
         embedded.push(e);
         let k = latency(&bench, Backend::KafkaMock)?;
         k.print(&label(kafka_name));
