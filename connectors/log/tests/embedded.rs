@@ -382,7 +382,7 @@ fn two_writers_on_one_directory_share_the_log() {
 }
 
 /// Every append with `fsync always` is counted in the process's fsync figures (what
-/// `lhc bench node` prints beside each run); with `never` none is.
+/// `lhc bench node` prints beside each run).
 #[test]
 fn fsyncs_of_appends_are_counted() {
     let tmp = tempfile::tempdir().unwrap();
