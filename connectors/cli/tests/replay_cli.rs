@@ -181,7 +181,10 @@ fn quick_benchmarks_run_and_report_their_ratios() {
     // Under each embedded run, its log's fsyncs (with `fsync always`, at least one each).
     let fsyncs: Vec<u64> = node
         .lines()
-        .filter_map(|l| l.trim().strip_prefix("the log's fsyncs: "))
+        .filter_map(|l| {
+            l.trim()
+                .strip_prefix("fsyncs of its embedded logs (site log and outputs): ")
+        })
         .map(|rest| rest.split(',').next().unwrap().parse().unwrap())
         .collect();
     assert_eq!(fsyncs.len(), 2, "{node}");

@@ -107,8 +107,8 @@ pub enum NodeError {
     /// A later build wrote the store in a layout this one does not know.
     #[error(
         "cache snapshot {path}: written by a newer lhc (store format {found}; this build \
-         reads formats up to {STORE_FORMAT}): run that build again, or fold the log into an \
-         empty directory"
+         reads formats up to {STORE_FORMAT}): run that build again, or start from an empty \
+         data directory, which folds the log again"
     )]
     NewerFormat {
         /// The store directory.
@@ -243,8 +243,9 @@ impl Store {
             written: Mutex::new(Written::default()),
             row_stats: Mutex::new(RowStats::default()),
         };
-        // Before anything else is read or dropped: a later layout is not this build's to
-        // interpret.
+        // Before the state is loaded or a family dropped: a later layout is not this
+        // build's to interpret. (Opening may already have created, empty, a family this
+        // build names that a later layout lacks.)
         if let Some(found) = store.format()? {
             if found > STORE_FORMAT {
                 return Err(NodeError::NewerFormat {

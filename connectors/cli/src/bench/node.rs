@@ -59,11 +59,13 @@ pub fn run(bench: NodeBench) -> anyhow::Result<ExitCode> {
         lhc_log::embedded::reset_fsync_stats();
         let e = latency(&bench, Backend::Embedded)?;
         e.print(&label(&embedded_name));
-        // A tail the disk made shows here: a stall holds every append waiting for it.
+        // A tail the disk made shows here: a stall holds every append waiting for it. The
+        // node fsyncs its published outputs too (as `lhc connector run` does): both count.
         let fsyncs = lhc_log::embedded::fsync_stats();
         if fsyncs.count > 0 {
             println!(
-                "  the log's fsyncs: {}, {} of 10 ms or more, the longest {:.2} ms",
+                "  fsyncs of its embedded logs (site log and outputs): {}, {} of 10 ms or more, \
+                 the longest {:.2} ms",
                 fsyncs.count,
                 fsyncs.over_10ms,
                 fsyncs.max_us as f64 / 1000.0
