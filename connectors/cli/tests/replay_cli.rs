@@ -5,7 +5,7 @@ mod common;
 
 use std::path::Path;
 
-use common::{lhc, ok, simulate};
+use common::{lhc, lhc_limited, ok, simulate};
 
 const EXAMPLE: &str = include_str!("../../../docs/examples/site-outage.jsonl");
 
@@ -423,14 +423,7 @@ fn a_record_years_later_replays_in_bounded_memory() {
     ];
     let mut digests = Vec::new();
     for args in commands {
-        let output = std::process::Command::new("bash")
-            .arg("-c")
-            .arg("ulimit -v 600000 && exec \"$@\"")
-            .arg("bash")
-            .arg(env!("CARGO_BIN_EXE_lhc"))
-            .args(args)
-            .output()
-            .unwrap();
+        let output = lhc_limited("-v 600000", args);
         let stdout = String::from_utf8_lossy(&output.stdout).to_string();
         let stderr = String::from_utf8_lossy(&output.stderr);
         // lint exits 1: it finds the split brain's failed probes.

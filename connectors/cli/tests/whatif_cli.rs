@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{lhc, ok, refused, root, simulate};
+use common::{lhc, lhc_limited, ok, refused, root, simulate};
 use serde_json::Value;
 
 fn scenario(name: &str) -> String {
@@ -837,14 +837,10 @@ fn a_patch_far_past_the_end_is_refused_without_replaying_the_gap() {
     )
     .unwrap();
     let log = scenario("r-elect-4-split-brain-launches.jsonl");
-    let out = std::process::Command::new("bash")
-        .arg("-c")
-        .arg("ulimit -t 20 && exec \"$@\"")
-        .arg("bash")
-        .arg(env!("CARGO_BIN_EXE_lhc"))
-        .args(["whatif", "-q", &log, "--patch", patch.to_str().unwrap()])
-        .output()
-        .unwrap();
+    let out = lhc_limited(
+        "-t 20",
+        &["whatif", "-q", &log, "--patch", patch.to_str().unwrap()],
+    );
     refused(
         out,
         "far.jsonl line 1: its ts 9999-01-01T00:00:00.000Z is after the log's last record",

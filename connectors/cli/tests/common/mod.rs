@@ -13,6 +13,19 @@ pub fn lhc(args: &[&str]) -> Output {
         .expect("lhc runs")
 }
 
+/// Runs the lhc binary under a shell resource limit (`ulimit` options, like `-v 600000` for
+/// address space in KB or `-t 20` for CPU seconds).
+pub fn lhc_limited(limit: &str, args: &[&str]) -> Output {
+    Command::new("bash")
+        .arg("-c")
+        .arg(format!("ulimit {limit} && exec \"$@\""))
+        .arg("bash")
+        .arg(env!("CARGO_BIN_EXE_lhc"))
+        .args(args)
+        .output()
+        .expect("lhc runs")
+}
+
 /// Stdout and stderr of a run that must have succeeded (both shown if it did not).
 pub fn ok(out: Output) -> (String, String) {
     let stdout = String::from_utf8(out.stdout).unwrap();
