@@ -264,6 +264,14 @@ impl SiteConfig {
         self.machine(name).map(|m| m.id.as_str())
     }
 
+    /// The index in `zone_names` of a lowercased zone id, if a machine named it.
+    pub(crate) fn zone_index(&self, zone: &str) -> Option<u32> {
+        self.zone_names
+            .iter()
+            .position(|z| z == zone)
+            .map(|i| i as u32)
+    }
+
     /// The lowercased zone id of an index in `zone_names`.
     pub fn zone_name(&self, index: u32) -> &str {
         &self.zone_names[index as usize]

@@ -14,11 +14,16 @@ use crate::ts::Ts;
 use super::{pool_key, Engine, Holder, Placement, Registrar, Tally, PENDING_LAUNCH_S};
 
 impl Engine {
-    /// Where a machine contributes now: its registrar's pool of its group and zone, with its
-    /// load when it can take a session; `Some(None)` when no catalog knows it, `None` when
-    /// the engine has no runtime for it.
-    fn placement(&mut self, machine: &str) -> Option<Option<Placement>> {
-        let runtime = self.machines.get(machine)?;
+    /// Recomputes one machine's contribution to the pools.
+    ///
+    /// Compares what the machine would contribute with what it does before building
+    /// anything: most calls (a heartbeat whose sessions moved, a launch) leave the pool
+    /// key as it was, and building the key allocates.
+    pub(crate) fn place(&mut self, machine: &str) {
+        let Some(runtime) = self.machines.get(machine) else {
+            // No runtime: nothing to place.
+            return;
+        };
         // (Connector names fit a compact string inline: no allocation per placement.)
         let name = match &runtime.registrar {
             Registrar::Connector(name) => compact_str::CompactString::from(name.as_str()),
@@ -32,7 +37,8 @@ impl Engine {
         let load = (runtime.sessions.len() + runtime.pending.len()) as u32;
         let catalog = self.catalog_of(holder);
         let lower = crate::snapshot::lower(machine);
-        Some(catalog.as_ref().and_then(|catalog| {
+        // `None`: no catalog knows it (or, powered off, it needs no pool entry).
+        let desired = catalog.as_ref().and_then(|catalog| {
             let entry = catalog.machines.get(lower.as_ref())?;
             let group = catalog.groups.get(&entry.delivery_group);
             let maintenance = entry.maintenance || self.marked(holder, machine);
@@ -53,25 +59,25 @@ impl Engine {
             } else {
                 (!maintenance && tagged && room).then_some(load)
             };
-            Some(Placement {
-                key: pool_key(holder, &entry.delivery_group, &entry.zone),
+            Some(Wanted {
+                group: entry.delivery_group.as_str(),
+                zone: entry.zone.as_str(),
                 rank: entry.rank,
                 available,
                 registered: !maintenance && holder != Holder::Off,
                 tagged: !maintenance && holder != Holder::Off && tagged,
             })
-        }))
-    }
-
-    /// Recomputes one machine's contribution to the pools.
-    pub(crate) fn place(&mut self, machine: &str) {
-        let Some(desired) = self.placement(machine) else {
-            return;
+        });
+        let runtime = self.machines.get_mut(machine).expect("found above");
+        let unchanged = match (runtime.placement.as_deref(), &desired) {
+            (None, None) => true,
+            (Some(now), Some(wanted)) => wanted.is(now, holder),
+            _ => false,
         };
-        let runtime = self.machines.get_mut(machine).expect("placement found it");
-        if runtime.placement.as_deref() == desired.as_ref() {
+        if unchanged {
             return;
         }
+        let desired = desired.map(|w| w.placement(holder));
         let old =
             std::mem::replace(&mut runtime.placement, desired.clone().map(Box::new)).map(|b| *b);
         // A pool exists only while something contributes to it, so kept and rebuilt pools agree.
@@ -126,22 +132,37 @@ impl Engine {
     /// After a machine's sessions changed: the user index, pending launches matched or
     /// expired, and the machine's placement.
     pub(crate) fn sessions_changed(&mut self, machine: &str, old: &[SessionReport], ts: Ts) {
+        self.sessions_changed_as(machine, old, None, ts);
+    }
+
+    /// [`Engine::sessions_changed`], told by a caller that already knows it (a heartbeat)
+    /// whether the sessions are the same as `old` (`same`), so that on the hot path the
+    /// lists are compared once; `None`: compare them here.
+    pub(crate) fn sessions_changed_as(
+        &mut self,
+        machine: &str,
+        old: &[SessionReport],
+        same: Option<bool>,
+        ts: Ts,
+    ) {
         let Some(runtime) = self.machines.get_mut(machine) else {
             return;
         };
+        let same = same.unwrap_or_else(|| runtime.sessions.as_slice() == old);
+        debug_assert_eq!(same, runtime.sessions.as_slice() == old);
         // The user index counts sessions by user and state, so a session reported alike
         // before and after (same user, same state) leaves it as it is: only the difference
         // moves. (A multi-session server's heartbeat typically changes one of its sessions.)
         let mut kept = vec![false; runtime.sessions.len()];
         let mut gone = Vec::new();
-        if runtime.sessions.as_slice() != old {
+        if !same {
             for s in old {
-                let same = runtime
+                let found = runtime
                     .sessions
                     .iter()
                     .enumerate()
                     .position(|(i, n)| !kept[i] && n.state == s.state && n.user == s.user);
-                match same {
+                match found {
                     Some(i) => kept[i] = true,
                     None => gone.push(s),
                 }
@@ -277,6 +298,61 @@ impl Engine {
             self.place(machine);
         }
     }
+}
+
+/// What a machine would contribute to the pools, borrowed from the catalog it is placed
+/// from: compared with its [`Placement`] before a key is built.
+struct Wanted<'a> {
+    group: &'a str,
+    zone: &'a str,
+    rank: u32,
+    available: Option<u32>,
+    registered: bool,
+    tagged: bool,
+}
+
+impl Wanted<'_> {
+    /// Whether `placement` of a machine held by `holder` is this one (its key the one
+    /// `pool_key` would build, compared piece by piece).
+    fn is(&self, placement: &Placement, holder: Holder<'_>) -> bool {
+        placement.rank == self.rank
+            && placement.available == self.available
+            && placement.registered == self.registered
+            && placement.tagged == self.tagged
+            && key_is(
+                &placement.key,
+                &[holder.key().as_ref(), self.group, self.zone],
+            )
+    }
+
+    /// The placement itself, with its pool key.
+    fn placement(&self, holder: Holder<'_>) -> Placement {
+        Placement {
+            key: pool_key(holder, self.group, self.zone),
+            rank: self.rank,
+            available: self.available,
+            registered: self.registered,
+            tagged: self.tagged,
+        }
+    }
+}
+
+/// Whether `key` is `pieces` joined with U+001F, as [`pool_key`] joins them.
+fn key_is(key: &str, pieces: &[&str]) -> bool {
+    let mut rest = key;
+    for (i, piece) in pieces.iter().enumerate() {
+        if i > 0 {
+            let Some(after) = rest.strip_prefix('\u{1f}') else {
+                return false;
+            };
+            rest = after;
+        }
+        let Some(after) = rest.strip_prefix(piece) else {
+            return false;
+        };
+        rest = after;
+    }
+    rest.is_empty()
 }
 
 /// Removes one pending launch of `user` on `machine` from the user index.

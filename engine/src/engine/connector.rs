@@ -183,6 +183,13 @@ pub struct PendingImport {
 pub struct Connector {
     /// Zone id (lowercased), per the site configuration.
     pub(crate) zone: String,
+    /// `zone` as an index into the site's zone names (`SiteConfig::zone_names`), when it
+    /// is one: the hot path compares integers instead of strings. Derived from the
+    /// configuration at each change and by `Engine::restore_config`, so not saved; `None`
+    /// for a zone no machine names, or in a state deserialized without `restore_config`:
+    /// then the names are compared.
+    #[serde(skip)]
+    pub(crate) zone_index: Option<u32>,
     /// State of the Remote Broker Provider state machine. Private with `state_since` and
     /// `episode`: [`Connector::enter`] is the only way to change it, and it opens and
     /// closes the episode in the same step.
@@ -312,6 +319,7 @@ impl Connector {
     pub(super) fn new(ts: Ts) -> Connector {
         Connector {
             zone: String::new(),
+            zone_index: None,
             state: ConnectorState::WorkingNormally,
             state_since: ts,
             ha_running: true,

@@ -164,6 +164,11 @@ impl Engine {
     pub fn restore_config(&mut self, part: ConfigPart) {
         self.site = part.site;
         self.validations = part.validations;
+        // Zone indexes are of this configuration's zone names (and `None` in a state
+        // read back, which does not save them).
+        for c in self.connectors.values_mut() {
+            c.zone_index = self.site.zone_index(&c.zone);
+        }
         // The current version's snapshot, when it validated, is the cloud's catalog (both
         // index the same objects; the reducer builds one and shares it): share it again
         // rather than hold a second index of a large site after a restore.
@@ -380,11 +385,15 @@ impl Engine {
                         .connector_zone(id)
                         .unwrap_or_default()
                         .to_lowercase();
-                    self.connectors
+                    let c = self
+                        .connectors
                         .entry(id.clone())
-                        .or_insert_with(|| Connector::new(ts))
-                        .zone = zone;
+                        .or_insert_with(|| Connector::new(ts));
+                    c.zone_index = self.site.zone_index(&zone);
+                    c.zone = zone;
                 }
+                // (A connector the configuration no longer names keeps its zone's name and
+                // index: zone names never shrink, so the index still names that zone.)
                 let mut order: Vec<String> = self.connectors.keys().cloned().collect();
                 order.sort_by_key(|a| fqdn_key(a));
                 self.connector_order = order;
@@ -402,8 +411,8 @@ impl Engine {
                 let Record::VdaHeartbeat(hb) = record else {
                     unreachable!("matched above")
                 };
-                if let Some((machine, old)) = self.vda_heartbeat(hb, ts, out) {
-                    self.sessions_changed(&machine, &old, ts);
+                if let Some(change) = self.vda_heartbeat(hb, ts, out) {
+                    self.sessions_changed_as(&change.machine, &change.old, Some(change.same), ts);
                 }
             }
             Record::SessionEvent(ev) => self.session_event(ev, ts, out),

@@ -45,7 +45,7 @@ impl Engine {
     }
 
     /// Registration at a heartbeat (R-REG). Returns the machine and its previous sessions
-    /// when anything brokering depends on changed, for `sessions_changed`.
+    /// when anything brokering depends on changed, for `sessions_changed_as`.
     ///
     /// Longer than the other reducers on purpose: it is the hot path (one call per VDA
     /// heartbeat), which keeps one machine lookup and one set of split borrows for the whole
@@ -55,7 +55,7 @@ impl Engine {
         hb: VdaHeartbeat,
         ts: Ts,
         out: &mut Vec<Output>,
-    ) -> Option<(String, Vec<SessionReport>)> {
+    ) -> Option<SessionsChange> {
         // Split borrows: the configuration is read while runtime state changes, and the
         // hot path (one call per VDA heartbeat) allocates nothing when nothing changes.
         let Engine {
@@ -98,7 +98,7 @@ impl Engine {
         // of the zone is in LHC mode, through one in pending_ha. So a restarted or pending
         // connector never pulls VDAs off the LHC broker. (Any order will do for this
         // question: no lookup of each connector by name.)
-        let cloud = zone_offers_cloud(connectors, zone);
+        let cloud = zone_index_offers_cloud(connectors, zone_index, zone);
         let current = found.as_deref().map(|r| &r.registrar);
         let (target, refusals) = if cloud {
             (None, Vec::new())
@@ -118,7 +118,8 @@ impl Engine {
         };
         let (old_sessions, new_sessions) = (runtime.sessions.len(), hb.sessions.len());
         let old = std::mem::replace(&mut runtime.sessions, hb.sessions);
-        let dirty = old != runtime.sessions || !runtime.pending.is_empty();
+        let same = old == runtime.sessions;
+        let dirty = !same || !runtime.pending.is_empty();
         if runtime
             .resolved
             .as_ref()
@@ -145,7 +146,11 @@ impl Engine {
         };
         if unchanged {
             follow_sessions(connectors, &runtime.registrar, old_sessions, new_sessions);
-            return dirty.then(|| (machine.to_string(), old));
+            return dirty.then(|| SessionsChange {
+                machine: machine.to_string(),
+                old,
+                same,
+            });
         }
         let new = match (cloud, target) {
             (true, _) => Registrar::Cloud,
@@ -154,7 +159,11 @@ impl Engine {
         };
         let sessions = (old_sessions as u64, new_sessions as u64);
         move_registration(connectors, runtime, machine, new, sessions, ts, out);
-        Some((machine.to_string(), old))
+        Some(SessionsChange {
+            machine: machine.to_string(),
+            old,
+            same,
+        })
     }
 
     pub(super) fn session_event(&mut self, ev: &SessionEvent, ts: Ts, out: &mut Vec<Output>) {
@@ -207,6 +216,17 @@ impl Engine {
     }
 }
 
+/// What a heartbeat changed that brokering depends on, for `sessions_changed_as`.
+pub(super) struct SessionsChange {
+    /// The machine (its configured id).
+    pub(super) machine: String,
+    /// Its sessions before the heartbeat.
+    pub(super) old: Vec<SessionReport>,
+    /// Whether the heartbeat reported the same sessions (only pending launches or the
+    /// registration moved): the comparison is made once, here, not again downstream.
+    pub(super) same: bool,
+}
+
 /// A heartbeat of a machine the site configuration does not name: the cloud refuses it
 /// (once per change). Deleted from the configuration while registered with a broker, the
 /// broker still holds it, so its session count follows; held by nobody, its sessions are
@@ -219,7 +239,7 @@ fn unknown_machine(
     hb: VdaHeartbeat,
     ts: Ts,
     out: &mut Vec<Output>,
-) -> Option<(String, Vec<SessionReport>)> {
+) -> Option<SessionsChange> {
     let reported = if runtime.registrar == Registrar::None {
         Vec::new()
     } else {
@@ -239,7 +259,11 @@ fn unknown_machine(
         out,
     );
     let changed = old != runtime.sessions;
-    changed.then_some((hb.machine.into(), old))
+    changed.then(|| SessionsChange {
+        machine: hb.machine.into(),
+        old,
+        same: false,
+    })
 }
 
 /// Without the cloud path: the first connector of `zone` (FQDN order) in LHC mode that
@@ -367,8 +391,13 @@ pub(super) fn follow_sessions(
 /// cloud broker both ask this, so the cloud never brokers onto a VDA whose zone has lost
 /// the path, even before the VDA's next heartbeat moves it.
 pub(crate) fn zone_offers_cloud(connectors: &BTreeMap<String, Connector>, zone: &str) -> bool {
+    offers_cloud(connectors.values().filter(|c| c.zone == zone))
+}
+
+/// R-REG-1's answer for the connectors of one zone.
+fn offers_cloud<'a>(zone: impl Iterator<Item = &'a Connector>) -> bool {
     let (mut working, mut pending, mut lhc) = (false, false, false);
-    for c in connectors.values().filter(|c| c.zone == zone) {
+    for c in zone {
         match c.state() {
             ConnectorState::WorkingNormally => working |= !c.first_check_after_start,
             ConnectorState::PendingHa => pending = true,
@@ -377,6 +406,20 @@ pub(crate) fn zone_offers_cloud(connectors: &BTreeMap<String, Connector>, zone: 
         }
     }
     working || (pending && !lhc)
+}
+
+/// [`zone_offers_cloud`] for the zone at `index` in the site's zone names (`zone` its
+/// name): a connector whose zone index is known compares integers (one call per VDA
+/// heartbeat), the others their zone's name.
+fn zone_index_offers_cloud(
+    connectors: &BTreeMap<String, Connector>,
+    index: u32,
+    zone: &str,
+) -> bool {
+    offers_cloud(connectors.values().filter(|c| match c.zone_index {
+        Some(i) => i == index,
+        None => c.zone == zone,
+    }))
 }
 
 /// A refusal of `machine` by `holder`, as an output once per (reason, epoch) (R-REG-2).
