@@ -1,9 +1,11 @@
 //! Record sources for replay and reports.
 
+use std::collections::VecDeque;
 use std::fs::File;
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{sync_channel, Receiver};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lhc_engine::{decode_record_at, DecodeError, Record};
@@ -83,6 +85,8 @@ struct Reader {
     /// Called with the number of records read so far, every `PROGRESS_EVERY` records.
     progress: Option<Box<dyn FnMut(u64) + Send>>,
     read: u64,
+    /// Threads decoding batches (1: the reading thread decodes them itself).
+    decoders: usize,
 }
 
 /// Batches of decoded records coming from the reading thread.
@@ -109,6 +113,9 @@ const PROGRESS_EVERY: u64 = 16_384;
 const BATCH: usize = 1024;
 /// Batches the reading thread may be ahead by (bounds memory).
 const BATCHES_AHEAD: usize = 4;
+/// Most decoding threads a source starts: beyond a machine's cores more only wait, and
+/// each holds a batch in flight (memory).
+pub const MAX_DECODERS: usize = 64;
 
 enum Inner {
     /// Offset = 0-based index among the file's non-blank lines, as `lhc log import` into an
@@ -180,6 +187,7 @@ impl Source {
                 inner,
                 progress: None,
                 read: 0,
+                decoders: 1,
             }),
             description,
             records: 0,
@@ -212,6 +220,18 @@ impl Source {
     pub fn with_progress(mut self, progress: impl FnMut(u64) + Send + 'static) -> Source {
         if let State::Idle(reader) = &mut self.state {
             reader.progress = Some(Box::new(progress));
+        }
+        self
+    }
+
+    /// Decodes on `n` threads instead of one (`n` of 0 counts as 1, more than
+    /// [`MAX_DECODERS`] as that many). Records still arrive
+    /// one by one in log order, each decoded exactly as on one thread, so what the caller
+    /// computes does not depend on `n`; only how much decoding runs at once does. Set it
+    /// before the first record is read; later, it is ignored.
+    pub fn with_decoders(mut self, n: usize) -> Source {
+        if let State::Idle(reader) = &mut self.state {
+            reader.decoders = n.clamp(1, MAX_DECODERS);
         }
         self
     }
@@ -249,9 +269,127 @@ impl Source {
     }
 }
 
+/// A batch read but not decoded yet, and where its decoded records go.
+type Job = (Vec<LogEntry>, SyncSender<Vec<Decoded>>);
+
+/// Decodes one batch of entries, in order.
+fn decode_batch(entries: Vec<LogEntry>) -> Vec<Decoded> {
+    entries
+        .into_iter()
+        .map(|entry| (entry.offset, decode_record_at(&entry.bytes, entry.offset)))
+        .collect()
+}
+
 impl Reader {
     /// Moves reading and decoding to a thread that sends batches in order.
-    fn spawn(mut self) -> Ahead {
+    fn spawn(self) -> Ahead {
+        if self.decoders > 1 {
+            return self.spawn_parallel();
+        }
+        self.spawn_single()
+    }
+
+    /// Reads batches on one thread and decodes them on `decoders` others, sending them on
+    /// in log order: each batch gets a channel of its own for its decoded records, and the
+    /// reading thread forwards those channels' contents in the order it read the batches,
+    /// so no batch overtakes another whichever decoder finishes first.
+    fn spawn_parallel(mut self) -> Ahead {
+        let (send, batches) = sync_channel(BATCHES_AHEAD);
+        let decoders = self.decoders;
+        let thread = std::thread::Builder::new()
+            .name("lhc-source".into())
+            .spawn(move || {
+                let (jobs, queue) = sync_channel::<Job>(decoders);
+                let queue = Arc::new(Mutex::new(queue));
+                let workers: Vec<_> = (0..decoders)
+                    .map(|i| {
+                        let queue = Arc::clone(&queue);
+                        std::thread::Builder::new()
+                            .name(format!("lhc-decode-{i}"))
+                            .spawn(move || loop {
+                                // The lock is held only to take a job, not to decode it.
+                                let job = queue.lock().map(|q| q.recv());
+                                let Ok(Ok((entries, done))) = job else {
+                                    return; // no more batches
+                                };
+                                if done.send(decode_batch(entries)).is_err() {
+                                    return; // the reader stopped
+                                }
+                            })
+                    })
+                    // A thread the system refuses is one decoder fewer, not a failure.
+                    .map_while(Result::ok)
+                    .collect();
+                let decoders = workers.len();
+                // Batches handed to the decoders, oldest first.
+                let mut pending: VecDeque<Receiver<Vec<Decoded>>> = VecDeque::new();
+                let forward = |pending: &mut VecDeque<Receiver<Vec<Decoded>>>| -> bool {
+                    let Some(next) = pending.pop_front() else {
+                        return true;
+                    };
+                    match next.recv() {
+                        Ok(batch) => send.send(Ok(batch)).is_ok(),
+                        Err(_) => false, // a decoder died: stop rather than skip a batch
+                    }
+                };
+                let mut failed = None;
+                loop {
+                    let mut batch = Vec::with_capacity(BATCH);
+                    let end = loop {
+                        match self.next_entry() {
+                            Ok(Some(entry)) => {
+                                batch.push(entry);
+                                if batch.len() == BATCH {
+                                    break false;
+                                }
+                            }
+                            Ok(None) => break true,
+                            Err(error) => {
+                                failed = Some(error);
+                                break true;
+                            }
+                        }
+                    };
+                    if !batch.is_empty() && decoders == 0 {
+                        // No decoding thread could start: decode here, as one thread would.
+                        if send.send(Ok(decode_batch(batch))).is_err() {
+                            return;
+                        }
+                    } else if !batch.is_empty() {
+                        let (done, decoded) = sync_channel(1);
+                        if jobs.send((batch, done)).is_err() {
+                            return;
+                        }
+                        pending.push_back(decoded);
+                    }
+                    // Keep every decoder busy, and no more batches in flight than that.
+                    while pending.len() > decoders || (end && !pending.is_empty()) {
+                        if !forward(&mut pending) {
+                            return; // the caller stopped reading
+                        }
+                    }
+                    if end {
+                        break;
+                    }
+                }
+                drop(jobs);
+                for worker in workers {
+                    let _ = worker.join();
+                }
+                if let Some(error) = failed {
+                    let _ = send.send(Err(error));
+                }
+            })
+            .expect("spawning the source's reading thread");
+        Ahead {
+            batches,
+            batch: Vec::new().into_iter(),
+            thread: Some(thread),
+        }
+    }
+
+    /// Reads and decodes on one thread.
+    fn spawn_single(mut self) -> Ahead {
         let (send, batches) = sync_channel(BATCHES_AHEAD);
         let thread = std::thread::Builder::new()
             .name("lhc-source".into())
@@ -371,6 +509,49 @@ mod tests {
         // A caller that stops early (a cut, a sink error) drops the source: the reading
         // thread, blocked on a full channel, ends and is joined.
         let mut source = Source::open(&spec).unwrap();
+        assert_eq!(source.next_record().unwrap().unwrap().0, 0);
+        drop(source);
+    }
+
+    #[test]
+    fn several_decoders_hand_out_what_one_does_in_the_same_order_and_stop_when_dropped() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("x.jsonl");
+        let n = BATCH * 9 + 13;
+        let text: String = (0..n)
+            .map(|i| {
+                if i % 1000 == 7 {
+                    "{}\n".to_string()
+                } else {
+                    format!("{TICK}\n")
+                }
+            })
+            .collect();
+        std::fs::write(&path, text).unwrap();
+        let spec = SourceSpec::Path(path);
+        let read = |decoders: usize| {
+            let mut source = Source::open(&spec).unwrap().with_decoders(decoders);
+            let mut out = Vec::new();
+            while let Some((offset, record)) = source.next_record().unwrap() {
+                out.push((offset, record.map_err(|e| (e.offset, e.path))));
+            }
+            (out, source.records())
+        };
+        let (one, count) = read(1);
+        assert_eq!(count, n as u64);
+        assert_eq!(one.len(), n);
+        assert_eq!(
+            one.iter().filter(|(_, r)| r.is_err()).count(),
+            n.div_ceil(1000)
+        );
+        for decoders in [2, 3, 8] {
+            let (many, count) = read(decoders);
+            assert_eq!(count, n as u64);
+            assert!(many == one, "{decoders} decoders");
+        }
+        // A caller that stops early drops the source: the reading thread and the
+        // decoders end.
+        let mut source = Source::open(&spec).unwrap().with_decoders(4);
         assert_eq!(source.next_record().unwrap().unwrap().0, 0);
         drop(source);
     }

@@ -133,8 +133,11 @@ pub struct FleetArgs {
     /// its own, answered site by site in name order. Instead of --site.
     #[arg(long, requires = "kafka", conflicts_with = "site")]
     pub all_sites: bool,
-    /// With --all-sites: sites folded at once [default: the machine's cores].
-    #[arg(long, value_name = "N", requires = "all_sites", value_parser = clap::value_parser!(u16).range(1..))]
+    /// With --all-sites: sites folded at once [default: the machine's cores]. `lhc replay`
+    /// of one site: threads decoding its records, which are still applied one by one in log
+    /// order, so the outputs and digests are the same for any N (more than 64 counts as 64)
+    /// [default: 1]. Other commands take it only with --all-sites.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     pub threads: Option<u16>,
 }
 
@@ -184,6 +187,23 @@ fn site_line(site: &str, item: &impl serde::Serialize) -> anyhow::Result<String>
 }
 
 impl FleetArgs {
+    /// Refuses `--threads` without `--all-sites`, for the commands that do not decode one
+    /// site's log on several threads (so the option is never silently ignored).
+    pub fn refuse_threads_without_sites(&self) -> anyhow::Result<()> {
+        if self.threads.is_some() && !self.all_sites {
+            anyhow::bail!(
+                "--threads needs --all-sites here (sites folded at once); only `lhc replay` \
+                 takes it for one site"
+            );
+        }
+        Ok(())
+    }
+
+    /// Threads decoding one site's log (`lhc replay` without --all-sites).
+    pub fn decoders(&self) -> usize {
+        self.threads.map_or(1, usize::from)
+    }
+
     /// Sites folded at once.
     pub fn threads(&self) -> usize {
         self.threads.map_or_else(

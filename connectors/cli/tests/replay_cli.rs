@@ -96,6 +96,85 @@ fn the_digest_is_stable_and_a_chain_names_the_first_divergence() {
 }
 
 #[test]
+fn one_or_several_decoding_threads_give_the_same_digest_chain_and_outputs() {
+    // Issue 20: decoding in parallel must leave records applied one by one in log order.
+    // A site with an outage, a restart and bad records (quarantined at their offsets),
+    // over many batches of 1,024 records, so decoders finish out of order.
+    let tmp = tempfile::tempdir().unwrap();
+    let site = tmp.path().join("site.jsonl");
+    let site = site.display().to_string();
+    simulate(
+        &site,
+        5,
+        200,
+        600,
+        2,
+        &["--outage", "40m+30m", "--stop", "z1c1@1h20m+10m"],
+    );
+    let mut lines: Vec<String> = std::fs::read_to_string(&site)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    assert!(lines.len() > 10 * 1024, "{} records", lines.len());
+    for at in [3 * 1024 + 5, 7 * 1024, lines.len() - 2] {
+        lines[at] = "{\"type\":\"vda.heartbeat\"}".to_string();
+    }
+    let file = write(tmp.path(), "damaged.jsonl", &(lines.join("\n") + "\n"));
+    // (An import refuses invalid lines: the embedded log holds the undamaged site.)
+    let log = tmp.path().join("log").display().to_string();
+    ok(lhc(&["log", "import", &site, "--log", &log, "-q"]));
+    let chain = |threads: &str, input: &str, name: &str| {
+        let path = tmp.path().join(name).display().to_string();
+        ok(lhc(&[
+            "replay",
+            input,
+            "--threads",
+            threads,
+            "--no-outputs",
+            "--digest-every",
+            "997",
+            "--chain",
+            &path,
+            "-q",
+        ]));
+        std::fs::read_to_string(&path).unwrap()
+    };
+    let one = chain("1", &file, "one.jsonl");
+    assert!(one.lines().count() > 10, "{one}");
+    // (65535: more than the source starts; it decodes on its most.)
+    for threads in ["3", "65535"] {
+        assert_eq!(
+            one,
+            chain(threads, &file, &format!("{threads}.jsonl")),
+            "{threads} threads"
+        );
+    }
+    let one_from_log = chain("1", &log, "log-one.jsonl");
+    assert_ne!(one, one_from_log, "the log holds the undamaged records");
+    for threads in ["2", "7"] {
+        assert_eq!(
+            one_from_log,
+            chain(threads, &log, &format!("log-{threads}.jsonl")),
+            "{threads} threads on the embedded log"
+        );
+    }
+    let (outputs_one, _) = ok(lhc(&["replay", &file, "--threads", "1", "-q"]));
+    let (outputs_three, _) = ok(lhc(&["replay", &file, "--threads", "3", "-q"]));
+    assert_eq!(outputs_one, outputs_three);
+    assert_eq!(
+        outputs_one.matches(r#""type":"quarantine""#).count(),
+        3,
+        "the three damaged records are quarantined"
+    );
+    // Commands that decode on one thread refuse the option rather than ignore it.
+    let out = lhc(&["report", "outage", &file, "--threads", "2", "-q"]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(stderr.contains("--threads needs --all-sites"), "{stderr}");
+}
+
+#[test]
 fn the_table_has_one_aligned_line_per_output() {
     let tmp = tempfile::tempdir().unwrap();
     let file = write(tmp.path(), "in.jsonl", EXAMPLE);

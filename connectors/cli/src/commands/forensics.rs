@@ -42,6 +42,7 @@ pub fn run(command: ForensicsCommand, quiet: bool) -> anyhow::Result<ExitCode> {
             out,
             format,
         } => {
+            fleet.refuse_threads_without_sites()?;
             if fleet.all_sites {
                 if out.is_some() {
                     anyhow::bail!(

@@ -22,6 +22,7 @@ pub struct LintArgs {
 
 /// Runs `lhc lint`: exit 1 when a finding is an error (or a warning, with --strict).
 pub fn run(args: LintArgs, quiet: bool) -> anyhow::Result<ExitCode> {
+    args.fleet.refuse_threads_without_sites()?;
     if args.fleet.all_sites {
         return fleet(args, quiet);
     }

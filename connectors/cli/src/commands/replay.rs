@@ -60,7 +60,10 @@ pub fn run(args: ReplayArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     if args.fleet.all_sites {
         return fleet(args, quiet);
     }
-    let (mut source, bar) = args.source.open_with_progress("replaying", quiet)?;
+    let (source, bar) = args.source.open_with_progress("replaying", quiet)?;
+    // Decoding on more threads changes when records are decoded, never which or in what
+    // order they are applied.
+    let mut source = source.with_decoders(args.fleet.decoders());
     let mut options = ReplayOptions {
         digest_every: args.digest_every,
         digest_at: None,

@@ -51,6 +51,7 @@ pub fn run(command: ReportCommand, quiet: bool) -> anyhow::Result<ExitCode> {
             format,
         } => {
             let zone = tz.as_deref().map(Zone::named).transpose()?;
+            fleet.refuse_threads_without_sites()?;
             if fleet.all_sites {
                 if out.is_some() {
                     anyhow::bail!(
