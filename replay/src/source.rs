@@ -281,19 +281,13 @@ fn decode_batch(entries: Vec<LogEntry>) -> Vec<Decoded> {
 }
 
 impl Reader {
-    /// Moves reading and decoding to a thread that sends batches in order.
-    fn spawn(self) -> Ahead {
-        if self.decoders > 1 {
-            return self.spawn_parallel();
-        }
-        self.spawn_single()
-    }
-
-    /// Reads batches on one thread and decodes them on `decoders` others, sending them on
-    /// in log order: each batch gets a channel of its own for its decoded records, and the
-    /// reading thread forwards those channels' contents in the order it read the batches,
-    /// so no batch overtakes another whichever decoder finishes first.
-    fn spawn_parallel(mut self) -> Ahead {
+    /// Moves reading and decoding to a thread that sends batches in order: one decoder
+    /// decodes on that thread, more decode on threads of their own.
+    ///
+    /// With several, each batch read gets a channel of its own for its decoded records,
+    /// and the reading thread forwards those channels' contents in the order it read the
+    /// batches, so no batch overtakes another whichever decoder finishes first.
+    fn spawn(mut self) -> Ahead {
         let (send, batches) = sync_channel(BATCHES_AHEAD);
         let decoders = self.decoders;
         let thread = std::thread::Builder::new()
@@ -301,7 +295,9 @@ impl Reader {
             .spawn(move || {
                 let (jobs, queue) = sync_channel::<Job>(decoders);
                 let queue = Arc::new(Mutex::new(queue));
-                let workers: Vec<_> = (0..decoders)
+                // One decoder is the reading thread itself: no hand-over.
+                let threads = if decoders > 1 { decoders } else { 0 };
+                let workers: Vec<_> = (0..threads)
                     .map(|i| {
                         let queue = Arc::clone(&queue);
                         std::thread::Builder::new()
@@ -332,28 +328,12 @@ impl Reader {
                         Err(_) => false, // a decoder died: stop rather than skip a batch
                     }
                 };
-                let mut failed = None;
                 loop {
-                    let mut batch = Vec::with_capacity(BATCH);
-                    let end = loop {
-                        match self.next_entry() {
-                            Ok(Some(entry)) => {
-                                batch.push(entry);
-                                if batch.len() == BATCH {
-                                    break false;
-                                }
-                            }
-                            Ok(None) => break true,
-                            Err(error) => {
-                                failed = Some(error);
-                                break true;
-                            }
-                        }
-                    };
+                    let (batch, end) = self.read_batch();
                     if !batch.is_empty() && decoders == 0 {
-                        // No decoding thread could start: decode here, as one thread would.
+                        // One decoder, or no decoding thread could start: decode here.
                         if send.send(Ok(decode_batch(batch))).is_err() {
-                            return;
+                            return; // the caller stopped reading
                         }
                     } else if !batch.is_empty() {
                         let (done, decoded) = sync_channel(1);
@@ -363,21 +343,21 @@ impl Reader {
                         pending.push_back(decoded);
                     }
                     // Keep every decoder busy, and no more batches in flight than that.
-                    while pending.len() > decoders || (end && !pending.is_empty()) {
+                    while pending.len() > decoders || (end.is_some() && !pending.is_empty()) {
                         if !forward(&mut pending) {
                             return; // the caller stopped reading
                         }
                     }
-                    if end {
-                        break;
+                    if let Some(end) = end {
+                        drop(jobs);
+                        for worker in workers {
+                            let _ = worker.join();
+                        }
+                        if let Err(error) = end {
+                            let _ = send.send(Err(error));
+                        }
+                        return;
                     }
-                }
-                drop(jobs);
-                for worker in workers {
-                    let _ = worker.join();
-                }
-                if let Some(error) = failed {
-                    let _ = send.send(Err(error));
                 }
             })
             .expect("spawning the source's reading thread");
@@ -388,42 +368,21 @@ impl Reader {
         }
     }
 
-    /// Reads and decodes on one thread.
-    fn spawn_single(mut self) -> Ahead {
-        let (send, batches) = sync_channel(BATCHES_AHEAD);
-        let thread = std::thread::Builder::new()
-            .name("lhc-source".into())
-            .spawn(move || loop {
-                let mut batch = Vec::with_capacity(BATCH);
-                let end = loop {
-                    match self.next_entry() {
-                        Ok(Some(entry)) => {
-                            let record = decode_record_at(&entry.bytes, entry.offset);
-                            batch.push((entry.offset, record));
-                            if batch.len() == BATCH {
-                                break Ok(false);
-                            }
-                        }
-                        Ok(None) => break Ok(true),
-                        Err(error) => break Err(error),
+    /// Reads up to [`BATCH`] entries; with them, `Some` when the source ended after them
+    /// (`Err`: with the error that ended it), `None` when more may follow.
+    fn read_batch(&mut self) -> (Vec<LogEntry>, Option<Result<(), SourceError>>) {
+        let mut batch = Vec::with_capacity(BATCH);
+        loop {
+            match self.next_entry() {
+                Ok(Some(entry)) => {
+                    batch.push(entry);
+                    if batch.len() == BATCH {
+                        return (batch, None);
                     }
-                };
-                let stop = !matches!(end, Ok(false));
-                if !batch.is_empty() && send.send(Ok(batch)).is_err() {
-                    return; // the caller stopped reading
                 }
-                if let Err(error) = end {
-                    let _ = send.send(Err(error));
-                }
-                if stop {
-                    return;
-                }
-            })
-            .expect("spawning the source's reading thread");
-        Ahead {
-            batches,
-            batch: Vec::new().into_iter(),
-            thread: Some(thread),
+                Ok(None) => return (batch, Some(Ok(()))),
+                Err(error) => return (batch, Some(Err(error))),
+            }
         }
     }
 

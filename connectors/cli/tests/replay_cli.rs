@@ -5,7 +5,7 @@ mod common;
 
 use std::path::Path;
 
-use common::{lhc, lhc_limited, ok, simulate};
+use common::{chain_of, lhc, lhc_limited, ok, simulate};
 
 const EXAMPLE: &str = include_str!("../../../docs/examples/site-outage.jsonl");
 
@@ -45,20 +45,7 @@ fn the_digest_is_stable_and_a_chain_names_the_first_divergence() {
         "{first}"
     );
     assert_eq!(first, second);
-    ok(lhc(&[
-        "replay",
-        &file,
-        "--no-outputs",
-        "--digest-every",
-        "1",
-        "--chain",
-        &chain,
-        "-q",
-    ]));
-    assert_eq!(
-        std::fs::read_to_string(&chain).unwrap().lines().count(),
-        471
-    );
+    assert_eq!(chain_of(&file, 1, &chain, &[]).lines().count(), 471);
     ok(lhc(&[
         "replay",
         &file,
@@ -67,6 +54,27 @@ fn the_digest_is_stable_and_a_chain_names_the_first_divergence() {
         &chain,
         "-q",
     ]));
+    // A chain that stops early verifies what it holds, and says the rest was not verified.
+    let sparse = tmp.path().join("sparse.jsonl").display().to_string();
+    let links = chain_of(&file, 100, &sparse, &[]);
+    let (_, said) = ok(lhc(&["replay", &file, "--no-outputs", "--verify", &sparse]));
+    assert!(said.contains("verified: all"), "{said}");
+    assert!(!said.contains("not verified"), "{links}\n{said}");
+    let short: Vec<&str> = links.lines().take(2).collect();
+    std::fs::write(&sparse, short.join("\n") + "\n").unwrap();
+    let (_, said) = ok(lhc(&[
+        "replay",
+        &file,
+        "--no-outputs",
+        "--verify",
+        &sparse,
+        "-q",
+    ]));
+    assert!(
+        said.contains("warning: the chain ends at offset 199 but the log goes on to offset 470")
+            && said.contains("the last 271 record(s) were not verified"),
+        "{said}"
+    );
 
     // Turn one ok health check (after the outage) into a failure: verification names its offset.
     let mut lines: Vec<String> = EXAMPLE.lines().map(str::to_string).collect();
@@ -126,19 +134,7 @@ fn one_or_several_decoding_threads_give_the_same_digest_chain_and_outputs() {
     ok(lhc(&["log", "import", &site, "--log", &log, "-q"]));
     let chain = |threads: &str, input: &str, name: &str| {
         let path = tmp.path().join(name).display().to_string();
-        ok(lhc(&[
-            "replay",
-            input,
-            "--threads",
-            threads,
-            "--no-outputs",
-            "--digest-every",
-            "997",
-            "--chain",
-            &path,
-            "-q",
-        ]));
-        std::fs::read_to_string(&path).unwrap()
+        chain_of(input, 997, &path, &["--threads", threads])
     };
     let one = chain("1", &file, "one.jsonl");
     assert!(one.lines().count() > 10, "{one}");

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{lhc, lhc_limited, ok, refused, root, simulate};
+use common::{chain_of, lhc, lhc_limited, ok, refused, root, simulate};
 use serde_json::Value;
 
 fn scenario(name: &str) -> String {
@@ -340,21 +340,11 @@ fn the_as_it_happened_side_verifies_a_recorded_chain() {
     let log = scenario("r-launch-6.jsonl");
     let chain = tmp.path().join("chain.jsonl");
     let chain = chain.to_str().unwrap();
-    ok(lhc(&[
-        "replay",
-        &log,
-        "-q",
-        "--no-outputs",
-        "--digest-every",
-        "50",
-        "--chain",
-        chain,
-    ]));
+    let text = chain_of(&log, 50, chain, &[]);
     let setting = "reuse_machines_without_shutdown_in_outage_allowed=true";
     let w = whatif(&[&log, "--site", setting, "--verify", chain]);
     assert_eq!(w["before"]["verified"]["links"], 11, "{}", w["before"]);
     assert!(w["before"]["verified"].get("first_difference").is_none());
-    let text = std::fs::read_to_string(chain).unwrap();
     let bad = text.replacen(
         "\"offset\":99,\"digest\":\"",
         "\"offset\":99,\"digest\":\"0",

@@ -71,6 +71,15 @@ pub fn run(args: ReplayArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     if let Some(path) = &args.verify {
         options.digest_at = Some(read_chain(path)?);
     }
+    // What the chain covers: its number of links and its last offset, and the spacing of
+    // its last two (to tell a chain that stops early from one that simply ends between
+    // two links).
+    let chain_cover = options.digest_at.as_ref().map(|chain| {
+        let mut last = chain.keys().rev();
+        let end = *last.next().expect("read_chain refuses an empty chain");
+        let spacing = last.next().map_or(end + 1, |before| end - before);
+        (chain.len(), end, spacing)
+    });
     if let Some(input) = args.source.input_path() {
         for path in [&args.out, &args.chain].into_iter().flatten() {
             crate::args::refuse_overwrite(path, &[&input])?;
@@ -144,8 +153,23 @@ pub fn run(args: ReplayArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     if args.verify.is_some() {
         match &summary.divergence {
             None => {
+                let (links, end, spacing) = chain_cover.expect("set with --verify");
                 if !quiet {
-                    eprintln!("verified: every digest of the chain matches");
+                    eprintln!(
+                        "verified: all {links} digest(s) of the chain match, the last after \
+                         offset {end}"
+                    );
+                }
+                let beyond = summary
+                    .last_offset
+                    .map_or(0, |last| last.saturating_sub(end));
+                if beyond >= spacing {
+                    eprintln!(
+                        "warning: the chain ends at offset {end} but the log goes on to offset \
+                         {}: the last {beyond} record(s) were not verified (was the chain \
+                         written from a shorter log?)",
+                        summary.last_offset.unwrap_or(end)
+                    );
                 }
             }
             Some(d) => {

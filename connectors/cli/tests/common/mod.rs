@@ -34,6 +34,25 @@ pub fn ok(out: Output) -> (String, String) {
     (stdout, stderr)
 }
 
+/// Replays `input` (with `extra` arguments) writing a digest chain every `every` records
+/// to `chain`, and returns the chain's text.
+pub fn chain_of(input: &str, every: u64, chain: &str, extra: &[&str]) -> String {
+    let every = every.to_string();
+    let mut args = vec![
+        "replay",
+        input,
+        "--no-outputs",
+        "--digest-every",
+        &every,
+        "--chain",
+        chain,
+        "-q",
+    ];
+    args.extend_from_slice(extra);
+    ok(lhc(&args));
+    std::fs::read_to_string(chain).unwrap()
+}
+
 /// Compares `text` with the golden file `name` (in tests/golden); `LHC_BLESS=1` writes
 /// it first, for a change that means to alter the output.
 pub fn golden(name: &str, text: &str) {
