@@ -650,6 +650,59 @@ pub fn refresh(
     Ok(done)
 }
 
+/// Writes checkpoints while a replay of an embedded log from its first record goes on (`lhc
+/// replay LOG --checkpoint-every N`): the checkpoint after records `every`, `2 * every`, …
+/// as the replay passes them, each replacing any file of the same name. Follow it with the
+/// replay's own observer ([`crate::run::replay_also`]).
+pub struct Taker(Writer);
+
+impl Taker {
+    /// A taker for the embedded log in `log_dir`, refused when `every` is 0 or the log no
+    /// longer starts at offset 0 (the replay is from its first record).
+    pub fn new(log_dir: &Path, every: u64, build: &str) -> Result<Taker, CheckpointError> {
+        if every == 0 {
+            return Err(CheckpointError::ZeroInterval);
+        }
+        let log = EmbeddedLog::open_read_only(log_dir)?;
+        let start = log.start_offset()?;
+        if start != 0 {
+            return Err(CheckpointError::NotFromStart {
+                log: log.describe(),
+                start,
+            });
+        }
+        remove_leftovers(log_dir)?;
+        Ok(Taker(Writer {
+            every,
+            build: build.to_string(),
+            dir: log_dir.to_path_buf(),
+            hashes: Some(log),
+            ..Writer::default()
+        }))
+    }
+
+    /// The checkpoints written so far (their next offsets).
+    pub fn written(&self) -> &[u64] {
+        &self.0.written
+    }
+}
+
+impl Observer for Taker {
+    type Error = CheckpointError;
+
+    fn before(&mut self, step: Before<'_>) -> Result<crate::drive::Flow, CheckpointError> {
+        self.0.before(step)
+    }
+
+    fn after(&mut self, step: After<'_>) -> Result<(), CheckpointError> {
+        self.0.after(step)
+    }
+
+    fn during(&mut self, step: After<'_>) -> Result<(), CheckpointError> {
+        self.0.during(step)
+    }
+}
+
 /// The observer that writes checkpoints as the replay passes multiples of `every`.
 #[derive(Default)]
 struct Writer {

@@ -130,6 +130,97 @@ pub fn drive<R: Records + ?Sized, O: Observer>(
     Ok(applied)
 }
 
+/// Two observers followed at once: `first` sees each step before `second` (so it reads a
+/// record's outputs before `second` may drain them), and either can stop the replay.
+pub struct Both<'a, A, B>(pub &'a mut A, pub &'a mut B);
+
+impl<A, B> Observer for Both<'_, A, B>
+where
+    A: Observer,
+    B: Observer,
+    A::Error: Into<B::Error>,
+{
+    type Error = B::Error;
+
+    fn before(&mut self, step: Before<'_>) -> Result<Flow, B::Error> {
+        let Before {
+            engine,
+            offset,
+            record,
+        } = step;
+        let first = self.0.before(Before {
+            engine,
+            offset,
+            record,
+        });
+        if first.map_err(Into::into)? == Flow::Stop {
+            return Ok(Flow::Stop);
+        }
+        self.1.before(Before {
+            engine,
+            offset,
+            record,
+        })
+    }
+
+    fn after(&mut self, step: After<'_>) -> Result<(), B::Error> {
+        let After {
+            engine,
+            offset,
+            outputs,
+        } = step;
+        self.0
+            .after(After {
+                engine,
+                offset,
+                outputs: &mut *outputs,
+            })
+            .map_err(Into::into)?;
+        self.1.after(After {
+            engine,
+            offset,
+            outputs,
+        })
+    }
+
+    fn during(&mut self, step: After<'_>) -> Result<(), B::Error> {
+        let After {
+            engine,
+            offset,
+            outputs,
+        } = step;
+        self.0
+            .during(After {
+                engine,
+                offset,
+                outputs: &mut *outputs,
+            })
+            .map_err(Into::into)?;
+        self.1.during(After {
+            engine,
+            offset,
+            outputs,
+        })
+    }
+}
+
+/// An observer that may be absent: `None` follows nothing and never stops the replay.
+impl<O: Observer> Observer for Option<O> {
+    type Error = O::Error;
+
+    fn before(&mut self, step: Before<'_>) -> Result<Flow, O::Error> {
+        self.as_mut().map_or(Ok(Flow::Apply), |o| o.before(step))
+    }
+
+    fn after(&mut self, step: After<'_>) -> Result<(), O::Error> {
+        self.as_mut().map_or(Ok(()), |o| o.after(step))
+    }
+
+    fn during(&mut self, step: After<'_>) -> Result<(), O::Error> {
+        self.as_mut().map_or(Ok(()), |o| o.during(step))
+    }
+}
+
 /// Replays the whole of `source` into a fresh engine with a fresh `O`, then hands the
 /// observer and the source's description to `finish`: for the reports that conclude from
 /// what they observed alone (outage report, sync forensics; lint also reads the engine).

@@ -22,7 +22,9 @@ pub use forensics::SyncForensics;
 pub use lint::{lint, Finding, LintReport, Severity};
 pub use query::{cut_at, Cut};
 pub use report::{Episode, OutageReport};
-pub use run::{replay, ChainLink, Divergence, ReplayOptions, ReplaySummary};
+pub use run::{
+    replay, replay_also, replay_into, ChainLink, Divergence, ReplayOptions, ReplaySummary,
+};
 pub use sim::{BadConfig, Scenario, SimError, SimOptions, Simulator};
 pub use source::{PathError, Source, SourceError, SourceSpec};
 pub use whatif::{whatif, Plan, WhatIf, WhatIfError};

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use lhc_engine::{Engine, Output};
 use serde::{Deserialize, Serialize};
 
-use crate::drive::{After, Observer};
+use crate::drive::{After, Both, Observer};
 use crate::source::{Source, SourceError};
 
 /// One link of a digest chain: the engine's digest after the record at `offset`.
@@ -63,16 +63,46 @@ pub fn replay<E: From<SourceError>>(
     options: &ReplayOptions,
     sink: impl FnMut(u64, &Output) -> Result<(), E>,
 ) -> Result<ReplaySummary, E> {
+    let mut summary = ReplaySummary::default();
+    replay_into(source, engine, options, sink, &mut summary)?;
+    Ok(summary)
+}
+
+/// [`replay`], keeping its totals in `summary` as it goes: when the replay stops on an
+/// error, `summary` still says how far it got and holds the digests taken until then.
+pub fn replay_into<E: From<SourceError>>(
+    source: &mut Source,
+    engine: &mut Engine,
+    options: &ReplayOptions,
+    sink: impl FnMut(u64, &Output) -> Result<(), E>,
+    summary: &mut ReplaySummary,
+) -> Result<(), E> {
+    replay_also(source, engine, options, sink, summary, &mut NoOne)
+}
+
+/// [`replay_into`] with another observer following the same replay (which sees each
+/// record's outputs before the sink takes them): one pass, not two.
+pub fn replay_also<E: From<SourceError>, O: Observer>(
+    source: &mut Source,
+    engine: &mut Engine,
+    options: &ReplayOptions,
+    sink: impl FnMut(u64, &Output) -> Result<(), E>,
+    summary: &mut ReplaySummary,
+    also: &mut O,
+) -> Result<(), E>
+where
+    O::Error: Into<E>,
+{
     let mut replayer = Replayer {
         options,
         sink,
-        summary: ReplaySummary::default(),
+        summary,
         last_agreeing: None,
         error: std::marker::PhantomData,
     };
-    crate::drive::drive(source, engine, &mut replayer)?;
+    crate::drive::drive(source, engine, &mut Both(also, &mut replayer))?;
     let Replayer {
-        mut summary,
+        summary,
         last_agreeing,
         ..
     } = replayer;
@@ -99,14 +129,29 @@ pub fn replay<E: From<SourceError>>(
             });
         }
     }
-    Ok(summary)
+    Ok(())
+}
+
+/// An observer that follows nothing (a replay with no other observer).
+struct NoOne;
+
+impl Observer for NoOne {
+    type Error = SourceError;
+
+    fn after(&mut self, _step: After<'_>) -> Result<(), SourceError> {
+        Ok(())
+    }
+
+    fn during(&mut self, _step: After<'_>) -> Result<(), SourceError> {
+        Ok(())
+    }
 }
 
 /// The replay as an observer: outputs to the sink, digests as asked.
 struct Replayer<'a, S, E> {
     options: &'a ReplayOptions,
     sink: S,
-    summary: ReplaySummary,
+    summary: &'a mut ReplaySummary,
     /// The last offset whose digest agreed with `digest_at`.
     last_agreeing: Option<u64>,
     error: std::marker::PhantomData<E>,
@@ -140,7 +185,7 @@ where
     fn after(&mut self, step: After<'_>) -> Result<(), E> {
         let (engine, offset) = (step.engine, step.offset);
         self.emit(offset, step.outputs)?;
-        let summary = &mut self.summary;
+        let summary = &mut *self.summary;
         summary.records += 1;
         summary.last_offset = Some(offset);
         let every = self

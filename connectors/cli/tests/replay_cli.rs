@@ -103,6 +103,145 @@ fn the_digest_is_stable_and_a_chain_names_the_first_divergence() {
     );
 }
 
+/// A replay stopped by a damaged record keeps the chain of the digests it took before it
+/// and says where it is; a chain path that cannot be written is refused before replaying.
+#[test]
+fn a_stopped_replay_keeps_its_chain_and_an_unwritable_chain_is_refused_first() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = write(tmp.path(), "in.jsonl", EXAMPLE);
+    let log = tmp.path().join("log").display().to_string();
+    ok(lhc(&["log", "import", &file, "--log", &log, "-q"]));
+    let seg = tmp.path().join("log").join(format!("{:020}.log", 0));
+    let mut bytes = std::fs::read(&seg).unwrap();
+    let at = bytes.len() * 3 / 4;
+    bytes[at] ^= 0x55;
+    std::fs::write(&seg, &bytes).unwrap();
+    let chain = tmp.path().join("chain.jsonl").display().to_string();
+    let out = lhc(&[
+        "replay",
+        &log,
+        "--no-outputs",
+        "--digest-every",
+        "50",
+        "--chain",
+        &chain,
+        "-q",
+    ]);
+    assert!(!out.status.success());
+    let said = String::from_utf8_lossy(&out.stderr).to_string();
+    let links = std::fs::read_to_string(&chain).unwrap();
+    let last = links.lines().last().unwrap();
+    let last: serde_json::Value = serde_json::from_str(last).unwrap();
+    assert!(links.lines().count() >= 5, "{links}");
+    assert!(
+        said.contains(&format!(
+            "({chain} holds the {} digest(s) taken until then, the last after offset {})",
+            links.lines().count(),
+            last["offset"]
+        )) && said.contains("corrupt"),
+        "{said}"
+    );
+    // The links kept are those of a whole replay, as far as they go.
+    let whole = chain_of(
+        &file,
+        50,
+        &tmp.path().join("whole.jsonl").display().to_string(),
+        &[],
+    );
+    assert!(whole.starts_with(&links), "{links}\n{whole}");
+
+    let unwritable = tmp
+        .path()
+        .join("no/such/dir/chain.jsonl")
+        .display()
+        .to_string();
+    let out = lhc(&[
+        "replay",
+        &file,
+        "--no-outputs",
+        "--digest-every",
+        "50",
+        "--chain",
+        &unwritable,
+    ]);
+    assert!(!out.status.success());
+    let said = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(
+        said.contains(&format!("creating {unwritable}")) && !said.contains("replayed"),
+        "{said}"
+    );
+}
+
+/// `replay --checkpoint-every N` writes, in the same pass, the checkpoints `lhc log
+/// checkpoint --every N` writes (byte for byte), and its outputs are a plain replay's; a
+/// JSONL file (no folder to keep them in) is refused before replaying.
+#[test]
+fn a_replay_writes_the_checkpoints_log_checkpoint_writes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = write(tmp.path(), "in.jsonl", EXAMPLE);
+    let log = tmp.path().join("log").display().to_string();
+    ok(lhc(&["log", "import", &file, "--log", &log, "-q"]));
+    let (plain, _) = ok(lhc(&["replay", &log, "-q"]));
+    let (outputs, said) = ok(lhc(&["replay", &log, "--checkpoint-every", "100"]));
+    assert_eq!(outputs, plain);
+    assert!(
+        said.contains("wrote 4 checkpoint(s), one every 100 records"),
+        "{said}"
+    );
+    let dir = tmp.path().join("log/checkpoints");
+    let read = |dir: &std::path::Path| -> Vec<(String, Vec<u8>)> {
+        let mut files: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .map(|p| {
+                (
+                    p.file_name().unwrap().to_string_lossy().to_string(),
+                    std::fs::read(&p).unwrap(),
+                )
+            })
+            .collect();
+        files.sort();
+        files
+    };
+    let by_replay = read(&dir);
+    let names: Vec<&str> = by_replay.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        [100, 200, 300, 400]
+            .map(|n| format!("{n:020}.ckpt"))
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>()
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+    ok(lhc(&["log", "checkpoint", &log, "--every", "100", "-q"]));
+    assert!(
+        read(&dir) == by_replay,
+        "the same checkpoints, byte for byte"
+    );
+    // A query then starts from one of them.
+    let (_, said) = ok(lhc(&[
+        "query",
+        &log,
+        "--at",
+        "2026-01-05T12:00:00Z",
+        "digest",
+    ]));
+    assert!(
+        said.contains("note: started from the checkpoint after"),
+        "{said}"
+    );
+
+    let out = lhc(&["replay", &file, "--checkpoint-every", "100"]);
+    assert!(!out.status.success());
+    let said = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(
+        said.contains("--checkpoint-every needs an embedded log directory")
+            && !said.contains("replayed"),
+        "{said}"
+    );
+}
+
 #[test]
 fn one_or_several_decoding_threads_give_the_same_digest_chain_and_outputs() {
     // Issue 20: decoding in parallel must leave records applied one by one in log order.

@@ -11,7 +11,7 @@ use anyhow::{bail, Context};
 use lhc_engine::engine::snake;
 use lhc_engine::output::{EventSource, Output, Reason};
 use lhc_engine::Engine;
-use lhc_replay::{replay, ChainLink, ReplayOptions};
+use lhc_replay::{replay_also, ChainLink, ReplayOptions, ReplaySummary};
 
 use crate::args::{FleetArgs, SourceArgs};
 
@@ -53,6 +53,11 @@ pub struct ReplayArgs {
     /// whose digest differs and exits 1 there.
     #[arg(long, value_name = "CHAIN")]
     verify: Option<PathBuf>,
+    /// Also write a checkpoint of the state after every N records into the embedded log's
+    /// `checkpoints/` folder as the replay passes them (what `lhc log checkpoint --every N`
+    /// writes, in the same pass), so later `lhc query --at` start near their instant.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    checkpoint_every: Option<u64>,
 }
 
 /// Runs `lhc replay`.
@@ -60,6 +65,22 @@ pub fn run(args: ReplayArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     if args.fleet.all_sites {
         return fleet(args, quiet);
     }
+    // Checkpoints are kept beside an embedded log, of which the replay is from the start.
+    let mut taker = match args.checkpoint_every {
+        None => None,
+        Some(every) => {
+            let Some(dir) = args.source.embedded_dir() else {
+                bail!(
+                    "--checkpoint-every needs an embedded log directory: checkpoints are kept \
+                     beside it (a JSONL file can be imported with `lhc log import FILE --log \
+                     DIR`; a Kafka topic has no folder of its own)"
+                );
+            };
+            let taker = lhc_replay::checkpoint::Taker::new(&dir, every, &crate::build_id())
+                .with_context(|| format!("checkpointing {}", dir.display()))?;
+            Some(taker)
+        }
+    };
     let (source, bar) = args.source.open_with_progress("replaying", quiet)?;
     // Decoding on more threads changes when records are decoded, never which or in what
     // order they are applied.
@@ -85,6 +106,15 @@ pub fn run(args: ReplayArgs, quiet: bool) -> anyhow::Result<ExitCode> {
             crate::args::refuse_overwrite(path, &[&input])?;
         }
     }
+    // The chain file is created before the replay, so a path that cannot be written is
+    // said at once, not after a long replay.
+    let mut chain_file = match (&args.chain, args.digest_every) {
+        (Some(path), Some(_)) => Some((
+            path,
+            File::create(path).with_context(|| format!("creating {}", path.display()))?,
+        )),
+        _ => None,
+    };
     let mut engine = Engine::new();
     let sink: Box<dyn Write> = match (&args.out, args.no_outputs) {
         (_, true) => Box::new(std::io::sink()),
@@ -102,7 +132,8 @@ pub fn run(args: ReplayArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     let writing = || format!("writing the outputs to {target}");
     let format = args.format;
     let print = !args.no_outputs;
-    let summary = replay(
+    let mut summary = ReplaySummary::default();
+    let replayed = replay_also(
         &mut source,
         &mut engine,
         &options,
@@ -119,20 +150,36 @@ pub fn run(args: ReplayArgs, quiet: bool) -> anyhow::Result<ExitCode> {
             }
             Ok(())
         },
-    )?;
+        &mut summary,
+        &mut taker,
+    );
+    // A replay stopped by an error still leaves the digests it took, and says so.
+    if let Some((path, file)) = chain_file.take() {
+        let written = write_chain(path, file, &summary.chain);
+        if let Err(error) = replayed {
+            let kept = match (&written, summary.chain.last()) {
+                (Ok(()), Some(last)) => format!(
+                    "{} holds the {} digest(s) taken until then, the last after offset {}",
+                    path.display(),
+                    summary.chain.len(),
+                    last.offset
+                ),
+                (Ok(()), None) => format!(
+                    "no digest was taken until then ({} is empty)",
+                    path.display()
+                ),
+                (Err(e), _) => format!("its chain could not be written either: {e:#}"),
+            };
+            return Err(error.context(format!(
+                "the replay stopped after {} record(s) ({kept})",
+                summary.records
+            )));
+        }
+        written?;
+    }
+    replayed?;
     sink.flush().with_context(writing)?;
     bar.finish_and_clear();
-    if let (Some(path), Some(_)) = (&args.chain, args.digest_every) {
-        let mut file = BufWriter::new(
-            File::create(path).with_context(|| format!("creating {}", path.display()))?,
-        );
-        let writing = || format!("writing the chain to {}", path.display());
-        for link in &summary.chain {
-            serde_json::to_writer(&mut file, link).with_context(writing)?;
-            file.write_all(b"\n").with_context(writing)?;
-        }
-        file.flush().with_context(writing)?;
-    }
     if args.digest {
         let after = summary
             .last_offset
@@ -148,6 +195,14 @@ pub fn run(args: ReplayArgs, quiet: bool) -> anyhow::Result<ExitCode> {
             summary.records,
             source.describe(),
             summary.outputs
+        );
+    }
+    if let (Some(taker), Some(every), false) = (&taker, args.checkpoint_every, quiet) {
+        let dir = args.source.embedded_dir().unwrap_or_default();
+        eprintln!(
+            "wrote {} checkpoint(s), one every {every} records, in {}",
+            taker.written().len(),
+            dir.join(lhc_replay::checkpoint::DIR).display()
         );
     }
     if args.verify.is_some() {
@@ -192,6 +247,17 @@ pub fn run(args: ReplayArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Writes the links of a digest chain to `file` (created at `path`), one JSON line each.
+fn write_chain(path: &std::path::Path, file: File, chain: &[ChainLink]) -> anyhow::Result<()> {
+    let mut file = BufWriter::new(file);
+    let writing = || format!("writing the chain to {}", path.display());
+    for link in chain {
+        serde_json::to_writer(&mut file, link).with_context(writing)?;
+        file.write_all(b"\n").with_context(writing)?;
+    }
+    file.flush().with_context(writing)
 }
 
 /// Reads a digest chain (JSONL of offset and digest) written by `--digest-every`.
@@ -318,6 +384,7 @@ fn fleet(args: ReplayArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         (args.out.is_some(), "--out"),
         (args.verify.is_some(), "--verify"),
         (args.digest_every.is_some(), "--digest-every"),
+        (args.checkpoint_every.is_some(), "--checkpoint-every"),
     ];
     if let Some((_, flag)) = per_site.iter().find(|(given, _)| *given) {
         bail!("{flag} is per site: give --site NAME instead of --all-sites");
