@@ -671,12 +671,33 @@ impl Taker {
                 start,
             });
         }
+        // The folder is made, and shown writable, before the replay: a path that cannot
+        // hold checkpoints is said at once, not at the first checkpoint.
+        let dir = log_dir.join(DIR);
+        std::fs::create_dir_all(&dir).map_err(io(&dir))?;
+        let probe = dir.join(".writable.tmp");
+        File::create(&probe)
+            .and_then(|_| std::fs::remove_file(&probe))
+            .map_err(io(&probe))?;
         remove_leftovers(log_dir)?;
+        // Those already there for this build and log are kept (as `refresh` keeps them): a
+        // second replay rewrites only what is missing or unfit.
+        let mut keep = std::collections::BTreeSet::new();
+        for (offset, path) in list(log_dir)? {
+            if offset.is_multiple_of(every)
+                && read_header(&path).is_ok_and(|(header, _)| {
+                    unfit(&header, build, &log).is_ok_and(|why| why.is_none())
+                })
+            {
+                keep.insert(offset);
+            }
+        }
         Ok(Taker(Writer {
             every,
             build: build.to_string(),
             dir: log_dir.to_path_buf(),
             hashes: Some(log),
+            keep,
             ..Writer::default()
         }))
     }
@@ -684,6 +705,11 @@ impl Taker {
     /// The checkpoints written so far (their next offsets).
     pub fn written(&self) -> &[u64] {
         &self.0.written
+    }
+
+    /// The checkpoints found usable and kept as they were (their next offsets).
+    pub fn kept(&self) -> usize {
+        self.0.keep.len()
     }
 }
 
@@ -718,6 +744,8 @@ struct Writer {
     last_ts: Option<Ts>,
     first_record: Option<String>,
     written: Vec<u64>,
+    /// Checkpoints already there and usable, not written again.
+    keep: std::collections::BTreeSet<u64>,
 }
 
 impl Writer {
@@ -841,7 +869,7 @@ impl Observer for Writer {
             self.quarantined += 1;
         }
         self.next_offset = step.offset + 1;
-        if self.next_offset.is_multiple_of(self.every) {
+        if self.next_offset.is_multiple_of(self.every) && !self.keep.contains(&self.next_offset) {
             self.write(step.engine)?;
         }
         Ok(())

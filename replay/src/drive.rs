@@ -131,7 +131,10 @@ pub fn drive<R: Records + ?Sized, O: Observer>(
 }
 
 /// Two observers followed at once: `first` sees each step before `second` (so it reads a
-/// record's outputs before `second` may drain them), and either can stop the replay.
+/// record's outputs before `second` may drain them), and either can stop the replay. When
+/// `second` stops before a record, `first` has already seen it in `before`: an observer
+/// that keeps something from `before` (the checkpoint writer keeps times) goes first only
+/// beside one that never stops.
 pub struct Both<'a, A, B>(pub &'a mut A, pub &'a mut B);
 
 impl<A, B> Observer for Both<'_, A, B>

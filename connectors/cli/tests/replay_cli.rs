@@ -60,6 +60,49 @@ fn the_digest_is_stable_and_a_chain_names_the_first_divergence() {
     let (_, said) = ok(lhc(&["replay", &file, "--no-outputs", "--verify", &sparse]));
     assert!(said.contains("verified: all"), "{said}");
     assert!(!said.contains("not verified"), "{links}\n{said}");
+    let cut: Vec<&str> = links.lines().collect();
+    std::fs::write(&sparse, cut[..cut.len() - 1].join("\n") + "\n").unwrap();
+    let (_, said) = ok(lhc(&[
+        "replay",
+        &file,
+        "--no-outputs",
+        "--verify",
+        &sparse,
+        "-q",
+    ]));
+    assert!(
+        said.contains("the last 71 record(s) were not verified"),
+        "{said}"
+    );
+    // A chain lists each offset once, in order; --chain may not overwrite it.
+    let doubled = format!("{}\n{}\n", cut[1], cut[1]);
+    std::fs::write(&sparse, &doubled).unwrap();
+    let out = lhc(&["replay", &file, "--no-outputs", "--verify", &sparse]);
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("line 2: offset 199 does not follow offset 199"),
+        "{out:?}"
+    );
+    let out = lhc(&[
+        "replay",
+        &file,
+        "--no-outputs",
+        "--verify",
+        &sparse,
+        "--digest-every",
+        "10",
+        "--chain",
+        &sparse,
+    ]);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("is the chain --verify reads"),
+        "{out:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&sparse).unwrap(),
+        doubled,
+        "the chain is kept"
+    );
     let short: Vec<&str> = links.lines().take(2).collect();
     std::fs::write(&sparse, short.join("\n") + "\n").unwrap();
     let (_, said) = ok(lhc(&[
@@ -103,8 +146,9 @@ fn the_digest_is_stable_and_a_chain_names_the_first_divergence() {
     );
 }
 
-/// A replay stopped by a damaged record keeps the chain of the digests it took before it
-/// and says where it is; a chain path that cannot be written is refused before replaying.
+/// A replay stopped by a damaged record keeps the chain of the digests it took before it,
+/// beside the chain's name, and says where it is; a chain path that cannot be written is
+/// refused before replaying.
 #[test]
 fn a_stopped_replay_keeps_its_chain_and_an_unwritable_chain_is_refused_first() {
     let tmp = tempfile::tempdir().unwrap();
@@ -117,6 +161,7 @@ fn a_stopped_replay_keeps_its_chain_and_an_unwritable_chain_is_refused_first() {
     bytes[at] ^= 0x55;
     std::fs::write(&seg, &bytes).unwrap();
     let chain = tmp.path().join("chain.jsonl").display().to_string();
+    let partial = format!("{chain}.partial");
     let out = lhc(&[
         "replay",
         &log,
@@ -129,17 +174,21 @@ fn a_stopped_replay_keeps_its_chain_and_an_unwritable_chain_is_refused_first() {
     ]);
     assert!(!out.status.success());
     let said = String::from_utf8_lossy(&out.stderr).to_string();
-    let links = std::fs::read_to_string(&chain).unwrap();
+    let links = std::fs::read_to_string(&partial).unwrap();
     let last = links.lines().last().unwrap();
     let last: serde_json::Value = serde_json::from_str(last).unwrap();
     assert!(links.lines().count() >= 5, "{links}");
     assert!(
         said.contains(&format!(
-            "({chain} holds the {} digest(s) taken until then, the last after offset {})",
+            "({partial} holds the {} digest(s) taken until then, the last after offset {})",
             links.lines().count(),
             last["offset"]
         )) && said.contains("corrupt"),
         "{said}"
+    );
+    assert!(
+        !std::path::Path::new(&chain).exists(),
+        "the chain's own name is left alone"
     );
     // The links kept are those of a whole replay, as far as they go.
     let whole = chain_of(
@@ -158,7 +207,6 @@ fn a_stopped_replay_keeps_its_chain_and_an_unwritable_chain_is_refused_first() {
     let out = lhc(&[
         "replay",
         &file,
-        "--no-outputs",
         "--digest-every",
         "50",
         "--chain",
@@ -167,25 +215,46 @@ fn a_stopped_replay_keeps_its_chain_and_an_unwritable_chain_is_refused_first() {
     assert!(!out.status.success());
     let said = String::from_utf8_lossy(&out.stderr).to_string();
     assert!(
-        said.contains(&format!("creating {unwritable}")) && !said.contains("replayed"),
+        said.contains("creating ") && said.contains("no/such/dir/chain.jsonl.tmp"),
         "{said}"
     );
+    assert!(out.stdout.is_empty(), "refused before replaying");
 }
 
 /// `replay --checkpoint-every N` writes, in the same pass, the checkpoints `lhc log
-/// checkpoint --every N` writes (byte for byte), and its outputs are a plain replay's; a
+/// checkpoint --every N` writes (byte for byte, quarantined records counted, whatever the
+/// decoding threads), and its outputs are a plain replay's; a second run keeps them; a
 /// JSONL file (no folder to keep them in) is refused before replaying.
 #[test]
 fn a_replay_writes_the_checkpoints_log_checkpoint_writes() {
     let tmp = tempfile::tempdir().unwrap();
-    let file = write(tmp.path(), "in.jsonl", EXAMPLE);
+    // A record the engine quarantines (an unknown connector) counts in the headers.
+    let mut lines: Vec<String> = EXAMPLE.lines().map(str::to_string).collect();
+    let ts: serde_json::Value = serde_json::from_str(&lines[149]).unwrap();
+    let unknown = format!(
+        r#"{{"ts":{},"type":"health.check","connector":"nobody.corp.example","ok":true}}"#,
+        ts["ts"]
+    );
+    lines.insert(150, unknown);
+    let file = write(tmp.path(), "in.jsonl", &(lines.join("\n") + "\n"));
     let log = tmp.path().join("log").display().to_string();
     ok(lhc(&["log", "import", &file, "--log", &log, "-q"]));
     let (plain, _) = ok(lhc(&["replay", &log, "-q"]));
-    let (outputs, said) = ok(lhc(&["replay", &log, "--checkpoint-every", "100"]));
+    assert!(
+        plain.contains("\"offset\":150"),
+        "the record is quarantined"
+    );
+    let (outputs, said) = ok(lhc(&[
+        "replay",
+        &log,
+        "--checkpoint-every",
+        "100",
+        "--threads",
+        "2",
+    ]));
     assert_eq!(outputs, plain);
     assert!(
-        said.contains("wrote 4 checkpoint(s), one every 100 records"),
+        said.contains("wrote 4 checkpoint(s) and kept 0 already there, one every 100 records"),
         "{said}"
     );
     let dir = tmp.path().join("log/checkpoints");
@@ -204,15 +273,23 @@ fn a_replay_writes_the_checkpoints_log_checkpoint_writes() {
         files
     };
     let by_replay = read(&dir);
-    let names: Vec<&str> = by_replay.iter().map(|(n, _)| n.as_str()).collect();
-    assert_eq!(
-        names,
-        [100, 200, 300, 400]
-            .map(|n| format!("{n:020}.ckpt"))
-            .iter()
-            .map(String::as_str)
-            .collect::<Vec<_>>()
+    let names: Vec<String> = by_replay.iter().map(|(n, _)| n.clone()).collect();
+    assert_eq!(names, [100, 200, 300, 400].map(|n| format!("{n:020}.ckpt")));
+    let header = String::from_utf8_lossy(&by_replay[1].1[..400]).to_string();
+    assert!(header.contains("\"quarantined\":1"), "{header}");
+    // A second replay keeps those already there.
+    let (_, said) = ok(lhc(&[
+        "replay",
+        &log,
+        "--no-outputs",
+        "--checkpoint-every",
+        "100",
+    ]));
+    assert!(
+        said.contains("wrote 0 checkpoint(s) and kept 4 already there"),
+        "{said}"
     );
+    assert!(read(&dir) == by_replay);
     std::fs::remove_dir_all(&dir).unwrap();
     ok(lhc(&["log", "checkpoint", &log, "--every", "100", "-q"]));
     assert!(
@@ -224,7 +301,7 @@ fn a_replay_writes_the_checkpoints_log_checkpoint_writes() {
         "query",
         &log,
         "--at",
-        "2026-01-05T12:00:00Z",
+        "2026-01-05T09:55:00Z",
         "digest",
     ]));
     assert!(
@@ -236,10 +313,10 @@ fn a_replay_writes_the_checkpoints_log_checkpoint_writes() {
     assert!(!out.status.success());
     let said = String::from_utf8_lossy(&out.stderr).to_string();
     assert!(
-        said.contains("--checkpoint-every needs an embedded log directory")
-            && !said.contains("replayed"),
+        said.contains("--checkpoint-every needs an embedded log directory"),
         "{said}"
     );
+    assert!(out.stdout.is_empty(), "refused before replaying");
 }
 
 #[test]

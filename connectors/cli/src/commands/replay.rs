@@ -90,31 +90,37 @@ pub fn run(args: ReplayArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         digest_at: None,
     };
     if let Some(path) = &args.verify {
+        if let Some(chain) = &args.chain {
+            let same = |a: &PathBuf, b: &PathBuf| match (a.canonicalize(), b.canonicalize()) {
+                (Ok(a), Ok(b)) => a == b,
+                _ => a == b,
+            };
+            if same(path, chain) {
+                bail!(
+                    "--chain {} is the chain --verify reads: name another file, so the chain \
+                     verified against is kept",
+                    chain.display()
+                );
+            }
+        }
         options.digest_at = Some(read_chain(path)?);
     }
-    // What the chain covers: its number of links and its last offset, and the spacing of
-    // its last two (to tell a chain that stops early from one that simply ends between
-    // two links).
+    // What the chain covers: its number of links and its last offset (a chain `--digest-every`
+    // writes ends at its log's last record, so records after it are records it never saw).
     let chain_cover = options.digest_at.as_ref().map(|chain| {
-        let mut last = chain.keys().rev();
-        let end = *last.next().expect("read_chain refuses an empty chain");
-        let spacing = last.next().map_or(end + 1, |before| end - before);
-        (chain.len(), end, spacing)
+        (
+            chain.len(),
+            *chain
+                .keys()
+                .next_back()
+                .expect("read_chain refuses an empty chain"),
+        )
     });
     if let Some(input) = args.source.input_path() {
         for path in [&args.out, &args.chain].into_iter().flatten() {
             crate::args::refuse_overwrite(path, &[&input])?;
         }
     }
-    // The chain file is created before the replay, so a path that cannot be written is
-    // said at once, not after a long replay.
-    let mut chain_file = match (&args.chain, args.digest_every) {
-        (Some(path), Some(_)) => Some((
-            path,
-            File::create(path).with_context(|| format!("creating {}", path.display()))?,
-        )),
-        _ => None,
-    };
     let mut engine = Engine::new();
     let sink: Box<dyn Write> = match (&args.out, args.no_outputs) {
         (_, true) => Box::new(std::io::sink()),
@@ -122,6 +128,13 @@ pub fn run(args: ReplayArgs, quiet: bool) -> anyhow::Result<ExitCode> {
             Box::new(File::create(path).with_context(|| format!("creating {}", path.display()))?)
         }
         (None, false) => Box::new(std::io::stdout()),
+    };
+    // The chain goes to a file beside its name, created before the replay (a path that
+    // cannot be written is said at once, not after a long replay) and renamed over it only
+    // when the replay succeeds: an existing chain is never emptied or cut by a failed one.
+    let mut chain_file = match (&args.chain, args.digest_every) {
+        (Some(path), Some(_)) => Some(ChainFile::create(path)?),
+        _ => None,
     };
     let mut sink = BufWriter::with_capacity(1 << 20, sink);
     // Named in write errors: a full disk says where it was writing.
@@ -153,31 +166,46 @@ pub fn run(args: ReplayArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         &mut summary,
         &mut taker,
     );
-    // A replay stopped by an error still leaves the digests it took, and says so.
-    if let Some((path, file)) = chain_file.take() {
-        let written = write_chain(path, file, &summary.chain);
-        if let Err(error) = replayed {
-            let kept = match (&written, summary.chain.last()) {
-                (Ok(()), Some(last)) => format!(
-                    "{} holds the {} digest(s) taken until then, the last after offset {}",
-                    path.display(),
-                    summary.chain.len(),
-                    last.offset
-                ),
-                (Ok(()), None) => format!(
-                    "no digest was taken until then ({} is empty)",
-                    path.display()
-                ),
-                (Err(e), _) => format!("its chain could not be written either: {e:#}"),
-            };
-            return Err(error.context(format!(
-                "the replay stopped after {} record(s) ({kept})",
-                summary.records
-            )));
+    // A replay stopped by an error still leaves what it made: the digests it took, in a
+    // file of their own, and the checkpoints it wrote; the error says where they are.
+    let chain = chain_file
+        .take()
+        .map(|file| file.finish(&summary.chain, replayed.is_ok()));
+    if let Err(error) = replayed {
+        let mut kept = Vec::new();
+        match (chain, summary.chain.last()) {
+            (Some(Ok(path)), Some(last)) => kept.push(format!(
+                "{} holds the {} digest(s) taken until then, the last after offset {}",
+                path.display(),
+                summary.chain.len(),
+                last.offset
+            )),
+            (Some(Ok(path)), None) => kept.push(format!(
+                "no digest was taken until then ({} is empty)",
+                path.display()
+            )),
+            (Some(Err(e)), _) => kept.push(format!("its chain could not be written: {e:#}")),
+            (None, _) => {}
         }
-        written?;
+        if let Some(taker) = &taker {
+            kept.push(format!(
+                "{} checkpoint(s) written until then",
+                taker.written().len()
+            ));
+        }
+        let kept = if kept.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", kept.join("; "))
+        };
+        return Err(error.context(format!(
+            "the replay stopped after {} record(s){kept}",
+            summary.records
+        )));
     }
-    replayed?;
+    if let Some(chain) = chain {
+        chain?;
+    }
     sink.flush().with_context(writing)?;
     bar.finish_and_clear();
     if args.digest {
@@ -200,15 +228,16 @@ pub fn run(args: ReplayArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     if let (Some(taker), Some(every), false) = (&taker, args.checkpoint_every, quiet) {
         let dir = args.source.embedded_dir().unwrap_or_default();
         eprintln!(
-            "wrote {} checkpoint(s), one every {every} records, in {}",
+            "wrote {} checkpoint(s) and kept {} already there, one every {every} records, in {}",
             taker.written().len(),
+            taker.kept(),
             dir.join(lhc_replay::checkpoint::DIR).display()
         );
     }
     if args.verify.is_some() {
         match &summary.divergence {
             None => {
-                let (links, end, spacing) = chain_cover.expect("set with --verify");
+                let (links, end) = chain_cover.expect("set with --verify");
                 if !quiet {
                     eprintln!(
                         "verified: all {links} digest(s) of the chain match, the last after \
@@ -218,7 +247,7 @@ pub fn run(args: ReplayArgs, quiet: bool) -> anyhow::Result<ExitCode> {
                 let beyond = summary
                     .last_offset
                     .map_or(0, |last| last.saturating_sub(end));
-                if beyond >= spacing {
+                if beyond > 0 {
                     eprintln!(
                         "warning: the chain ends at offset {end} but the log goes on to offset \
                          {}: the last {beyond} record(s) were not verified (was the chain \
@@ -249,15 +278,57 @@ pub fn run(args: ReplayArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Writes the links of a digest chain to `file` (created at `path`), one JSON line each.
-fn write_chain(path: &std::path::Path, file: File, chain: &[ChainLink]) -> anyhow::Result<()> {
-    let mut file = BufWriter::new(file);
-    let writing = || format!("writing the chain to {}", path.display());
-    for link in chain {
-        serde_json::to_writer(&mut file, link).with_context(writing)?;
-        file.write_all(b"\n").with_context(writing)?;
+/// Where `--chain` goes while the replay runs: `FILE.tmp`, renamed to `FILE` when the
+/// replay succeeds and to `FILE.partial` when it stops on an error.
+struct ChainFile {
+    path: PathBuf,
+    temporary: PathBuf,
+    file: File,
+}
+
+impl ChainFile {
+    /// Creates the temporary file (refusing a directory as the chain's path).
+    fn create(path: &std::path::Path) -> anyhow::Result<ChainFile> {
+        if path.is_dir() {
+            bail!("--chain {} is a directory: name a file", path.display());
+        }
+        let temporary = suffixed(path, ".tmp");
+        let file = File::create(&temporary)
+            .with_context(|| format!("creating {}", temporary.display()))?;
+        Ok(ChainFile {
+            path: path.to_path_buf(),
+            temporary,
+            file,
+        })
     }
-    file.flush().with_context(writing)
+
+    /// Writes the links, one JSON line each, and moves the file to its name (`whole`: the
+    /// replay succeeded) or beside it; returns where it is.
+    fn finish(self, chain: &[ChainLink], whole: bool) -> anyhow::Result<PathBuf> {
+        let mut file = BufWriter::new(self.file);
+        let writing = || format!("writing the chain to {}", self.temporary.display());
+        for link in chain {
+            serde_json::to_writer(&mut file, link).with_context(writing)?;
+            file.write_all(b"\n").with_context(writing)?;
+        }
+        file.flush().with_context(writing)?;
+        let to = if whole {
+            self.path.clone()
+        } else {
+            suffixed(&self.path, ".partial")
+        };
+        std::fs::rename(&self.temporary, &to).with_context(|| {
+            format!("renaming {} to {}", self.temporary.display(), to.display())
+        })?;
+        Ok(to)
+    }
+}
+
+/// `path` with `suffix` added to its file name.
+fn suffixed(path: &std::path::Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_os_string();
+    name.push(suffix);
+    PathBuf::from(name)
 }
 
 /// Reads a digest chain (JSONL of offset and digest) written by `--digest-every`.
@@ -276,6 +347,32 @@ pub fn read_chain(path: &PathBuf) -> anyhow::Result<BTreeMap<u64, String>> {
                 i + 1
             )
         })?;
+        if link.digest.len() != 64
+            || !link
+                .digest
+                .bytes()
+                .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+        {
+            bail!(
+                "{} line {}: digest {:?} is not 64 lowercase hex digits (a SHA-256 as \
+                 --digest-every writes it)",
+                path.display(),
+                i + 1,
+                link.digest
+            );
+        }
+        if let Some(last) = chain.keys().next_back() {
+            if link.offset <= *last {
+                bail!(
+                    "{} line {}: offset {} does not follow offset {} of the line before: a \
+                     chain lists each offset once, in log order (was it edited or joined?)",
+                    path.display(),
+                    i + 1,
+                    link.offset,
+                    last
+                );
+            }
+        }
         chain.insert(link.offset, link.digest);
     }
     if chain.is_empty() {
