@@ -77,16 +77,26 @@ pub fn replay_into<E: From<SourceError>>(
     sink: impl FnMut(u64, &Output) -> Result<(), E>,
     summary: &mut ReplaySummary,
 ) -> Result<(), E> {
-    replay_also(source, engine, options, sink, summary, &mut NoOne)
+    replay_also(
+        source,
+        engine,
+        options,
+        sink,
+        |_| Ok(()),
+        summary,
+        &mut NoOne,
+    )
 }
 
 /// [`replay_into`] with another observer following the same replay (which sees each
-/// record's outputs before the sink takes them): one pass, not two.
+/// record's outputs before the sink takes them): one pass, not two. Each digest of the
+/// chain is also handed to `link` as it is taken (so a chain can be written as it grows).
 pub fn replay_also<E: From<SourceError>, O: Observer>(
     source: &mut Source,
     engine: &mut Engine,
     options: &ReplayOptions,
     sink: impl FnMut(u64, &Output) -> Result<(), E>,
+    mut link: impl FnMut(&ChainLink) -> Result<(), E>,
     summary: &mut ReplaySummary,
     also: &mut O,
 ) -> Result<(), E>
@@ -96,6 +106,7 @@ where
     let mut replayer = Replayer {
         options,
         sink,
+        link: &mut link,
         summary,
         last_agreeing: None,
         error: std::marker::PhantomData,
@@ -104,14 +115,17 @@ where
     let Replayer {
         summary,
         last_agreeing,
+        link,
         ..
     } = replayer;
     if let (Some(_), Some(last)) = (options.digest_every, summary.last_offset) {
         if summary.chain.last().map(|l| l.offset) != Some(last) {
-            summary.chain.push(ChainLink {
+            let last = ChainLink {
                 offset: last,
                 digest: engine.digest(),
-            });
+            };
+            link(&last)?;
+            summary.chain.push(last);
         }
     }
     if summary.divergence.is_none() {
@@ -151,6 +165,8 @@ impl Observer for NoOne {
 struct Replayer<'a, S, E> {
     options: &'a ReplayOptions,
     sink: S,
+    /// Told each digest of the chain as it is taken.
+    link: &'a mut dyn FnMut(&ChainLink) -> Result<(), E>,
     summary: &'a mut ReplaySummary,
     /// The last offset whose digest agreed with `digest_at`.
     last_agreeing: Option<u64>,
@@ -208,7 +224,9 @@ where
                 }
             }
             if every {
-                summary.chain.push(ChainLink { offset, digest });
+                let taken = ChainLink { offset, digest };
+                (self.link)(&taken)?;
+                summary.chain.push(taken);
             }
         }
         Ok(())

@@ -199,6 +199,16 @@ fn a_stopped_replay_keeps_its_chain_and_an_unwritable_chain_is_refused_first() {
     );
     assert!(whole.starts_with(&links), "{links}\n{whole}");
 
+    // A chain named by a symbolic link is written through it, the link left in place.
+    let target = tmp.path().join("target.jsonl");
+    let link = tmp.path().join("link.jsonl");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    std::fs::write(&target, "").unwrap();
+    let through = chain_of(&file, 50, link.to_str().unwrap(), &[]);
+    assert_eq!(through, whole);
+    assert!(link.symlink_metadata().unwrap().file_type().is_symlink());
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), whole);
+
     let unwritable = tmp
         .path()
         .join("no/such/dir/chain.jsonl")

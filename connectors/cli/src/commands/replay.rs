@@ -130,8 +130,9 @@ pub fn run(args: ReplayArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         (None, false) => Box::new(std::io::stdout()),
     };
     // The chain goes to a file beside its name, created before the replay (a path that
-    // cannot be written is said at once, not after a long replay) and renamed over it only
-    // when the replay succeeds: an existing chain is never emptied or cut by a failed one.
+    // cannot be written is said at once, not after a long replay), written as it grows and
+    // renamed over its name only when the replay succeeds: an existing chain is never
+    // emptied or cut by a failed one (see `ChainFile`).
     let mut chain_file = match (&args.chain, args.digest_every) {
         (Some(path), Some(_)) => Some(ChainFile::create(path)?),
         _ => None,
@@ -163,14 +164,13 @@ pub fn run(args: ReplayArgs, quiet: bool) -> anyhow::Result<ExitCode> {
             }
             Ok(())
         },
+        |link| chain_file.as_mut().map_or(Ok(()), |file| file.push(link)),
         &mut summary,
         &mut taker,
     );
     // A replay stopped by an error still leaves what it made: the digests it took, in a
     // file of their own, and the checkpoints it wrote; the error says where they are.
-    let chain = chain_file
-        .take()
-        .map(|file| file.finish(&summary.chain, replayed.is_ok()));
+    let chain = chain_file.take().map(|file| file.finish(replayed.is_ok()));
     if let Err(error) = replayed {
         let mut kept = Vec::new();
         match (chain, summary.chain.last()) {
@@ -180,10 +180,7 @@ pub fn run(args: ReplayArgs, quiet: bool) -> anyhow::Result<ExitCode> {
                 summary.chain.len(),
                 last.offset
             )),
-            (Some(Ok(path)), None) => kept.push(format!(
-                "no digest was taken until then ({} is empty)",
-                path.display()
-            )),
+            (Some(Ok(path)), None) => kept.push(format!("{} holds no digest", path.display())),
             (Some(Err(e)), _) => kept.push(format!("its chain could not be written: {e:#}")),
             (None, _) => {}
         }
@@ -278,48 +275,66 @@ pub fn run(args: ReplayArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Where `--chain` goes while the replay runs: `FILE.tmp`, renamed to `FILE` when the
-/// replay succeeds and to `FILE.partial` when it stops on an error.
+/// Where `--chain` goes while the replay runs: `FILE.tmp`, written link by link as the
+/// digests are taken (a killed replay leaves them there), renamed to `FILE` when the replay
+/// succeeds and to `FILE.partial` when it stops on an error. A path that exists and is not
+/// a regular file (a device, a pipe, a symbolic link) is written in place instead: renaming
+/// over it would replace it.
 struct ChainFile {
     path: PathBuf,
-    temporary: PathBuf,
-    file: File,
+    /// The temporary name, `None` when writing in place.
+    temporary: Option<PathBuf>,
+    file: BufWriter<File>,
 }
 
 impl ChainFile {
-    /// Creates the temporary file (refusing a directory as the chain's path).
+    /// Creates the file (refusing a directory as the chain's path).
     fn create(path: &std::path::Path) -> anyhow::Result<ChainFile> {
         if path.is_dir() {
             bail!("--chain {} is a directory: name a file", path.display());
         }
-        let temporary = suffixed(path, ".tmp");
-        let file = File::create(&temporary)
-            .with_context(|| format!("creating {}", temporary.display()))?;
+        let in_place = path
+            .symlink_metadata()
+            .is_ok_and(|meta| !meta.file_type().is_file());
+        let temporary = (!in_place).then(|| suffixed(path, ".tmp"));
+        let target = temporary.as_deref().unwrap_or(path);
+        let file =
+            File::create(target).with_context(|| format!("creating {}", target.display()))?;
         Ok(ChainFile {
             path: path.to_path_buf(),
             temporary,
-            file,
+            file: BufWriter::new(file),
         })
     }
 
-    /// Writes the links, one JSON line each, and moves the file to its name (`whole`: the
-    /// replay succeeded) or beside it; returns where it is.
-    fn finish(self, chain: &[ChainLink], whole: bool) -> anyhow::Result<PathBuf> {
-        let mut file = BufWriter::new(self.file);
-        let writing = || format!("writing the chain to {}", self.temporary.display());
-        for link in chain {
-            serde_json::to_writer(&mut file, link).with_context(writing)?;
-            file.write_all(b"\n").with_context(writing)?;
-        }
-        file.flush().with_context(writing)?;
+    /// Where the links are being written.
+    fn writing(&self) -> &std::path::Path {
+        self.temporary.as_deref().unwrap_or(&self.path)
+    }
+
+    /// Writes one link (a JSON line) through to the file.
+    fn push(&mut self, link: &ChainLink) -> anyhow::Result<()> {
+        let written = serde_json::to_writer(&mut self.file, link)
+            .map_err(std::io::Error::from)
+            .and_then(|()| self.file.write_all(b"\n"))
+            .and_then(|()| self.file.flush());
+        written.with_context(|| format!("writing the chain to {}", self.writing().display()))
+    }
+
+    /// Moves the file to its name (`whole`: the replay succeeded) or beside it; returns
+    /// where it is.
+    fn finish(self, whole: bool) -> anyhow::Result<PathBuf> {
+        let Some(temporary) = self.temporary else {
+            return Ok(self.path);
+        };
+        drop(self.file);
         let to = if whole {
             self.path.clone()
         } else {
             suffixed(&self.path, ".partial")
         };
-        std::fs::rename(&self.temporary, &to).with_context(|| {
-            format!("renaming {} to {}", self.temporary.display(), to.display())
-        })?;
+        std::fs::rename(&temporary, &to)
+            .with_context(|| format!("renaming {} to {}", temporary.display(), to.display()))?;
         Ok(to)
     }
 }
