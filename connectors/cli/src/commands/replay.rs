@@ -496,8 +496,13 @@ fn fleet(args: ReplayArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         (args.out.is_some(), "--out"),
         (args.verify.is_some(), "--verify"),
         (args.digest_every.is_some(), "--digest-every"),
-        (args.checkpoint_every.is_some(), "--checkpoint-every"),
     ];
+    if args.checkpoint_every.is_some() {
+        bail!(
+            "--checkpoint-every needs an embedded log directory (checkpoints are kept beside \
+             it): a Kafka topic, one site or all, has no folder of its own"
+        );
+    }
     if let Some((_, flag)) = per_site.iter().find(|(given, _)| *given) {
         bail!("{flag} is per site: give --site NAME instead of --all-sites");
     }
