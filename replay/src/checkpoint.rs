@@ -650,10 +650,25 @@ pub fn refresh(
     Ok(done)
 }
 
+/// Whether a checkpoint file is as long as its header says (its header line and both
+/// parts): a file cut short or grown is not kept (a flipped bit inside a part is found only
+/// when it is loaded, as `lhc log checkpoint --verify` does).
+fn sized_as_said(path: &Path, header: &Header, reader: &mut BufReader<File>) -> bool {
+    use std::io::Seek;
+    let (Ok(at), Ok(meta)) = (reader.stream_position(), std::fs::metadata(path)) else {
+        return false;
+    };
+    let [config, rows] = header.parts;
+    at.checked_add(config.compressed)
+        .and_then(|n| n.checked_add(rows.compressed))
+        .is_some_and(|n| n == meta.len())
+}
+
 /// Writes checkpoints while a replay of an embedded log from its first record goes on (`lhc
 /// replay LOG --checkpoint-every N`): the checkpoint after records `every`, `2 * every`, …
-/// as the replay passes them, each replacing any file of the same name. Follow it with the
-/// replay's own observer ([`crate::run::replay_also`]).
+/// as the replay passes them. Those already there that fit this build and log, and are as
+/// long as their header says, are kept; the others at those offsets are written anew.
+/// Follow it with the replay's own observer ([`crate::run::replay_also`]).
 pub struct Taker(Writer);
 
 impl Taker {
@@ -685,8 +700,9 @@ impl Taker {
         let mut keep = std::collections::BTreeSet::new();
         for (offset, path) in list(log_dir)? {
             if offset.is_multiple_of(every)
-                && read_header(&path).is_ok_and(|(header, _)| {
-                    unfit(&header, build, &log).is_ok_and(|why| why.is_none())
+                && read_header(&path).is_ok_and(|(header, mut reader)| {
+                    sized_as_said(&path, &header, &mut reader)
+                        && unfit(&header, build, &log).is_ok_and(|why| why.is_none())
                 })
             {
                 keep.insert(offset);

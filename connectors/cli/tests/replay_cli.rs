@@ -95,7 +95,8 @@ fn the_digest_is_stable_and_a_chain_names_the_first_divergence() {
         &sparse,
     ]);
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("is the chain --verify reads"),
+        String::from_utf8_lossy(&out.stderr)
+            .contains("would be written over the chain --verify reads"),
         "{out:?}"
     );
     assert_eq!(
@@ -103,6 +104,45 @@ fn the_digest_is_stable_and_a_chain_names_the_first_divergence() {
         doubled,
         "the chain is kept"
     );
+    // Nor under the names the chain is written by first, nor by the outputs.
+    let base = sparse.strip_suffix(".jsonl").unwrap().to_string() + ".jsonl";
+    let partial = format!("{base}.partial");
+    std::fs::copy(&sparse, &partial).unwrap();
+    let out = lhc(&[
+        "replay",
+        &file,
+        "--verify",
+        &partial,
+        "--digest-every",
+        "10",
+        "--chain",
+        &base,
+    ]);
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("would be written over the chain --verify reads"),
+        "{out:?}"
+    );
+    let other = tmp.path().join("other.jsonl").display().to_string();
+    let out = lhc(&[
+        "replay",
+        &file,
+        "--out",
+        &other,
+        "--digest-every",
+        "10",
+        "--chain",
+        &other,
+    ]);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("is where a chain is read or written"),
+        "{out:?}"
+    );
+    assert!(
+        !std::path::Path::new(&other).exists(),
+        "refused before writing"
+    );
+    std::fs::remove_file(&partial).unwrap();
     let short: Vec<&str> = links.lines().take(2).collect();
     std::fs::write(&sparse, short.join("\n") + "\n").unwrap();
     let (_, said) = ok(lhc(&[
@@ -187,8 +227,15 @@ fn a_stopped_replay_keeps_its_chain_and_an_unwritable_chain_is_refused_first() {
         "{said}"
     );
     assert!(
-        !std::path::Path::new(&chain).exists(),
-        "the chain's own name is left alone"
+        !std::path::Path::new(&chain).exists()
+            && !std::path::Path::new(&format!("{chain}.tmp")).exists(),
+        "the chain's own name is left alone, and no temporary file"
+    );
+    // A whole replay then writes the chain under its name, and the partial one goes.
+    chain_of(&file, 50, &chain, &[]);
+    assert!(
+        !std::path::Path::new(&partial).exists()
+            && !std::path::Path::new(&format!("{chain}.tmp")).exists()
     );
     // The links kept are those of a whole replay, as far as they go.
     let whole = chain_of(

@@ -65,22 +65,6 @@ pub fn run(args: ReplayArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     if args.fleet.all_sites {
         return fleet(args, quiet);
     }
-    // Checkpoints are kept beside an embedded log, of which the replay is from the start.
-    let mut taker = match args.checkpoint_every {
-        None => None,
-        Some(every) => {
-            let Some(dir) = args.source.embedded_dir() else {
-                bail!(
-                    "--checkpoint-every needs an embedded log directory: checkpoints are kept \
-                     beside it (a JSONL file can be imported with `lhc log import FILE --log \
-                     DIR`; a Kafka topic has no folder of its own)"
-                );
-            };
-            let taker = lhc_replay::checkpoint::Taker::new(&dir, every, &crate::build_id())
-                .with_context(|| format!("checkpointing {}", dir.display()))?;
-            Some(taker)
-        }
-    };
     let (source, bar) = args.source.open_with_progress("replaying", quiet)?;
     // Decoding on more threads changes when records are decoded, never which or in what
     // order they are applied.
@@ -89,20 +73,39 @@ pub fn run(args: ReplayArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         digest_every: args.digest_every,
         digest_at: None,
     };
-    if let Some(path) = &args.verify {
-        if let Some(chain) = &args.chain {
-            let same = |a: &PathBuf, b: &PathBuf| match (a.canonicalize(), b.canonicalize()) {
-                (Ok(a), Ok(b)) => a == b,
-                _ => a == b,
-            };
-            if same(path, chain) {
-                bail!(
-                    "--chain {} is the chain --verify reads: name another file, so the chain \
-                     verified against is kept",
-                    chain.display()
-                );
-            }
+    // Nothing is written over what this replay reads or writes elsewhere: the chain
+    // --verify reads, the chain being written (under its three names), the outputs.
+    let chain_names: Vec<PathBuf> = args
+        .chain
+        .iter()
+        .flat_map(|c| [c.clone(), suffixed(c, ".tmp"), suffixed(c, ".partial")])
+        .collect();
+    if let (Some(verify), Some(chain)) = (&args.verify, &args.chain) {
+        if chain_names
+            .iter()
+            .any(|name| same_file_or_name(name, verify))
+        {
+            bail!(
+                "--chain {} would be written over the chain --verify reads ({}): name another \
+                 file, so the chain verified against is kept",
+                chain.display(),
+                verify.display()
+            );
         }
+    }
+    if let Some(out) = &args.out {
+        if chain_names
+            .iter()
+            .chain(&args.verify)
+            .any(|name| same_file_or_name(out, name))
+        {
+            bail!(
+                "--out {} is where a chain is read or written: name another file",
+                out.display()
+            );
+        }
+    }
+    if let Some(path) = &args.verify {
         options.digest_at = Some(read_chain(path)?);
     }
     // What the chain covers: its number of links and its last offset (a chain `--digest-every`
@@ -121,6 +124,22 @@ pub fn run(args: ReplayArgs, quiet: bool) -> anyhow::Result<ExitCode> {
             crate::args::refuse_overwrite(path, &[&input])?;
         }
     }
+    // Checkpoints are kept beside an embedded log, of which the replay is from the start.
+    let mut taker = match args.checkpoint_every {
+        None => None,
+        Some(every) => {
+            let Some(dir) = args.source.embedded_dir() else {
+                bail!(
+                    "--checkpoint-every needs an embedded log directory: checkpoints are kept \
+                     beside it (a JSONL file can be imported with `lhc log import FILE --log \
+                     DIR`; a Kafka topic has no folder of its own)"
+                );
+            };
+            let taker = lhc_replay::checkpoint::Taker::new(&dir, every, &crate::build_id())
+                .with_context(|| format!("checkpointing {}", dir.display()))?;
+            Some(taker)
+        }
+    };
     let mut engine = Engine::new();
     let sink: Box<dyn Write> = match (&args.out, args.no_outputs) {
         (_, true) => Box::new(std::io::sink()),
@@ -276,15 +295,20 @@ pub fn run(args: ReplayArgs, quiet: bool) -> anyhow::Result<ExitCode> {
 }
 
 /// Where `--chain` goes while the replay runs: `FILE.tmp`, written link by link as the
-/// digests are taken (a killed replay leaves them there), renamed to `FILE` when the replay
-/// succeeds and to `FILE.partial` when it stops on an error. A path that exists and is not
-/// a regular file (a device, a pipe, a symbolic link) is written in place instead: renaming
-/// over it would replace it.
+/// digests are taken (a killed replay leaves them there), synced and renamed to `FILE` when
+/// the replay succeeds (a `FILE.partial` of an earlier run is then removed) and to
+/// `FILE.partial` when it stops on an error. A symbolic link to a regular file is followed
+/// (the files go beside its target); a path that exists and is not a regular file (a
+/// device, a pipe, a dangling link) is written in place: renaming over it would replace it.
 struct ChainFile {
+    /// The chain's name (a symbolic link's target).
     path: PathBuf,
     /// The temporary name, `None` when writing in place.
     temporary: Option<PathBuf>,
-    file: BufWriter<File>,
+    file: File,
+    /// Bytes of whole links written: a failed write is cut back to it, so the file never
+    /// ends in half a line.
+    whole: u64,
 }
 
 impl ChainFile {
@@ -293,17 +317,26 @@ impl ChainFile {
         if path.is_dir() {
             bail!("--chain {} is a directory: name a file", path.display());
         }
+        let path = match path.symlink_metadata() {
+            Ok(meta) if meta.file_type().is_symlink() => path
+                .canonicalize()
+                .ok()
+                .filter(|target| target.is_file())
+                .unwrap_or_else(|| path.to_path_buf()),
+            _ => path.to_path_buf(),
+        };
         let in_place = path
             .symlink_metadata()
             .is_ok_and(|meta| !meta.file_type().is_file());
-        let temporary = (!in_place).then(|| suffixed(path, ".tmp"));
-        let target = temporary.as_deref().unwrap_or(path);
+        let temporary = (!in_place).then(|| suffixed(&path, ".tmp"));
+        let target = temporary.as_deref().unwrap_or(&path);
         let file =
             File::create(target).with_context(|| format!("creating {}", target.display()))?;
         Ok(ChainFile {
-            path: path.to_path_buf(),
+            path,
             temporary,
-            file: BufWriter::new(file),
+            file,
+            whole: 0,
         })
     }
 
@@ -314,11 +347,16 @@ impl ChainFile {
 
     /// Writes one link (a JSON line) through to the file.
     fn push(&mut self, link: &ChainLink) -> anyhow::Result<()> {
-        let written = serde_json::to_writer(&mut self.file, link)
-            .map_err(std::io::Error::from)
-            .and_then(|()| self.file.write_all(b"\n"))
-            .and_then(|()| self.file.flush());
-        written.with_context(|| format!("writing the chain to {}", self.writing().display()))
+        let mut line = serde_json::to_vec(link).expect("a chain link serializes");
+        line.push(b'\n');
+        if let Err(e) = self.file.write_all(&line) {
+            // Best effort (a device cannot be cut): what was written whole stays whole.
+            let _ = self.file.set_len(self.whole);
+            return Err(e)
+                .with_context(|| format!("writing the chain to {}", self.writing().display()));
+        }
+        self.whole += line.len() as u64;
+        Ok(())
     }
 
     /// Moves the file to its name (`whole`: the replay succeeded) or beside it; returns
@@ -327,15 +365,46 @@ impl ChainFile {
         let Some(temporary) = self.temporary else {
             return Ok(self.path);
         };
-        drop(self.file);
+        self.file
+            .sync_all()
+            .with_context(|| format!("syncing {}", temporary.display()))?;
+        let partial = suffixed(&self.path, ".partial");
         let to = if whole {
             self.path.clone()
         } else {
-            suffixed(&self.path, ".partial")
+            partial.clone()
         };
         std::fs::rename(&temporary, &to)
             .with_context(|| format!("renaming {} to {}", temporary.display(), to.display()))?;
+        if whole && partial.is_file() {
+            // An earlier run's partial chain: this whole one supersedes it.
+            std::fs::remove_file(&partial)
+                .with_context(|| format!("removing {}", partial.display()))?;
+        }
         Ok(to)
+    }
+}
+
+/// Whether `a` and `b` name the same file: the same path once resolved (either may not
+/// exist yet), or the same existing file under two names (a hard or symbolic link).
+fn same_file_or_name(a: &std::path::Path, b: &std::path::Path) -> bool {
+    let resolve = |p: &std::path::Path| -> Option<PathBuf> {
+        if let Ok(real) = p.canonicalize() {
+            return Some(real);
+        }
+        let parent = match p.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => parent.canonicalize().ok()?,
+            _ => std::env::current_dir().ok()?,
+        };
+        Some(parent.join(p.file_name()?))
+    };
+    if resolve(a).is_some_and(|a| Some(a) == resolve(b)) {
+        return true;
+    }
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
     }
 }
 
