@@ -237,6 +237,20 @@ fn a_stopped_replay_keeps_its_chain_and_an_unwritable_chain_is_refused_first() {
         !std::path::Path::new(&partial).exists()
             && !std::path::Path::new(&format!("{chain}.tmp")).exists()
     );
+    // A divergence met before the damage is said with it.
+    let wrong = tmp.path().join("wrong.jsonl").display().to_string();
+    let mut first: serde_json::Value = serde_json::from_str(links.lines().next().unwrap()).unwrap();
+    first["digest"] = serde_json::Value::String("0".repeat(64));
+    std::fs::write(&wrong, format!("{first}\n")).unwrap();
+    let out = lhc(&["replay", &log, "--no-outputs", "--verify", &wrong]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(&format!(
+            "the replay had already diverged from the chain --verify reads at offset {}",
+            first["offset"]
+        )),
+        "{out:?}"
+    );
     // The links kept are those of a whole replay, as far as they go.
     let whole = chain_of(
         &file,
@@ -254,6 +268,48 @@ fn a_stopped_replay_keeps_its_chain_and_an_unwritable_chain_is_refused_first() {
     let through = chain_of(&file, 50, link.to_str().unwrap(), &[]);
     assert_eq!(through, whole);
     assert!(link.symlink_metadata().unwrap().file_type().is_symlink());
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), whole);
+    // The names beside the link's target are the chain's too: not an output, not a
+    // verified chain.
+    let beside = format!("{}.tmp", target.display());
+    let out = lhc(&[
+        "replay",
+        &file,
+        "--digest-every",
+        "50",
+        "--chain",
+        link.to_str().unwrap(),
+        "--out",
+        &beside,
+    ]);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("is where a chain is read or written"),
+        "{out:?}"
+    );
+    std::fs::write(&beside, &whole).unwrap();
+    let out = lhc(&[
+        "replay",
+        &file,
+        "--digest-every",
+        "50",
+        "--chain",
+        link.to_str().unwrap(),
+        "--verify",
+        &beside,
+    ]);
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("would be written over the chain --verify reads"),
+        "{out:?}"
+    );
+    // A link left under the temporary name is replaced, never written through.
+    let precious = tmp.path().join("precious.txt");
+    std::fs::write(&precious, "keep me").unwrap();
+    std::fs::remove_file(&beside).unwrap();
+    std::os::unix::fs::symlink(&precious, &beside).unwrap();
+    chain_of(&file, 50, link.to_str().unwrap(), &[]);
+    assert_eq!(std::fs::read_to_string(&precious).unwrap(), "keep me");
+    assert!(!std::path::Path::new(&beside).exists());
     assert_eq!(std::fs::read_to_string(&target).unwrap(), whole);
 
     let unwritable = tmp

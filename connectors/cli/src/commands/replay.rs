@@ -50,7 +50,7 @@ pub struct ReplayArgs {
     #[arg(long, value_name = "FILE", requires = "digest_every")]
     chain: Option<PathBuf>,
     /// Replay and compare with a chain written by --digest-every; names the first offset
-    /// whose digest differs and exits 1 there.
+    /// whose digest differs and exits 1 (after replaying the rest).
     #[arg(long, value_name = "CHAIN")]
     verify: Option<PathBuf>,
     /// Also write a checkpoint of the state after every N records into the embedded log's
@@ -78,7 +78,15 @@ pub fn run(args: ReplayArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     let chain_names: Vec<PathBuf> = args
         .chain
         .iter()
-        .flat_map(|c| [c.clone(), suffixed(c, ".tmp"), suffixed(c, ".partial")])
+        .flat_map(|c| {
+            let target = chain_target(c);
+            [
+                c.clone(),
+                suffixed(&target, ".tmp"),
+                suffixed(&target, ".partial"),
+                target,
+            ]
+        })
         .collect();
     if let (Some(verify), Some(chain)) = (&args.verify, &args.chain) {
         if chain_names
@@ -203,6 +211,13 @@ pub fn run(args: ReplayArgs, quiet: bool) -> anyhow::Result<ExitCode> {
             (Some(Err(e)), _) => kept.push(format!("its chain could not be written: {e:#}")),
             (None, _) => {}
         }
+        if let Some(d) = &summary.divergence {
+            kept.push(format!(
+                "before it, the replay had already diverged from the chain --verify reads at \
+                 offset {}",
+                d.offset
+            ));
+        }
         if let Some(taker) = &taker {
             kept.push(format!(
                 "{} checkpoint(s) written until then",
@@ -317,21 +332,29 @@ impl ChainFile {
         if path.is_dir() {
             bail!("--chain {} is a directory: name a file", path.display());
         }
-        let path = match path.symlink_metadata() {
-            Ok(meta) if meta.file_type().is_symlink() => path
-                .canonicalize()
-                .ok()
-                .filter(|target| target.is_file())
-                .unwrap_or_else(|| path.to_path_buf()),
-            _ => path.to_path_buf(),
-        };
+        let path = chain_target(path);
         let in_place = path
             .symlink_metadata()
             .is_ok_and(|meta| !meta.file_type().is_file());
         let temporary = (!in_place).then(|| suffixed(&path, ".tmp"));
-        let target = temporary.as_deref().unwrap_or(&path);
-        let file =
-            File::create(target).with_context(|| format!("creating {}", target.display()))?;
+        let file = match &temporary {
+            Some(temporary) => {
+                // A leftover of a killed run goes first, and the file is made afresh: a
+                // link left under that name is never followed.
+                match std::fs::remove_file(temporary) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                        return Err(e).with_context(|| format!("removing {}", temporary.display()))
+                    }
+                    _ => {}
+                }
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .open(temporary)
+                    .with_context(|| format!("creating {}", temporary.display()))?
+            }
+            None => File::create(&path).with_context(|| format!("creating {}", path.display()))?,
+        };
         Ok(ChainFile {
             path,
             temporary,
@@ -374,14 +397,33 @@ impl ChainFile {
         } else {
             partial.clone()
         };
-        std::fs::rename(&temporary, &to)
-            .with_context(|| format!("renaming {} to {}", temporary.display(), to.display()))?;
+        std::fs::rename(&temporary, &to).with_context(|| {
+            format!(
+                "renaming {} to {} (the chain's links are in {})",
+                temporary.display(),
+                to.display(),
+                temporary.display()
+            )
+        })?;
         if whole && partial.is_file() {
             // An earlier run's partial chain: this whole one supersedes it.
             std::fs::remove_file(&partial)
                 .with_context(|| format!("removing {}", partial.display()))?;
         }
         Ok(to)
+    }
+}
+
+/// The file a chain named `path` is written as: a symbolic link to a regular file is
+/// followed (so its target is replaced, not the link), anything else is `path` itself.
+fn chain_target(path: &std::path::Path) -> PathBuf {
+    match path.symlink_metadata() {
+        Ok(meta) if meta.file_type().is_symlink() => path
+            .canonicalize()
+            .ok()
+            .filter(|target| target.is_file())
+            .unwrap_or_else(|| path.to_path_buf()),
+        _ => path.to_path_buf(),
     }
 }
 
