@@ -552,6 +552,23 @@ pub struct Refreshed {
     pub removed: Vec<(PathBuf, String)>,
 }
 
+/// The embedded log in `log_dir`, read-only, refused when `every` is 0 or the log no longer
+/// starts at offset 0 (checkpoints are taken by replaying from its first record).
+fn open_from_start(log_dir: &Path, every: u64) -> Result<EmbeddedLog, CheckpointError> {
+    if every == 0 {
+        return Err(CheckpointError::ZeroInterval);
+    }
+    let log = EmbeddedLog::open_read_only(log_dir)?;
+    let start = log.start_offset()?;
+    if start != 0 {
+        return Err(CheckpointError::NotFromStart {
+            log: log.describe(),
+            start,
+        });
+    }
+    Ok(log)
+}
+
 /// Writes a checkpoint every `every` records of the embedded log in `log_dir` (after
 /// records `every`, `2 * every`, …), resuming from the latest usable one. Checkpoints of
 /// another build or log, with a damaged header, or damaged and met while looking for where
@@ -564,17 +581,7 @@ pub fn refresh(
     verify_all: bool,
     progress: impl FnMut(u64) + Send + 'static,
 ) -> Result<Refreshed, CheckpointError> {
-    if every == 0 {
-        return Err(CheckpointError::ZeroInterval);
-    }
-    let log = EmbeddedLog::open_read_only(log_dir)?;
-    let start = log.start_offset()?;
-    if start != 0 {
-        return Err(CheckpointError::NotFromStart {
-            log: log.describe(),
-            start,
-        });
-    }
+    let log = open_from_start(log_dir, every)?;
     let mut done = Refreshed {
         records: log.end_offset()?,
         ..Refreshed::default()
@@ -675,17 +682,7 @@ impl Taker {
     /// A taker for the embedded log in `log_dir`, refused when `every` is 0 or the log no
     /// longer starts at offset 0 (the replay is from its first record).
     pub fn new(log_dir: &Path, every: u64, build: &str) -> Result<Taker, CheckpointError> {
-        if every == 0 {
-            return Err(CheckpointError::ZeroInterval);
-        }
-        let log = EmbeddedLog::open_read_only(log_dir)?;
-        let start = log.start_offset()?;
-        if start != 0 {
-            return Err(CheckpointError::NotFromStart {
-                log: log.describe(),
-                start,
-            });
-        }
+        let log = open_from_start(log_dir, every)?;
         // The folder is made, and shown writable, before the replay: a path that cannot
         // hold checkpoints is said at once, not at the first checkpoint.
         let dir = log_dir.join(DIR);

@@ -167,44 +167,49 @@ where
     }
 
     fn after(&mut self, step: After<'_>) -> Result<(), B::Error> {
-        let After {
-            engine,
-            offset,
-            outputs,
-        } = step;
-        self.0
-            .after(After {
-                engine,
-                offset,
-                outputs: &mut *outputs,
-            })
-            .map_err(Into::into)?;
-        self.1.after(After {
-            engine,
-            offset,
-            outputs,
-        })
+        both(self, step, A::after, B::after)
     }
 
     fn during(&mut self, step: After<'_>) -> Result<(), B::Error> {
-        let After {
-            engine,
-            offset,
-            outputs,
-        } = step;
-        self.0
-            .during(After {
-                engine,
-                offset,
-                outputs: &mut *outputs,
-            })
-            .map_err(Into::into)?;
-        self.1.during(After {
-            engine,
-            offset,
-            outputs,
-        })
+        both(self, step, A::during, B::during)
     }
+}
+
+/// One step after (or during) a record, shown to `first` then `second`: `first` reads the
+/// outputs before `second` may drain them.
+fn both<A, B>(
+    pair: &mut Both<'_, A, B>,
+    step: After<'_>,
+    first: fn(&mut A, After<'_>) -> Result<(), A::Error>,
+    second: fn(&mut B, After<'_>) -> Result<(), B::Error>,
+) -> Result<(), B::Error>
+where
+    A: Observer,
+    B: Observer,
+    A::Error: Into<B::Error>,
+{
+    let After {
+        engine,
+        offset,
+        outputs,
+    } = step;
+    first(
+        pair.0,
+        After {
+            engine,
+            offset,
+            outputs: &mut *outputs,
+        },
+    )
+    .map_err(Into::into)?;
+    second(
+        pair.1,
+        After {
+            engine,
+            offset,
+            outputs,
+        },
+    )
 }
 
 /// An observer that may be absent: `None` follows nothing and never stops the replay.

@@ -549,6 +549,29 @@ impl FormatArgs {
     }
 }
 
+/// The absolute path `p` names, through its existing parent directory when `p` itself does
+/// not exist yet (an output about to be created); `None` when even that cannot be told.
+pub fn resolve(p: &std::path::Path) -> Option<PathBuf> {
+    if let Ok(c) = p.canonicalize() {
+        return Some(c);
+    }
+    let parent = match p.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent.canonicalize().ok()?,
+        _ => std::env::current_dir().ok()?,
+    };
+    Some(parent.join(p.file_name()?))
+}
+
+/// Whether `a` and `b` are the same file under two names (a hard link): compared by device
+/// and inode, false when either does not exist.
+pub fn same_inode(a: &std::path::Path, b: &std::path::Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
+}
+
 /// Refuses to write `output` where it would destroy an input: the same file as an input
 /// file, or a file inside an input log directory. A report written over the log it reads
 /// would leave neither.
@@ -556,27 +579,11 @@ pub fn refuse_overwrite(
     output: &std::path::Path,
     inputs: &[&std::path::Path],
 ) -> anyhow::Result<()> {
-    // The output may not exist yet: compare through its (existing) parent directory.
-    let resolve = |p: &std::path::Path| -> Option<PathBuf> {
-        if let Ok(c) = p.canonicalize() {
-            return Some(c);
-        }
-        let parent = match p.parent() {
-            Some(parent) if !parent.as_os_str().is_empty() => parent.canonicalize().ok()?,
-            _ => std::env::current_dir().ok()?,
-        };
-        Some(parent.join(p.file_name()?))
-    };
     let Some(out) = resolve(output) else {
         return Ok(());
     };
-    // The same file under another name (a hard link): compared by device and inode.
     let same_file = |a: &std::path::Path, b: &std::path::Path| {
-        use std::os::unix::fs::MetadataExt;
-        match (std::fs::metadata(a), std::fs::metadata(b)) {
-            (Ok(a), Ok(b)) => a.is_file() && a.dev() == b.dev() && a.ino() == b.ino(),
-            _ => false,
-        }
+        std::fs::metadata(a).is_ok_and(|m| m.is_file()) && same_inode(a, b)
     };
     for input in inputs {
         // By name first (the clearer message), then by inode.

@@ -5,7 +5,7 @@ mod common;
 
 use std::path::Path;
 
-use common::{chain_of, lhc, lhc_limited, ok, simulate};
+use common::{chain_of, lhc, lhc_limited, ok, refused, simulate};
 
 const EXAMPLE: &str = include_str!("../../../docs/examples/site-outage.jsonl");
 
@@ -78,11 +78,7 @@ fn the_digest_is_stable_and_a_chain_names_the_first_divergence() {
     let doubled = format!("{}\n{}\n", cut[1], cut[1]);
     std::fs::write(&sparse, &doubled).unwrap();
     let out = lhc(&["replay", &file, "--no-outputs", "--verify", &sparse]);
-    assert!(
-        String::from_utf8_lossy(&out.stderr)
-            .contains("line 2: offset 199 does not follow offset 199"),
-        "{out:?}"
-    );
+    refused(out, "line 2: offset 199 does not follow offset 199");
     let out = lhc(&[
         "replay",
         &file,
@@ -94,11 +90,7 @@ fn the_digest_is_stable_and_a_chain_names_the_first_divergence() {
         "--chain",
         &sparse,
     ]);
-    assert!(
-        String::from_utf8_lossy(&out.stderr)
-            .contains("would be written over the chain --verify reads"),
-        "{out:?}"
-    );
+    refused(out, "would be written over the chain --verify reads");
     assert_eq!(
         std::fs::read_to_string(&sparse).unwrap(),
         doubled,
@@ -118,11 +110,7 @@ fn the_digest_is_stable_and_a_chain_names_the_first_divergence() {
         "--chain",
         &base,
     ]);
-    assert!(
-        String::from_utf8_lossy(&out.stderr)
-            .contains("would be written over the chain --verify reads"),
-        "{out:?}"
-    );
+    refused(out, "would be written over the chain --verify reads");
     let other = tmp.path().join("other.jsonl").display().to_string();
     let out = lhc(&[
         "replay",
@@ -134,10 +122,7 @@ fn the_digest_is_stable_and_a_chain_names_the_first_divergence() {
         "--chain",
         &other,
     ]);
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("is where a chain is read or written"),
-        "{out:?}"
-    );
+    refused(out, "is where a chain is read or written");
     assert!(
         !std::path::Path::new(&other).exists(),
         "refused before writing"
@@ -282,10 +267,7 @@ fn a_stopped_replay_keeps_its_chain_and_an_unwritable_chain_is_refused_first() {
         "--out",
         &beside,
     ]);
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("is where a chain is read or written"),
-        "{out:?}"
-    );
+    refused(out, "is where a chain is read or written");
     std::fs::write(&beside, &whole).unwrap();
     let out = lhc(&[
         "replay",
@@ -297,11 +279,7 @@ fn a_stopped_replay_keeps_its_chain_and_an_unwritable_chain_is_refused_first() {
         "--verify",
         &beside,
     ]);
-    assert!(
-        String::from_utf8_lossy(&out.stderr)
-            .contains("would be written over the chain --verify reads"),
-        "{out:?}"
-    );
+    refused(out, "would be written over the chain --verify reads");
     // A link left under the temporary name is replaced, never written through.
     let precious = tmp.path().join("precious.txt");
     std::fs::write(&precious, "keep me").unwrap();
@@ -325,13 +303,8 @@ fn a_stopped_replay_keeps_its_chain_and_an_unwritable_chain_is_refused_first() {
         "--chain",
         &unwritable,
     ]);
-    assert!(!out.status.success());
-    let said = String::from_utf8_lossy(&out.stderr).to_string();
-    assert!(
-        said.contains("creating ") && said.contains("no/such/dir/chain.jsonl.tmp"),
-        "{said}"
-    );
-    assert!(out.stdout.is_empty(), "refused before replaying");
+    let said = refused(out, "creating ");
+    assert!(said.contains("no/such/dir/chain.jsonl.tmp"), "{said}");
 }
 
 /// `replay --checkpoint-every N` writes, in the same pass, the checkpoints `lhc log
@@ -423,13 +396,7 @@ fn a_replay_writes_the_checkpoints_log_checkpoint_writes() {
     );
 
     let out = lhc(&["replay", &file, "--checkpoint-every", "100"]);
-    assert!(!out.status.success());
-    let said = String::from_utf8_lossy(&out.stderr).to_string();
-    assert!(
-        said.contains("--checkpoint-every needs an embedded log directory"),
-        "{said}"
-    );
-    assert!(out.stdout.is_empty(), "refused before replaying");
+    refused(out, "--checkpoint-every needs an embedded log directory");
 }
 
 #[test]
@@ -494,9 +461,7 @@ fn one_or_several_decoding_threads_give_the_same_digest_chain_and_outputs() {
     );
     // Commands that decode on one thread refuse the option rather than ignore it.
     let out = lhc(&["report", "outage", &file, "--threads", "2", "-q"]);
-    assert!(!out.status.success());
-    let stderr = String::from_utf8(out.stderr).unwrap();
-    assert!(stderr.contains("--threads needs --all-sites"), "{stderr}");
+    refused(out, "--threads needs --all-sites");
 }
 
 #[test]

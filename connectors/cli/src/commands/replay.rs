@@ -430,24 +430,8 @@ fn chain_target(path: &std::path::Path) -> PathBuf {
 /// Whether `a` and `b` name the same file: the same path once resolved (either may not
 /// exist yet), or the same existing file under two names (a hard or symbolic link).
 fn same_file_or_name(a: &std::path::Path, b: &std::path::Path) -> bool {
-    let resolve = |p: &std::path::Path| -> Option<PathBuf> {
-        if let Ok(real) = p.canonicalize() {
-            return Some(real);
-        }
-        let parent = match p.parent() {
-            Some(parent) if !parent.as_os_str().is_empty() => parent.canonicalize().ok()?,
-            _ => std::env::current_dir().ok()?,
-        };
-        Some(parent.join(p.file_name()?))
-    };
-    if resolve(a).is_some_and(|a| Some(a) == resolve(b)) {
-        return true;
-    }
-    use std::os::unix::fs::MetadataExt;
-    match (std::fs::metadata(a), std::fs::metadata(b)) {
-        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
-        _ => false,
-    }
+    let resolved = crate::args::resolve;
+    resolved(a).is_some_and(|a| Some(a) == resolved(b)) || crate::args::same_inode(a, b)
 }
 
 /// `path` with `suffix` added to its file name.
