@@ -21,102 +21,19 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use lhc_engine::{ConfigPart, Engine, Output, Ts, Validation};
+use lhc_engine::{Engine, Output, Ts};
 use lhc_log::{EmbeddedLog, Log, LogError};
-use serde::{Deserialize, Serialize};
-use sha2::Digest;
 
 use crate::drive::{After, Before, Observer};
 use crate::source::{PathError, Source, SourceError};
 
 /// Folder of an embedded log that holds its checkpoints.
 pub const DIR: &str = "checkpoints";
-/// The format named in every header.
-const FORMAT: &str = "lhc-checkpoint/1";
-/// Records hashed between the first and the last a checkpoint covers.
-pub const SAMPLES: u64 = 16;
-/// Longest header line read.
-const MAX_HEADER_BYTES: u64 = 64 << 10;
-
-/// The offsets whose records a checkpoint covering `next_offset` records samples.
-pub fn sample_offsets(next_offset: u64) -> Vec<u64> {
-    (1..=SAMPLES)
-        .map(|k| next_offset.saturating_mul(k) / (SAMPLES + 1))
-        .collect()
-}
-
-/// Largest state a header may claim (a damaged length must not allocate the machine away).
-const MAX_STATE_BYTES: u64 = 16 << 30;
 /// Records between two checkpoints when the user does not say.
 pub const DEFAULT_EVERY: u64 = 150_000;
 
-/// What a checkpoint says about itself, on its first line.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Header {
-    /// Always `lhc-checkpoint/1`.
-    pub format: String,
-    /// The build whose engine wrote it (a checkpoint of another build may fold differently).
-    pub build: String,
-    /// Records covered: offsets `0..next_offset` were applied.
-    pub next_offset: u64,
-    /// Of those, the ones the engine quarantined.
-    pub quarantined: u64,
-    /// Time of the first decodable record.
-    pub first_ts: Option<Ts>,
-    /// Latest time of any decodable record covered (a record older than its predecessor is
-    /// quarantined, so this can exceed `last_ts`).
-    pub max_ts: Option<Ts>,
-    /// Time of the last decodable record covered.
-    pub last_ts: Option<Ts>,
-    /// SHA-256 of the log's first record, hex: a checkpoint of another log is not used.
-    pub first_record: String,
-    /// SHA-256 of the last record covered (offset `next_offset - 1`), hex.
-    pub last_record: String,
-    /// SHA-256 of the records at [`SAMPLES`] offsets spread over those covered
-    /// ([`sample_offsets`]), hex, in order: with the first and last, what says the log is
-    /// the one it was written from.
-    pub samples: Vec<String>,
-    /// Digest of the state that follows (`Engine::digest`).
-    pub digest: String,
-    /// The two zstd frames after the header: the configuration part, then the state rows.
-    pub parts: [Part; 2],
-    /// SHA-256 of this header's JSON with `seal` empty, hex: the digest covers the state,
-    /// this covers the header (a damaged `max_ts` would pick the wrong checkpoint).
-    pub seal: String,
-}
-
-impl Header {
-    /// Seals the header again after an edit (tests use it to make a checkpoint whose header
-    /// is whole but whose digest does not match its state).
-    pub fn reseal(&mut self) {
-        self.seal = self.compute_seal();
-    }
-
-    /// The seal of this header's other fields.
-    fn compute_seal(&self) -> String {
-        let unsealed = Header {
-            seal: String::new(),
-            ..self.clone()
-        };
-        hex(&serde_json::to_vec(&unsealed).expect("a header serializes"))
-    }
-}
-
-/// One compressed part of a checkpoint.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Part {
-    /// Bytes in the file.
-    pub compressed: u64,
-    /// Bytes once decompressed.
-    pub bytes: u64,
-}
-
-/// The configuration part as written: the same JSON as [`ConfigPart`], borrowed.
-#[derive(Serialize)]
-struct ConfigRef<'a> {
-    site: &'a lhc_engine::site::SiteConfig,
-    validations: &'a BTreeMap<u64, Validation>,
-}
+use lhc_log::checkpoint::{self as format, sha256_hex as hex, verify, FORMAT, MAX_HEADER_BYTES};
+pub use lhc_log::checkpoint::{sample_offsets, Header, Part, SAMPLES};
 
 /// A checkpoint read and verified: its header and the engine it rebuilds.
 #[derive(Debug)]
@@ -201,13 +118,6 @@ pub fn list(log_dir: &Path) -> Result<Vec<(u64, PathBuf)>, CheckpointError> {
     Ok(found)
 }
 
-fn hex(bytes: &[u8]) -> String {
-    sha2::Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
 /// SHA-256 of the record at `offset`, hex; `None` when the log does not hold it.
 fn record_hash(log: &dyn Log, offset: u64) -> Result<Option<String>, LogError> {
     if offset < log.start_offset()? || offset >= log.end_offset()? {
@@ -237,11 +147,7 @@ fn read_header(path: &Path) -> Result<(Header, BufReader<File>), String> {
     if line.last() != Some(&b'\n') {
         return Err("no header line (damaged)".into());
     }
-    let header: Header =
-        serde_json::from_slice(&line).map_err(|e| format!("unreadable header: {e}"))?;
-    if header.seal != header.compute_seal() {
-        return Err("its header does not match its seal (damaged)".into());
-    }
+    let header = format::parse_header(&line)?;
     let named = path
         .file_stem()
         .and_then(|n| n.to_str())
@@ -311,110 +217,15 @@ fn rebuild(
     if let Some(why) = unfit(&header, build, log).map_err(|e| e.to_string())? {
         return Err(why);
     }
-    let [config, rows] = header.parts;
-    if config.bytes.max(rows.bytes) > MAX_STATE_BYTES {
-        return Err("its header claims a state too large to be one (damaged)".into());
-    }
-    let expected = config
-        .compressed
-        .checked_add(rows.compressed)
-        .filter(|&n| n <= MAX_STATE_BYTES)
-        .ok_or("its header claims parts too large to be real (damaged)")?;
-    let mut compressed = Vec::new();
+    let expected = header.body_len()?;
+    let mut body = Vec::new();
     // One byte more than expected tells a longer file from a whole one.
     reader
         .take(expected + 1)
-        .read_to_end(&mut compressed)
+        .read_to_end(&mut body)
         .map_err(|e| e.to_string())?;
-    if compressed.len() as u64 != expected {
-        return Err(format!(
-            "it holds {} bytes after its header, not what its header says (damaged or cut \
-             short)",
-            compressed.len(),
-        ));
-    }
-    let (first, second) = compressed.split_at(config.compressed as usize);
-    // The two parts are parsed at once, one on each core: loading is most of the time a
-    // query from a checkpoint takes.
-    let (config, engine) = std::thread::scope(|scope| {
-        let config = scope.spawn(|| -> Result<ConfigPart, String> {
-            let bytes = decompress(first, config.bytes)?;
-            serde_json::from_slice(&bytes).map_err(|e| format!("unreadable configuration: {e}"))
-        });
-        let engine = decompress(second, rows.bytes).and_then(|bytes| engine_from_rows(&bytes));
-        (config.join().expect("parsing does not panic"), engine)
-    });
-    let mut engine = engine?;
-    engine.restore_config(config?);
-    engine
-        .check_restored()
-        .map_err(|e| format!("its state breaks an engine invariant: {e}"))?;
+    let engine = format::rebuild(&header, &body)?;
     Ok(Checkpoint { header, engine })
-}
-
-/// A zstd frame of `bytes` bytes, decompressed into one allocation of that size: growing a
-/// buffer of tens of MB costs more in page faults than the decompression itself.
-fn decompress(frame: &[u8], bytes: u64) -> Result<Vec<u8>, String> {
-    let out = zstd::bulk::decompress(frame, bytes as usize)
-        .map_err(|e| format!("unreadable state: the compressed part is damaged (zstd: {e})"))?;
-    if out.len() as u64 != bytes {
-        return Err(format!(
-            "a part is {} bytes, not the {bytes} its header says (damaged)",
-            out.len()
-        ));
-    }
-    Ok(out)
-}
-
-/// Appends the state rows of `engine` (`Engine::for_each_state_row`), each as its key and
-/// value, both preceded by their length (4 bytes, little-endian).
-fn encode_rows(engine: &Engine) -> Vec<u8> {
-    let mut out = Vec::new();
-    engine.for_each_state_row(|key, value| {
-        for part in [key, value] {
-            out.extend_from_slice(&(part.len() as u32).to_le_bytes());
-            out.extend_from_slice(part);
-        }
-    });
-    out
-}
-
-/// The engine the rows of [`encode_rows`] make (configuration part empty).
-fn engine_from_rows(mut bytes: &[u8]) -> Result<Engine, String> {
-    let mut rows = lhc_engine::rows::StateRows::new();
-    fn take<'a>(bytes: &mut &'a [u8]) -> Result<&'a [u8], String> {
-        let cut = "unreadable state: a row is cut short (damaged)";
-        let (len, rest) = bytes.split_first_chunk::<4>().ok_or(cut)?;
-        let len = u32::from_le_bytes(*len) as usize;
-        if rest.len() < len {
-            return Err(cut.into());
-        }
-        let (part, rest) = rest.split_at(len);
-        *bytes = rest;
-        Ok(part)
-    }
-    while !bytes.is_empty() {
-        let key = take(&mut bytes)?;
-        let value = take(&mut bytes)?;
-        rows.add(key, value)
-            .map_err(|e| format!("unreadable state: {e}"))?;
-    }
-    rows.finish()
-        .map_err(|e| format!("unreadable state: {e}"))?
-        .ok_or_else(|| "unreadable state: no rows".to_string())
-}
-
-/// Whether the digest of the rebuilt `engine` is the one written with it.
-fn verify(engine: &Engine, written: &str) -> Result<(), String> {
-    let digest = engine.digest();
-    if digest == written {
-        Ok(())
-    } else {
-        Err(format!(
-            "the state rebuilt from it has digest {digest}, not the {written} written with it \
-             (damaged)"
-        ))
-    }
 }
 
 /// [`open`] and [`verify`].
@@ -785,22 +596,7 @@ impl Writer {
         if self.first_record.is_none() {
             self.first_record = Some(hash(0)?);
         }
-        // Level 1: the state compresses about tenfold (JSON of many alike objects) and
-        // writing stays cheap.
-        let compress = |bytes: &[u8]| zstd::bulk::compress(bytes, 1).map_err(|e| io(&self.dir)(e));
-        let mut config = Vec::new();
-        serde_json::to_writer(
-            &mut config,
-            &ConfigRef {
-                site: engine.site(),
-                validations: engine.validations(),
-            },
-        )
-        .expect("configuration serializes");
-        let rows = encode_rows(engine);
-        let (config_z, rows_z) = (compress(&config)?, compress(&rows)?);
-        let header = Header {
-            format: FORMAT.into(),
+        let covered = format::Covered {
             build: self.build.clone(),
             next_offset: self.next_offset,
             quarantined: self.quarantined,
@@ -813,39 +609,16 @@ impl Writer {
                 .into_iter()
                 .map(hash)
                 .collect::<Result<_, _>>()?,
-            digest: engine.digest(),
-            parts: [
-                Part {
-                    compressed: config_z.len() as u64,
-                    bytes: config.len() as u64,
-                },
-                Part {
-                    compressed: rows_z.len() as u64,
-                    bytes: rows.len() as u64,
-                },
-            ],
-            seal: String::new(),
         };
-        let header = Header {
-            seal: header.compute_seal(),
-            ..header
-        };
+        let bytes = format::encode(engine, covered).map_err(io(&self.dir))?;
         let dir = self.dir.join(DIR);
         std::fs::create_dir_all(&dir).map_err(io(&dir))?;
         let path = dir.join(format!("{:020}.ckpt", self.next_offset));
         let temporary = dir.join(format!("{:020}.ckpt.tmp", self.next_offset));
-        let mut file = std::io::BufWriter::with_capacity(
-            1 << 20,
-            File::create(&temporary).map_err(io(&temporary))?,
-        );
-        serde_json::to_writer(&mut file, &header).expect("header serializes");
-        file.write_all(b"\n").map_err(io(&temporary))?;
-        file.write_all(&config_z).map_err(io(&temporary))?;
-        file.write_all(&rows_z).map_err(io(&temporary))?;
-        let file = file
-            .into_inner()
-            .map_err(|e| io(&temporary)(e.into_error()))?;
-        file.sync_all().map_err(io(&temporary))?;
+        let mut file = File::create(&temporary).map_err(io(&temporary))?;
+        file.write_all(&bytes)
+            .and_then(|()| file.sync_all())
+            .map_err(io(&temporary))?;
         std::fs::rename(&temporary, &path).map_err(io(&path))?;
         File::open(&dir)
             .and_then(|d| d.sync_all())

@@ -14,6 +14,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub mod admin;
+pub mod checkpoint;
 pub mod embedded;
 pub mod frame;
 pub mod jsonl;
