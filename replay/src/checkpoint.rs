@@ -217,14 +217,7 @@ fn rebuild(
     if let Some(why) = unfit(&header, build, log).map_err(|e| e.to_string())? {
         return Err(why);
     }
-    let expected = header.body_len()?;
-    let mut body = Vec::new();
-    // One byte more than expected tells a longer file from a whole one.
-    reader
-        .take(expected + 1)
-        .read_to_end(&mut body)
-        .map_err(|e| e.to_string())?;
-    let engine = format::rebuild(&header, &body)?;
+    let engine = format::rebuild(&header, &read_body(&header, reader)?)?;
     Ok(Checkpoint { header, engine })
 }
 
@@ -239,52 +232,127 @@ fn describe(path: &Path) -> String {
     path.display().to_string()
 }
 
+/// Where checkpoints are kept: the files beside an embedded log ([`resume`]), or a node's
+/// RocksDB (the CLI's, which knows the node's store). Every answer that is not `Ok` says why
+/// the checkpoint cannot be used.
+pub trait Shelf {
+    /// Where they are (a log directory, a node's cache snapshot), for warnings.
+    fn describe(&self) -> String;
+    /// The checkpoints held: (next offset, a name for warnings), ascending.
+    fn list(&self) -> Result<Vec<(u64, String)>, String>;
+    /// The header of the one covering `offset` records.
+    fn header(&self, offset: u64) -> Result<Header, String>;
+    /// The bytes after its header (as long as they are: [`format::rebuild`] checks).
+    fn body(&self, offset: u64, header: &Header) -> Result<Vec<u8>, String>;
+    /// How to write them anew, for the warning about another build's.
+    fn rewrite_hint(&self) -> String;
+}
+
+/// The checkpoint files beside an embedded log.
+struct Files(PathBuf);
+
+/// The checkpoint files beside the embedded log in `log_dir`, as a shelf.
+pub fn files(log_dir: &Path) -> impl Shelf {
+    Files(log_dir.to_path_buf())
+}
+
+impl Shelf for Files {
+    fn describe(&self) -> String {
+        self.0.display().to_string()
+    }
+
+    fn list(&self) -> Result<Vec<(u64, String)>, String> {
+        Ok(list(&self.0)
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .map(|(offset, path)| (offset, describe(&path)))
+            .collect())
+    }
+
+    fn header(&self, offset: u64) -> Result<Header, String> {
+        read_header(&self.path(offset)).map(|(header, _)| header)
+    }
+
+    fn body(&self, offset: u64, header: &Header) -> Result<Vec<u8>, String> {
+        let (_, reader) = read_header(&self.path(offset))?;
+        read_body(header, reader)
+    }
+
+    fn rewrite_hint(&self) -> String {
+        format!("`lhc log checkpoint {}` writes them anew", self.0.display())
+    }
+}
+
+impl Files {
+    fn path(&self, offset: u64) -> PathBuf {
+        self.0.join(DIR).join(format!("{offset:020}.ckpt"))
+    }
+}
+
+/// The bytes after a header, one more than it says at most (a longer file is told from a
+/// whole one).
+fn read_body(header: &Header, reader: BufReader<File>) -> Result<Vec<u8>, String> {
+    let expected = header.body_len()?;
+    let mut body = Vec::new();
+    reader
+        .take(expected + 1)
+        .read_to_end(&mut body)
+        .map_err(|e| e.to_string())?;
+    Ok(body)
+}
+
 /// The latest checkpoint below `bound` whose header passes `wanted` and that opens, with a
 /// warning for each later one that passed `wanted` but could not be opened.
 fn latest_below(
-    log_dir: &Path,
+    shelf: &dyn Shelf,
+    log: &dyn Fn() -> Result<Box<dyn Log>, String>,
     build: &str,
     bound: u64,
     wanted: &impl Fn(&Header) -> bool,
     warnings: &mut Vec<String>,
-) -> Result<Option<(u64, PathBuf, Checkpoint)>, CheckpointError> {
-    let found = list(log_dir)?;
+) -> Result<Option<(u64, String, Checkpoint)>, String> {
+    let found = shelf.list()?;
     if found.is_empty() {
         return Ok(None);
     }
-    let log = EmbeddedLog::open_read_only(log_dir)?;
+    let log = log()?;
     // After an upgrade every checkpoint is another build's: one warning says so, not one
-    // per file.
+    // per checkpoint.
     let mut other_builds: BTreeMap<String, usize> = BTreeMap::new();
     let mut found_one = None;
-    for (offset, path) in found.iter().rev().filter(|(offset, _)| *offset < bound) {
-        let (header, reader) = match read_header(path) {
-            Ok((header, _)) if !wanted(&header) => continue,
-            Ok((header, _)) if header.format == FORMAT && header.build != build => {
+    for (offset, name) in found.iter().rev().filter(|(offset, _)| *offset < bound) {
+        let header = match shelf.header(*offset) {
+            Ok(header) if !wanted(&header) => continue,
+            Ok(header) if header.format == FORMAT && header.build != build => {
                 *other_builds.entry(header.build).or_default() += 1;
                 continue;
             }
-            Ok(read) => read,
+            Ok(header) => header,
             Err(why) => {
-                warnings.push(format!("ignoring checkpoint {}: {why}", describe(path)));
+                warnings.push(format!("ignoring checkpoint {name}: {why}"));
                 continue;
             }
         };
-        match rebuild(header, reader, build, &log) {
-            Ok(checkpoint) => {
-                found_one = Some((*offset, path.clone(), checkpoint));
+        let rebuilt = match unfit(&header, build, &*log).map_err(|e| e.to_string()) {
+            Ok(None) => shelf
+                .body(*offset, &header)
+                .and_then(|body| format::rebuild(&header, &body)),
+            Ok(Some(why)) | Err(why) => Err(why),
+        };
+        match rebuilt {
+            Ok(engine) => {
+                found_one = Some((*offset, name.clone(), Checkpoint { header, engine }));
                 break;
             }
-            Err(why) => warnings.push(format!("ignoring checkpoint {}: {why}", describe(path))),
+            Err(why) => warnings.push(format!("ignoring checkpoint {name}: {why}")),
         }
     }
     for (other, count) in other_builds {
         warnings.push(format!(
             "ignoring {count} checkpoint(s) of {} written by lhc {other} (this is {build}): \
-             another build may fold the records differently; `lhc log checkpoint {}` writes \
-             them anew",
-            log_dir.display(),
-            log_dir.display()
+             another build may fold the records differently; {}",
+            shelf.describe(),
+            shelf.rewrite_hint()
         ));
     }
     Ok(found_one)
@@ -302,21 +370,38 @@ pub fn resume<T, E: From<CheckpointError>>(
     log_dir: &Path,
     build: &str,
     wanted: impl Fn(&Header) -> bool,
+    work: impl FnMut(Option<Checkpoint>) -> Result<T, E>,
+) -> Result<(T, Vec<String>), E> {
+    let log = || -> Result<Box<dyn Log>, String> {
+        Ok(Box::new(
+            EmbeddedLog::open_read_only(log_dir).map_err(|e| e.to_string())?,
+        ))
+    };
+    resume_on(&Files(log_dir.to_path_buf()), &log, build, wanted, work)
+}
+
+/// [`resume`] from the checkpoints on `shelf`, checked against the records of the log `log`
+/// opens (opened only when there are some).
+pub fn resume_on<T, E: From<CheckpointError>>(
+    shelf: &dyn Shelf,
+    log: &dyn Fn() -> Result<Box<dyn Log>, String>,
+    build: &str,
+    wanted: impl Fn(&Header) -> bool,
     mut work: impl FnMut(Option<Checkpoint>) -> Result<T, E>,
 ) -> Result<(T, Vec<String>), E> {
     let mut warnings = Vec::new();
     let mut bound = u64::MAX;
     loop {
-        // A folder that cannot be read costs the shortcut, not the answer.
+        // Checkpoints that cannot be read cost the shortcut, not the answer.
         let found =
-            latest_below(log_dir, build, bound, &wanted, &mut warnings).unwrap_or_else(|e| {
+            latest_below(shelf, log, build, bound, &wanted, &mut warnings).unwrap_or_else(|e| {
                 warnings.push(format!(
                     "ignoring the checkpoints of {}: {e}",
-                    log_dir.display()
+                    shelf.describe()
                 ));
                 None
             });
-        let Some((offset, path, checkpoint)) = found else {
+        let Some((offset, name, checkpoint)) = found else {
             return Ok((work(None)?, warnings));
         };
         bound = offset;
@@ -324,11 +409,11 @@ pub fn resume<T, E: From<CheckpointError>>(
         let check = std::thread::Builder::new()
             .name("lhc-checkpoint-check".into())
             .spawn(move || verify(&copy, &written))
-            .map_err(io(&path))?;
+            .map_err(|e| CheckpointError::from(PathError::on(Path::new(&name))(e)))?;
         let result = work(Some(checkpoint));
         match check.join().expect("the digest check does not panic") {
             Ok(()) => return Ok((result?, warnings)),
-            Err(why) => warnings.push(format!("ignoring checkpoint {}: {why}", describe(&path))),
+            Err(why) => warnings.push(format!("ignoring checkpoint {name}: {why}")),
         }
     }
 }

@@ -389,47 +389,78 @@ impl SourceArgs {
             .context("checkpoints belong to embedded logs")?;
         let log = lhc_log::EmbeddedLog::open_read_only(&dir)
             .with_context(|| format!("cannot read {}", dir.display()))?;
-        let bar = crate::progress::bar(None, "replaying from a checkpoint", quiet);
-        let tick = bar.clone();
-        let mut source = lhc_replay::Source::from_log_at(Box::new(log), from)
-            .with_context(|| format!("cannot read {} from offset {from}", dir.display()))?
-            .with_progress(move |n| tick.set_position(n));
-        source.count_earlier_quarantines(quarantined);
-        self.finish_replay(source, bar, quiet, compute)
+        replay_log_with(quiet, Box::new(log), from, quarantined, compute)
     }
 
     fn finish_replay<T>(
         &self,
-        mut source: lhc_replay::Source,
+        source: lhc_replay::Source,
         bar: indicatif::ProgressBar,
         quiet: bool,
         compute: impl FnOnce(&mut lhc_replay::Source) -> Result<T, lhc_replay::SourceError>,
     ) -> anyhow::Result<T> {
-        let result =
-            compute(&mut source).with_context(|| format!("replaying {}", source.describe()))?;
-        bar.finish_and_clear();
-        // An answer computed from nothing is not an answer: say so instead.
-        let (records, quarantined) = (source.records(), source.quarantined());
-        if records == 0 {
-            bail!("{} holds no records", source.describe());
-        }
-        if quarantined == records {
-            bail!(
-                "none of the {records} record(s) of {} could be applied: every one was \
-                 quarantined (is it a site log? `lhc lint` or `lhc replay` names why)",
-                source.describe()
-            );
-        }
-        if quarantined > 0 && !quiet {
-            eprintln!(
-                "note: {quarantined} of {records} record(s) of {} were quarantined and changed \
-                 nothing (`lhc lint` lists them)",
-                source.describe()
-            );
-        }
-        Ok(result)
+        finish_replay(source, bar, quiet, compute)
     }
+}
 
+/// Replays `log` from offset `from` through `compute` with the spinner, `quarantined`
+/// records before `from` counted (a replay from a checkpoint).
+pub fn replay_log_with<T>(
+    quiet: bool,
+    log: Box<dyn Log>,
+    from: u64,
+    quarantined: u64,
+    compute: impl FnOnce(&mut lhc_replay::Source) -> Result<T, lhc_replay::SourceError>,
+) -> anyhow::Result<T> {
+    let what = if from == 0 {
+        "replaying"
+    } else {
+        "replaying from a checkpoint"
+    };
+    let bar = crate::progress::bar(None, what, quiet);
+    let tick = bar.clone();
+    let name = log.describe();
+    let mut source = lhc_replay::Source::from_log_at(log, from)
+        .with_context(|| format!("cannot read {name} from offset {from}"))?
+        .with_progress(move |n| tick.set_position(n));
+    source.count_earlier_quarantines(quarantined);
+    finish_replay(source, bar, quiet, compute)
+}
+
+/// The end of every replay with a spinner: `compute`, then a refusal of an answer computed
+/// from no record, and a note of the records quarantined.
+fn finish_replay<T>(
+    mut source: lhc_replay::Source,
+    bar: indicatif::ProgressBar,
+    quiet: bool,
+    compute: impl FnOnce(&mut lhc_replay::Source) -> Result<T, lhc_replay::SourceError>,
+) -> anyhow::Result<T> {
+    let result =
+        compute(&mut source).with_context(|| format!("replaying {}", source.describe()))?;
+    bar.finish_and_clear();
+    // An answer computed from nothing is not an answer: say so instead.
+    let (records, quarantined) = (source.records(), source.quarantined());
+    if records == 0 {
+        bail!("{} holds no records", source.describe());
+    }
+    if quarantined == records {
+        bail!(
+            "none of the {records} record(s) of {} could be applied: every one was \
+             quarantined (is it a site log? `lhc lint` or `lhc replay` names why)",
+            source.describe()
+        );
+    }
+    if quarantined > 0 && !quiet {
+        eprintln!(
+            "note: {quarantined} of {records} record(s) of {} were quarantined and changed \
+             nothing (`lhc lint` lists them)",
+            source.describe()
+        );
+    }
+    Ok(result)
+}
+
+impl SourceArgs {
     /// Runs `work` on every site of the Kafka topic (`--all-sites`), `fleet.threads()` at
     /// once, with a progress bar of sites; the results in site-name order. A site that
     /// cannot be read is an error naming it.

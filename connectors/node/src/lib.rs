@@ -6,6 +6,8 @@
 //! daemon only appends observations and reads results, so a replay of the log makes the
 //! same decisions.
 
+pub mod checkpoints;
+pub mod journal;
 pub mod live;
 pub mod store;
 

@@ -9,6 +9,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Deref;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::SyncSender;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -17,6 +19,8 @@ use lhc_engine::{decode_record_at, Admitted, ConfigPart, Engine, Output, Validat
 use lhc_log::{Log, LogEntry, LogError};
 use rocksdb::{ColumnFamilyDescriptor, IteratorMode, Options, WriteBatch, WriteOptions};
 use xxhash_rust::xxh3::xxh3_128;
+
+use crate::checkpoints::{CheckpointJob, Coverage};
 
 /// Multi-threaded mode: snapshot column families are created and dropped while others
 /// read.
@@ -46,8 +50,15 @@ const INSTANCE_KEY: &[u8] = b"producer_instance";
 const KAFKA_SOURCE_KEY: &[u8] = b"kafka_source";
 /// Meta key: the run counter (u32 big-endian), one more at every start.
 const EPOCH_KEY: &[u8] = b"producer_epoch";
+/// Column family of checkpoints (`crate::checkpoints`): the bytes of a checkpoint file, by
+/// next offset big-endian.
+const CHECKPOINTS: &str = "checkpoints";
+/// Meta key: what the records folded so far were (`Coverage`, JSON), written with every
+/// commit. Stores without it were folded by a build that did not count: they take no
+/// checkpoints until folded again from an empty directory.
+const COVERAGE_KEY: &[u8] = b"coverage";
 /// Every column family, in creation order.
-const FAMILIES: [&str; 6] = [META, OUTPUTS, JOURNAL, LOCAL, OUTBOX, STATE];
+const FAMILIES: [&str; 7] = [META, OUTPUTS, JOURNAL, LOCAL, OUTBOX, STATE, CHECKPOINTS];
 
 /// Prefix of the column family holding one validated configuration version.
 const SNAPSHOT_PREFIX: &str = "snapshot-v";
@@ -155,6 +166,9 @@ pub struct Store {
     written: Mutex<Written>,
     /// What the last commit wrote of the state.
     row_stats: Mutex<RowStats>,
+    /// The next offset the last commit (or the load) named: records below it are in the
+    /// store, journal included.
+    committed: AtomicU64,
 }
 
 /// The configuration part and the state rows as last written.
@@ -209,10 +223,21 @@ pub struct RowStats {
 impl Store {
     /// Opens (or creates) the store in `path`.
     pub fn open(path: impl AsRef<Path>, options: &StoreOptions) -> Result<Store, NodeError> {
-        let path = path.as_ref().to_path_buf();
+        Store::open_as(path.as_ref(), options, false)
+    }
+
+    /// Opens an existing store to read it, beside a node that may be running on it (RocksDB
+    /// read-only: no lock taken, nothing written, the state as of this open). Refused when
+    /// there is no store.
+    pub fn open_read_only(path: impl AsRef<Path>) -> Result<Store, NodeError> {
+        Store::open_as(path.as_ref(), &StoreOptions::default(), true)
+    }
+
+    fn open_as(path: &Path, options: &StoreOptions, read_only: bool) -> Result<Store, NodeError> {
+        let path = path.to_path_buf();
         let mut db_options = Options::default();
-        db_options.create_if_missing(true);
-        db_options.create_missing_column_families(true);
+        db_options.create_if_missing(!read_only);
+        db_options.create_missing_column_families(!read_only);
         db_options.set_write_buffer_size(options.write_buffer_bytes);
         db_options.set_max_write_buffer_number(2);
         let cache = rocksdb::Cache::new_lru_cache(options.block_cache_bytes);
@@ -220,21 +245,41 @@ impl Store {
         table.set_block_cache(&cache);
         db_options.set_block_based_table_factory(&table);
         // Every family the directory holds must be opened, snapshot ones included.
-        let existing = DB::list_cf(&db_options, &path).unwrap_or_default();
+        let existing = DB::list_cf(&db_options, &path);
+        let error = |source| NodeError::Store {
+            path: path.clone(),
+            source,
+        };
+        if read_only {
+            // What is read must be there: a family this build names but the store lacks
+            // (an earlier build's) is created empty only by a writer.
+            let found = existing.clone().map_err(error)?;
+            if let Some(missing) = FAMILIES
+                .iter()
+                .find(|n| **n != CHECKPOINTS && !found.iter().any(|f| f == *n))
+            {
+                return Err(NodeError::Corrupt {
+                    path,
+                    detail: format!("no column family {missing}: not a cache snapshot"),
+                });
+            }
+        }
+        let existing = existing.unwrap_or_default();
         let names: BTreeSet<String> = FAMILIES
             .iter()
             .map(|n| n.to_string())
-            .chain(existing.into_iter().filter(|n| n != "default"))
+            .filter(|n| !read_only || existing.contains(n))
+            .chain(existing.iter().filter(|n| *n != "default").cloned())
             .collect();
         let families = names
             .iter()
             .map(|name| ColumnFamilyDescriptor::new(name, db_options.clone()));
-        let db = DB::open_cf_descriptors(&db_options, &path, families).map_err(|source| {
-            NodeError::Store {
-                path: path.clone(),
-                source,
-            }
-        })?;
+        let db = if read_only {
+            DB::open_cf_descriptors_read_only(&db_options, &path, families, false)
+        } else {
+            DB::open_cf_descriptors(&db_options, &path, families)
+        }
+        .map_err(error)?;
         let store = Store {
             db,
             path,
@@ -242,6 +287,7 @@ impl Store {
             options: db_options,
             written: Mutex::new(Written::default()),
             row_stats: Mutex::new(RowStats::default()),
+            committed: AtomicU64::new(0),
         };
         // Before the state is loaded or a family dropped: a later layout is not this
         // build's to interpret. (Opening may already have created, empty, a family this
@@ -256,8 +302,12 @@ impl Store {
         }
         let listed = store.listed_snapshots()?;
         // A snapshot family the meta does not list is an import interrupted before its
-        // switch (R-CSS-3/4): the listed ones stay in use, the leftover goes.
-        for name in names.iter().filter(|n| n.starts_with(SNAPSHOT_PREFIX)) {
+        // switch (R-CSS-3/4): the listed ones stay in use, the leftover goes (a reader
+        // leaves it to the writer).
+        for name in names
+            .iter()
+            .filter(|n| n.starts_with(SNAPSHOT_PREFIX) && !read_only)
+        {
             let version = name[SNAPSHOT_PREFIX.len()..].parse::<u64>().ok();
             if !version.is_some_and(|v| listed.contains(&v)) {
                 tracing::info!(family = %name, "dropping a snapshot left by an interrupted import");
@@ -357,6 +407,7 @@ impl Store {
             ),
             None => return Ok((Engine::new(), 0)),
         };
+        self.committed.store(next, Ordering::SeqCst);
         let (rows, hashes) = self.read_rows()?;
         let mut written = self.written.lock().expect("written");
         written.rows = hashes;
@@ -422,6 +473,82 @@ impl Store {
         Ok((engine, hashes))
     }
 
+    /// What the records folded so far were (`None`: folded by a build that did not count).
+    pub fn coverage(&self) -> Result<Option<Coverage>, NodeError> {
+        let Some(bytes) = self
+            .db
+            .get_cf(&self.cf(META), COVERAGE_KEY)
+            .map_err(|e| self.error(e))?
+        else {
+            return Ok(None);
+        };
+        serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| NodeError::Corrupt {
+                path: self.path.clone(),
+                detail: format!("coverage: {e}"),
+            })
+    }
+
+    /// The next offset the last commit named (records below it are in the store).
+    pub fn committed_next(&self) -> u64 {
+        self.committed.load(Ordering::SeqCst)
+    }
+
+    /// Stores a checkpoint's bytes under its next offset, and deletes the oldest beyond
+    /// the newest `keep`, in one write.
+    pub fn put_checkpoint(&self, next: u64, bytes: &[u8], keep: usize) -> Result<(), NodeError> {
+        let cf = self.cf(CHECKPOINTS);
+        let mut batch = WriteBatch::default();
+        batch.put_cf(&cf, next.to_be_bytes(), bytes);
+        let mut older: Vec<u64> = self
+            .checkpoints()?
+            .into_iter()
+            .map(|(offset, _)| offset)
+            .filter(|&offset| offset != next)
+            .collect();
+        older.push(next);
+        older.sort_unstable();
+        let excess = older.len().saturating_sub(keep.max(1));
+        for offset in &older[..excess] {
+            batch.delete_cf(&cf, offset.to_be_bytes());
+        }
+        let mut write = WriteOptions::default();
+        write.set_sync(self.sync);
+        drop(cf);
+        self.db.write_opt(batch, &write).map_err(|e| self.error(e))
+    }
+
+    /// The checkpoints held: (next offset, bytes), ascending.
+    pub fn checkpoints(&self) -> Result<Vec<(u64, usize)>, NodeError> {
+        let mut found = Vec::new();
+        // A store an earlier build wrote, opened to read, has none.
+        let Some(cf) = self.db.cf_handle(CHECKPOINTS) else {
+            return Ok(found);
+        };
+        for item in self.db.iterator_cf(&cf, IteratorMode::Start) {
+            let (key, value) = item.map_err(|e| self.error(e))?;
+            let offset = <[u8; 8]>::try_from(&*key)
+                .map(u64::from_be_bytes)
+                .map_err(|_| NodeError::Corrupt {
+                    path: self.path.clone(),
+                    detail: format!("a checkpoint key of {} bytes", key.len()),
+                })?;
+            found.push((offset, value.len()));
+        }
+        Ok(found)
+    }
+
+    /// The bytes of the checkpoint covering `next` records, if held.
+    pub fn checkpoint(&self, next: u64) -> Result<Option<Vec<u8>>, NodeError> {
+        let Some(cf) = self.db.cf_handle(CHECKPOINTS) else {
+            return Ok(None);
+        };
+        self.db
+            .get_cf(&cf, next.to_be_bytes())
+            .map_err(|e| self.error(e))
+    }
+
     /// What the last commit wrote of the state.
     pub fn row_stats(&self) -> RowStats {
         *self.row_stats.lock().expect("row stats")
@@ -440,6 +567,7 @@ impl Store {
         next: u64,
         outputs: &[Outputs],
         journal: &JournalChanges,
+        coverage: Option<&Coverage>,
     ) -> Result<(), NodeError> {
         let part = engine.take_config();
         let result = self.write(
@@ -450,6 +578,7 @@ impl Store {
             next,
             outputs,
             journal,
+            coverage,
         );
         engine.restore_config(part);
         result
@@ -465,6 +594,7 @@ impl Store {
             job.next,
             &job.outputs,
             &job.journal,
+            job.coverage.as_ref(),
         )
     }
 
@@ -481,6 +611,7 @@ impl Store {
         next: u64,
         outputs: &[Outputs],
         journal: &JournalChanges,
+        coverage: Option<&Coverage>,
     ) -> Result<(), NodeError> {
         let mut written = self.written.lock().expect("written");
         let site = if written.site_version == Some(site_version) {
@@ -539,6 +670,10 @@ impl Store {
         }
         batch.put_cf(&meta, NEXT_KEY, next.to_be_bytes());
         batch.put_cf(&meta, FORMAT_KEY, STORE_FORMAT.to_be_bytes());
+        if let Some(coverage) = coverage {
+            let bytes = serde_json::to_vec(coverage).expect("coverage serializes");
+            batch.put_cf(&meta, COVERAGE_KEY, bytes);
+        }
         let cf = self.cf(OUTPUTS);
         for (offset, first, list) in outputs {
             for (index, output) in (*first..).zip(list) {
@@ -556,6 +691,7 @@ impl Store {
         self.db
             .write_opt(batch, &write)
             .map_err(|e| self.error(e))?;
+        self.committed.store(next, Ordering::SeqCst);
         if let Some((version, _)) = site {
             written.site_version = Some(version);
         }
@@ -780,6 +916,18 @@ impl Store {
         self.range(JOURNAL, after, limit)
     }
 
+    /// The offset after the journal's last record (0 when it is empty).
+    pub fn journal_end(&self) -> Result<u64, NodeError> {
+        let mut last = self.db.iterator_cf(&self.cf(JOURNAL), IteratorMode::End);
+        match last.next() {
+            Some(item) => {
+                let (key, _) = item.map_err(|e| self.error(e))?;
+                Ok(u64::from_be_bytes(key[..8].try_into().expect("8-byte key")) + 1)
+            }
+            None => Ok(0),
+        }
+    }
+
     fn range(
         &self,
         cf: &str,
@@ -888,6 +1036,7 @@ pub struct CommitJob {
     next: u64,
     outputs: Vec<Outputs>,
     journal: JournalChanges,
+    coverage: Option<Coverage>,
 }
 
 /// Outputs of one input offset, from the index of the first (0 unless the record's
@@ -926,6 +1075,11 @@ pub struct Folder<S: Deref<Target = Store>> {
     commits: u64,
     /// Site version the last commit job carried (or the store holds).
     sent_site_version: Option<u64>,
+    /// What the records applied so far were, for checkpoints (`None`: a store folded by
+    /// a build that did not count takes none).
+    coverage: Option<Coverage>,
+    /// Every how many records a checkpoint is due, and where it goes.
+    checkpoints: Option<(u64, SyncSender<CheckpointJob>)>,
 }
 
 impl<S: Deref<Target = Store>> Folder<S> {
@@ -934,6 +1088,11 @@ impl<S: Deref<Target = Store>> Folder<S> {
         let (engine, next) = store.load()?;
         let sent_site_version = store.written.lock().expect("written").site_version;
         let resume = (next, store.outputs_of(next)?);
+        let coverage = match store.coverage()? {
+            Some(coverage) => Some(coverage),
+            None if next == 0 => Some(Coverage::default()),
+            None => None,
+        };
         Ok(Folder {
             store,
             engine: Arc::new(RwLock::new(engine)),
@@ -945,7 +1104,25 @@ impl<S: Deref<Target = Store>> Folder<S> {
             sent_site_version,
             uncommitted: 0,
             commits: 0,
+            coverage,
+            checkpoints: None,
         })
+    }
+
+    /// Hands a checkpoint to `to` after every `every` records (0: none). The folder never
+    /// waits for it: a checkpoint due while the previous one is still being written is
+    /// skipped.
+    pub fn take_checkpoints(&mut self, every: u64, to: SyncSender<CheckpointJob>) {
+        if every == 0 {
+            return;
+        }
+        if self.coverage.is_none() {
+            tracing::warn!(
+                "no checkpoints: this data directory was folded by an earlier build, which did                  not count what checkpoints say of their records; fold into an empty directory                  to have them"
+            );
+            return;
+        }
+        self.checkpoints = Some((every, to));
     }
 
     /// The engine as folded so far (committed or not), shared with readers that take the
@@ -1010,6 +1187,11 @@ impl<S: Deref<Target = Store>> Folder<S> {
             self.in_progress.is_none(),
             "a record is applied only once the one in progress is done"
         );
+        // Every decodable record's time counts, a quarantined one's too (as a replay's
+        // checkpoints count them).
+        if let (Some(coverage), Ok(record)) = (&mut self.coverage, &record) {
+            coverage.saw(record.ts());
+        }
         let admitted = self
             .engine
             .write()
@@ -1062,6 +1244,24 @@ impl<S: Deref<Target = Store>> Folder<S> {
     fn finish(&mut self, offset: u64, first: u32, outputs: Vec<Output>) -> &[Output] {
         self.next = offset + 1;
         self.uncommitted += 1;
+        if let Some(coverage) = &mut self.coverage {
+            if outputs.iter().any(|o| matches!(o, Output::Quarantine(_))) {
+                coverage.quarantined += 1;
+            }
+            if let Some((every, to)) = &self.checkpoints {
+                if self.next.is_multiple_of(*every) {
+                    let job = CheckpointJob {
+                        engine: self.engine.read().expect("engine lock").clone(),
+                        next: self.next,
+                        coverage: coverage.clone(),
+                    };
+                    // Busy with the previous one: this one is skipped, never waited for.
+                    if let Err(std::sync::mpsc::TrySendError::Full(_)) = to.try_send(job) {
+                        tracing::debug!(next_offset = self.next, "checkpoint skipped: busy");
+                    }
+                }
+            }
+        }
         self.keep(offset, first, outputs)
     }
 
@@ -1086,8 +1286,13 @@ impl<S: Deref<Target = Store>> Folder<S> {
             return Ok(Vec::new());
         }
         let mut engine = self.engine.write().expect("engine lock");
-        self.store
-            .commit(&mut engine, self.next, &self.pending, &self.journal)?;
+        self.store.commit(
+            &mut engine,
+            self.next,
+            &self.pending,
+            &self.journal,
+            self.coverage.as_ref(),
+        )?;
         self.sent_site_version = Some(engine.site().version);
         drop(engine);
         self.journal = JournalChanges::default();
@@ -1122,6 +1327,7 @@ impl<S: Deref<Target = Store>> Folder<S> {
             next: self.next,
             outputs: std::mem::take(&mut self.pending),
             journal: std::mem::take(&mut self.journal),
+            coverage: self.coverage.clone(),
         })
     }
 
@@ -1170,14 +1376,49 @@ pub struct FoldSummary {
 
 /// Folds `log` into the store from where it stopped, committing every `batch` records.
 /// With `follow`, waits for new records until `stop` returns true.
+///
+/// With a `checkpoints` policy taking some, a checkpoint is handed every `every` records to
+/// a thread of its own, which reads back the records it names from `log` (give one only
+/// for a log whose offsets are dense from 0, as an embedded log's are).
 pub fn fold(
     store: &Store,
     log: &dyn Log,
     batch: usize,
     follow: Option<&dyn Fn() -> bool>,
+    checkpoints: &crate::checkpoints::CheckpointPolicy,
 ) -> Result<(FoldSummary, Engine), NodeError> {
     store.refuse_kafka_node("a fold of a log")?;
+    if checkpoints.every == 0 {
+        return fold_with(store, log, batch, follow, None);
+    }
+    let (to, jobs) = std::sync::mpsc::sync_channel(1);
+    std::thread::scope(|scope| {
+        let writer = std::thread::Builder::new()
+            .name("lhc-checkpoint".into())
+            .spawn_scoped(scope, || {
+                let records = crate::checkpoints::Records::Log(log);
+                crate::checkpoints::run(store, checkpoints, &records, jobs, &|| true);
+            })
+            .map_err(|e| NodeError::Commit(e.to_string()))?;
+        let folded = fold_with(store, log, batch, follow, Some((checkpoints.every, to)));
+        // The last checkpoint handed over is written before the fold returns.
+        writer.join().expect("the checkpoint writer does not panic");
+        folded
+    })
+}
+
+/// [`fold`] proper, handing checkpoints to `checkpoints` when given.
+fn fold_with(
+    store: &Store,
+    log: &dyn Log,
+    batch: usize,
+    follow: Option<&dyn Fn() -> bool>,
+    checkpoints: Option<(u64, SyncSender<CheckpointJob>)>,
+) -> Result<(FoldSummary, Engine), NodeError> {
     let mut folder = Folder::open(store)?;
+    if let Some((every, to)) = checkpoints {
+        folder.take_checkpoints(every, to);
+    }
     let resumed_at = folder.next();
     let mut reader = log.reader(resumed_at.max(log.start_offset()?))?;
     let mut applied = 0u64;

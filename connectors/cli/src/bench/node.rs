@@ -364,7 +364,13 @@ fn restart(vdas: usize) -> anyhow::Result<()> {
     let store_dir = data.join("snapshot");
     {
         let store = Store::open(&store_dir, &StoreOptions::default())?;
-        lhc_node::fold(&store, &log, 100_000, None)?;
+        lhc_node::fold(
+            &store,
+            &log,
+            100_000,
+            None,
+            &lhc_node::checkpoints::CheckpointPolicy::off(),
+        )?;
     }
     let state_bytes = crate::render::dir_size(&store_dir);
     let started = Instant::now();

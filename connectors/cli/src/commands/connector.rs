@@ -169,6 +169,15 @@ pub struct StoreArgs {
     /// RocksDB write buffer, MiB (bounds memtable memory; two are kept).
     #[arg(long, value_name = "MIB", default_value_t = 16)]
     write_buffer_mb: usize,
+    /// Keep a checkpoint of the engine state in the cache snapshot after every N records
+    /// folded (0: none), so `lhc query --at T --data DIR` starts near T. Written on a
+    /// thread of its own; one due while the previous is still being written is skipped.
+    #[arg(long, value_name = "N", default_value_t = lhc_node::checkpoints::DEFAULT_EVERY)]
+    checkpoint_every: u64,
+    /// How many checkpoints to keep (the newest; older ones are deleted).
+    #[arg(long, value_name = "K", default_value_t = lhc_node::checkpoints::DEFAULT_KEEP,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    checkpoint_keep: u64,
 }
 
 impl StoreArgs {
@@ -177,6 +186,14 @@ impl StoreArgs {
             block_cache_bytes: self.block_cache_mb.max(1) << 20,
             write_buffer_bytes: self.write_buffer_mb.max(1) << 20,
             sync: self.sync,
+        }
+    }
+
+    fn checkpoints(&self) -> lhc_node::checkpoints::CheckpointPolicy {
+        lhc_node::checkpoints::CheckpointPolicy {
+            every: self.checkpoint_every,
+            keep: usize::try_from(self.checkpoint_keep).unwrap_or(usize::MAX),
+            build: crate::build_id(),
         }
     }
 }
@@ -189,19 +206,26 @@ pub fn run(command: ConnectorCommand, quiet: bool) -> anyhow::Result<ExitCode> {
             data,
             batch,
             follow,
-            store,
+            store: store_args,
         } => {
-            let options = store.options();
+            let options = store_args.options();
             let dir = fold_store_dir(&data);
             let store = Store::open(&dir, &options)?;
             let log = target.open_for_read()?;
             // Following runs until the process is stopped (Ctrl-C); nothing else ends it.
             let never = || false;
+            // Checkpoints name records by offset: a topic partition shared by sites has
+            // gaps in this site's offsets, so only an embedded log's fold takes them.
+            let checkpoints = match target.kafka.kafka {
+                None => store_args.checkpoints(),
+                Some(_) => lhc_node::checkpoints::CheckpointPolicy::off(),
+            };
             let (summary, engine) = lhc_node::fold(
                 &store,
                 &*log,
                 batch,
                 follow.then_some(&never as &dyn Fn() -> bool),
+                &checkpoints,
             )
             .with_context(|| format!("folding {} into {}", log.describe(), dir.display()))?;
             if !quiet {
@@ -287,6 +311,7 @@ pub fn run(command: ConnectorCommand, quiet: bool) -> anyhow::Result<ExitCode> {
                 env!("LHC_COMMIT").to_string(),
             );
             config.store = store.options();
+            config.checkpoints = store.checkpoints();
             std::fs::create_dir_all(&data)
                 .with_context(|| format!("creating {}", data.display()))?;
             let site_log = match target.kafka.options()? {
@@ -447,7 +472,7 @@ fn fold_store_dir(data: &std::path::Path) -> PathBuf {
 
 /// The store of a node data directory: `DIR/snapshot` (`connector run`, `connector fold`),
 /// else `DIR` itself (a store an older `connector fold --data DIR` made).
-fn store_dir(data: &std::path::Path) -> PathBuf {
+pub(crate) fn store_dir(data: &std::path::Path) -> PathBuf {
     let run_layout = data.join("snapshot");
     if run_layout.is_dir() {
         run_layout

@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use anyhow::{bail, Context};
 use clap::Subcommand;
@@ -35,6 +36,12 @@ pub struct QueryArgs {
     /// Replay from the log's first record, ignoring checkpoints (`lhc log checkpoint`).
     #[arg(long, global = true)]
     from_start: bool,
+    /// Start from the checkpoints a node keeps in its cache snapshot (`lhc connector run`
+    /// or `fold --data DIR`, --checkpoint-every), read beside the running node. A node on
+    /// an embedded log is queried with that log (PATH); a Kafka node with nothing else: its
+    /// journal, the records in the order it applied them, is replayed.
+    #[arg(long, value_name = "DIR", global = true)]
+    data: Option<PathBuf>,
     /// What to show [default: connectors].
     #[command(subcommand)]
     what: Option<What>,
@@ -198,19 +205,48 @@ pub fn run(args: QueryArgs, quiet: bool) -> anyhow::Result<ExitCode> {
             .replay_with(quiet, |source| lhc_replay::cut_at(source, at))
             .map(answered)
     };
+    let node = match &args.data {
+        Some(data) => Some(NodeCheckpoints::open(data, &args.source)?),
+        None => None,
+    };
+    // The log replayed: the node's journal for a Kafka node, else the one named.
+    let journal = node.as_ref().and_then(NodeCheckpoints::journal);
+    let replay_start = |source: &SourceArgs| match &journal {
+        Some(journal) => crate::args::replay_log_with(quiet, journal(), 0, 0, |source| {
+            lhc_replay::cut_at(source, at)
+        })
+        .map(answered),
+        None => from_start(source),
+    };
+    // Where the checkpoints are, and the log their records are checked against.
+    let embedded = args.source.embedded_dir();
+    let shelf: Option<(Box<dyn lhc_replay::checkpoint::Shelf>, LogOpener)> = match &node {
+        Some(node) => Some((Box::new(node.shelf()), node.log_opener(embedded.clone()))),
+        None => embedded.clone().map(|dir| {
+            (
+                Box::new(lhc_replay::checkpoint::files(&dir))
+                    as Box<dyn lhc_replay::checkpoint::Shelf>,
+                embedded_opener(dir),
+            )
+        }),
+    };
     let used = std::cell::Cell::new(None);
-    let (cut, value) = match (&needs_from, args.source.embedded_dir()) {
-        (Some(needs), Some(dir)) if !args.from_start => {
+    let (cut, value) = match (&needs_from, shelf) {
+        (Some(needs), Some((shelf, log))) if !args.from_start => {
             let wanted = |h: &lhc_replay::checkpoint::Header| match (h.max_ts, needs) {
                 (None, _) => true,
                 (Some(max), Needs::UpTo(at)) => max <= *at,
                 (Some(max), Needs::After(from)) => max < *from && max <= at,
             };
-            let (answered, warnings) =
-                lhc_replay::checkpoint::resume(&dir, &crate::build_id(), wanted, |checkpoint| {
+            let (answered, warnings) = lhc_replay::checkpoint::resume_on(
+                &*shelf,
+                &*log,
+                &crate::build_id(),
+                wanted,
+                |checkpoint| {
                     used.set(checkpoint.as_ref().map(|c| c.header.next_offset));
                     match checkpoint {
-                        None => from_start(&args.source),
+                        None => replay_start(&args.source),
                         Some(checkpoint) => {
                             let header = checkpoint.header;
                             let resume = lhc_replay::query::Resume {
@@ -218,48 +254,67 @@ pub fn run(args: QueryArgs, quiet: bool) -> anyhow::Result<ExitCode> {
                                 first_ts: header.first_ts,
                                 last_ts: header.last_ts,
                             };
-                            args.source
-                                .replay_from_with(
+                            let cut = |source: &mut lhc_replay::Source| {
+                                lhc_replay::query::cut_from(
+                                    source,
+                                    checkpoint.engine,
+                                    Some(resume),
+                                    at,
+                                )
+                            };
+                            match &journal {
+                                Some(journal) => crate::args::replay_log_with(
+                                    quiet,
+                                    journal(),
+                                    header.next_offset,
+                                    header.quarantined,
+                                    cut,
+                                ),
+                                None => args.source.replay_from_with(
                                     quiet,
                                     header.next_offset,
                                     header.quarantined,
-                                    |source| {
-                                        lhc_replay::query::cut_from(
-                                            source,
-                                            checkpoint.engine,
-                                            Some(resume),
-                                            at,
-                                        )
-                                    },
-                                )
-                                .map(answered)
+                                    cut,
+                                ),
+                            }
+                            .map(answered)
                         }
                     }
-                })?;
+                },
+            )?;
             for warning in warnings {
                 eprintln!("warning: {warning}");
             }
             match (used.get(), quiet) {
                 (Some(offset), false) => eprintln!(
-                    "note: started from the checkpoint after {offset} records (its state's \
-                     digest verified); --from-start replays from the first record"
+                    "note: started from the checkpoint after {offset} records{} (its state's \
+                     digest verified); --from-start replays from the first record",
+                    node.as_ref()
+                        .map(|n| format!(" in {}", n.dir.display()))
+                        .unwrap_or_default()
                 ),
                 (None, false)
-                    if answered.0.last_offset.unwrap_or(0)
-                        >= lhc_replay::checkpoint::DEFAULT_EVERY
-                        && lhc_replay::checkpoint::list(&dir).is_ok_and(|l| l.is_empty()) =>
+                    if node.is_none()
+                        && answered.0.last_offset.unwrap_or(0)
+                            >= lhc_replay::checkpoint::DEFAULT_EVERY
+                        && embedded.as_ref().is_some_and(|dir| {
+                            lhc_replay::checkpoint::list(dir).is_ok_and(|l| l.is_empty())
+                        }) =>
                 {
                     eprintln!(
                         "note: replayed from the first record; `lhc log checkpoint {}` once \
                          lets later queries start near the instant",
-                        dir.display()
+                        embedded
+                            .as_ref()
+                            .map(|d| d.display().to_string())
+                            .unwrap_or_default()
                     )
                 }
                 _ => {}
             }
             answered
         }
-        _ => from_start(&args.source)?,
+        _ => replay_start(&args.source)?,
     };
     // An instant outside the log's span is said, never answered as if it were inside.
     match (cut.first_ts, cut.last_ts) {
@@ -291,6 +346,170 @@ pub fn run(args: QueryArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     // longer than the operating system takes to reclaim it whole.
     std::mem::forget(cut);
     Ok(ExitCode::SUCCESS)
+}
+
+/// Opens the log checkpoints are checked against (only when there are checkpoints).
+type LogOpener = Box<dyn Fn() -> Result<Box<dyn lhc_log::Log>, String>>;
+
+/// Opens the embedded log in `dir`, read-only.
+fn embedded_opener(dir: PathBuf) -> LogOpener {
+    Box::new(move || -> Result<Box<dyn lhc_log::Log>, String> {
+        Ok(Box::new(
+            lhc_log::EmbeddedLog::open_read_only(&dir).map_err(|e| e.to_string())?,
+        ))
+    })
+}
+
+/// The checkpoints a node keeps in its cache snapshot (`--data DIR`).
+struct NodeCheckpoints {
+    dir: PathBuf,
+    store: Arc<lhc_node::Store>,
+    /// A Kafka node: its checkpoints name its journal's offsets.
+    kafka: bool,
+}
+
+impl NodeCheckpoints {
+    /// The node's store, opened to read beside a node that may be running on it; refused
+    /// when the log named cannot be the one its checkpoints name.
+    fn open(data: &std::path::Path, source: &SourceArgs) -> anyhow::Result<NodeCheckpoints> {
+        let snapshot = crate::commands::connector::store_dir(data);
+        if !snapshot.join("CURRENT").is_file() {
+            bail!(
+                "no cache snapshot in {} (a node's data directory, as `lhc connector run \
+                 --data` or `lhc connector fold --data` name it)",
+                data.display()
+            );
+        }
+        let store = lhc_node::Store::open_read_only(&snapshot)
+            .with_context(|| format!("reading the cache snapshot {}", snapshot.display()))?;
+        let kafka = store.kafka_source()?.is_some();
+        if kafka && (source.path.is_some() || source.kafka.kafka.is_some()) {
+            bail!(
+                "{} is a Kafka node's: its checkpoints name the records of its journal, in the \
+                 order it applied them, and that journal is what is replayed; name no log or \
+                 --kafka with --data",
+                data.display()
+            );
+        }
+        if !kafka && source.embedded_dir().is_none() {
+            bail!(
+                "{} folds an embedded log: name that log's directory (its checkpoints name \
+                 its records by offset; a JSONL file or --kafka numbers them otherwise)",
+                data.display()
+            );
+        }
+        Ok(NodeCheckpoints {
+            dir: data.to_path_buf(),
+            store: Arc::new(store),
+            kafka,
+        })
+    }
+
+    /// The node's journal as a log to replay, for a Kafka node.
+    #[allow(clippy::type_complexity)]
+    fn journal(&self) -> Option<Box<dyn Fn() -> Box<dyn lhc_log::Log> + '_>> {
+        self.kafka.then(|| {
+            Box::new(|| -> Box<dyn lhc_log::Log> {
+                Box::new(lhc_node::journal::JournalLog::new(
+                    self.store.clone(),
+                    format!("the journal of {}", self.dir.display()),
+                ))
+            }) as Box<dyn Fn() -> Box<dyn lhc_log::Log>>
+        })
+    }
+
+    /// The checkpoints, as a shelf to resume from.
+    fn shelf(&self) -> NodeShelf {
+        NodeShelf {
+            store: self.store.clone(),
+            dir: self.dir.clone(),
+            last: std::cell::RefCell::new(None),
+        }
+    }
+
+    /// The log the checkpoints are checked against: the journal, or the embedded log.
+    fn log_opener(&self, embedded: Option<PathBuf>) -> LogOpener {
+        match (self.kafka, embedded) {
+            (false, Some(dir)) => embedded_opener(dir),
+            _ => {
+                let (store, dir) = (self.store.clone(), self.dir.clone());
+                Box::new(move || -> Result<Box<dyn lhc_log::Log>, String> {
+                    Ok(Box::new(lhc_node::journal::JournalLog::new(
+                        store.clone(),
+                        format!("the journal of {}", dir.display()),
+                    )))
+                })
+            }
+        }
+    }
+}
+
+/// A node's checkpoints, read from its store (the last one read is kept: its header and
+/// body are asked one after the other).
+struct NodeShelf {
+    store: Arc<lhc_node::Store>,
+    dir: PathBuf,
+    last: std::cell::RefCell<Option<(u64, Vec<u8>)>>,
+}
+
+impl NodeShelf {
+    fn with<T>(
+        &self,
+        offset: u64,
+        f: impl FnOnce(&[u8]) -> Result<T, String>,
+    ) -> Result<T, String> {
+        let mut last = self.last.borrow_mut();
+        if last.as_ref().is_none_or(|(at, _)| *at != offset) {
+            let bytes = self
+                .store
+                .checkpoint(offset)
+                .map_err(|e| e.to_string())?
+                .ok_or("it is no longer in the store (deleted by the node meanwhile)")?;
+            *last = Some((offset, bytes));
+        }
+        f(&last.as_ref().expect("just read").1)
+    }
+}
+
+impl lhc_replay::checkpoint::Shelf for NodeShelf {
+    fn describe(&self) -> String {
+        format!("the cache snapshot of {}", self.dir.display())
+    }
+
+    fn list(&self) -> Result<Vec<(u64, String)>, String> {
+        Ok(self
+            .store
+            .checkpoints()
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .map(|(offset, _)| {
+                (
+                    offset,
+                    format!("after {offset} records in {}", self.dir.display()),
+                )
+            })
+            .collect())
+    }
+
+    fn header(&self, offset: u64) -> Result<lhc_replay::checkpoint::Header, String> {
+        self.with(offset, |bytes| {
+            lhc_log::checkpoint::split(bytes).map(|(header, _)| header)
+        })
+    }
+
+    fn body(
+        &self,
+        offset: u64,
+        _header: &lhc_replay::checkpoint::Header,
+    ) -> Result<Vec<u8>, String> {
+        self.with(offset, |bytes| {
+            lhc_log::checkpoint::split(bytes).map(|(_, body)| body.to_vec())
+        })
+    }
+
+    fn rewrite_hint(&self) -> String {
+        "the node writes them anew as it folds on".into()
+    }
 }
 
 /// A cell of a table: control characters escaped, so a record's text cannot move the

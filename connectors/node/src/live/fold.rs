@@ -96,11 +96,44 @@ pub(crate) fn fold_loop(
             Ok(())
         })
         .map_err(|e| NodeError::Commit(e.to_string()))?;
+    // Checkpoints are written on a thread of their own, from copies of the engine the
+    // fold hands over and never waits for (`crate::checkpoints`).
+    let policy = shared.config.checkpoints.clone();
+    let commits_over = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let checkpointer = if policy.every > 0 {
+        let (to, checkpoints) = std::sync::mpsc::sync_channel(1);
+        folder.take_checkpoints(policy.every, to);
+        let store = folder.store_handle();
+        let log = shared.kafka.is_none().then(|| shared.log.clone());
+        let over = commits_over.clone();
+        let thread = std::thread::Builder::new()
+            .name("lhc-checkpoint".into())
+            .spawn(move || {
+                let records = match &log {
+                    Some(log) => crate::checkpoints::Records::Log(&**log),
+                    None => crate::checkpoints::Records::Journal,
+                };
+                crate::checkpoints::run(&store, &policy, &records, checkpoints, &|| {
+                    over.load(Ordering::SeqCst)
+                });
+            })
+            .map_err(|e| NodeError::Commit(e.to_string()))?;
+        Some(thread)
+    } else {
+        None
+    };
     let result = fold_on(shared, &mut folder, &mut source, &jobs);
     drop(jobs);
     let committed = committer
         .join()
         .unwrap_or_else(|_| Err(NodeError::Commit("the committer panicked".into())));
+    // The store stays open until the checkpoint in hand is written (or given up: no commit
+    // will make its records readable any more).
+    commits_over.store(true, Ordering::SeqCst);
+    drop(folder);
+    if let Some(thread) = checkpointer {
+        let _ = thread.join();
+    }
     // When both failed, the committer's error is the cause (a full disk, a file too large):
     // the fold only saw that the committer stopped.
     match (result, committed) {

@@ -83,6 +83,8 @@ pub struct NodeConfig {
     /// Certificate authorities the health checks and peer probes trust besides the
     /// system's roots (`tls::ca_certificates`).
     pub extra_roots: Vec<reqwest::Certificate>,
+    /// Checkpoints of the engine state kept in the store (`crate::checkpoints`).
+    pub checkpoints: crate::checkpoints::CheckpointPolicy,
 }
 
 impl NodeConfig {
@@ -108,6 +110,7 @@ impl NodeConfig {
             build: (env!("CARGO_PKG_VERSION").to_string(), "unknown".to_string()),
             tls: None,
             extra_roots: Vec::new(),
+            checkpoints: crate::checkpoints::CheckpointPolicy::off(),
         }
     }
 }

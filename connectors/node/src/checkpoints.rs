@@ -1,0 +1,196 @@
+//! Checkpoints kept in the node's RocksDB: the engine state after every N records it
+//! folded, in the `checkpoints` column family keyed by the next offset, holding the bytes a
+//! checkpoint file beside an embedded log holds (`lhc_log::checkpoint`). `lhc query --at T
+//! --data DIR` starts from the nearest one instead of replaying from the first record.
+//!
+//! Invariant: a checkpoint is a shortcut, never state. The fold only hands a copy of the
+//! engine to a thread of its own ([`run`]) and never waits for it: when that thread is
+//! still busy with the previous one the due checkpoint is skipped (the next one is taken),
+//! so taking checkpoints never slows a launch. What a checkpoint names of the records it
+//! covers (the hashes of the first, the last and sixteen spread between) is read back from
+//! the log the node folds, or in Kafka mode from its journal once the commit covering them
+//! is written; a reader uses a checkpoint only when those hashes and the digest of the state
+//! rebuilt from it match.
+
+use std::sync::mpsc::Receiver;
+use std::time::{Duration, Instant};
+
+use lhc_engine::{Engine, Ts};
+use lhc_log::checkpoint::{self as format, sha256_hex};
+use serde::{Deserialize, Serialize};
+
+use crate::store::{NodeError, Store};
+
+/// Records between two checkpoints when the user does not say (as `lhc log checkpoint`).
+pub const DEFAULT_EVERY: u64 = 150_000;
+/// Checkpoints kept when the user does not say: the newest ones, older ones deleted.
+pub const DEFAULT_KEEP: u64 = 32;
+/// Longest wait for the commit that makes a checkpoint's records readable in the journal.
+const COMMIT_WAIT: Duration = Duration::from_secs(120);
+
+/// When the node takes checkpoints.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CheckpointPolicy {
+    /// Records between two (0: none).
+    pub every: u64,
+    /// How many to keep (the newest).
+    pub keep: usize,
+    /// The build writing them, named in each header (a reader of another build ignores
+    /// them: it may fold the records differently).
+    pub build: String,
+}
+
+impl CheckpointPolicy {
+    /// No checkpoints.
+    pub fn off() -> CheckpointPolicy {
+        CheckpointPolicy {
+            every: 0,
+            keep: 0,
+            build: String::new(),
+        }
+    }
+}
+
+/// What the records folded so far were, beside the state: what a checkpoint's header says
+/// of them. Kept in `meta` with every commit, so a restarted node goes on counting.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Coverage {
+    /// Records the engine quarantined.
+    pub quarantined: u64,
+    /// Time of the first decodable record.
+    pub first_ts: Option<Ts>,
+    /// Latest time of any decodable record.
+    pub max_ts: Option<Ts>,
+    /// Time of the last decodable record.
+    pub last_ts: Option<Ts>,
+}
+
+impl Coverage {
+    /// A record about to be applied, decodable with this time.
+    pub(crate) fn saw(&mut self, ts: Ts) {
+        self.first_ts.get_or_insert(ts);
+        self.max_ts = self.max_ts.max(Some(ts));
+        self.last_ts = Some(ts);
+    }
+}
+
+/// A checkpoint due: the engine after `next` records, with what they were.
+pub struct CheckpointJob {
+    /// The engine (configuration part included).
+    pub engine: Engine,
+    /// Records covered.
+    pub next: u64,
+    /// What they were.
+    pub coverage: Coverage,
+}
+
+/// Where the bytes of the records a checkpoint covers are read back from.
+pub enum Records<'a> {
+    /// The log the node folds (its offsets are the engine's).
+    Log(&'a dyn lhc_log::Log),
+    /// The node's journal (Kafka mode): readable once the commit covering them is written.
+    Journal,
+}
+
+impl Records<'_> {
+    /// The bytes of the record at `offset`; `None` when it is not there.
+    fn read(&self, store: &Store, offset: u64) -> Result<Option<Vec<u8>>, NodeError> {
+        match self {
+            Records::Log(log) => {
+                if offset < log.start_offset()? || offset >= log.end_offset()? {
+                    return Ok(None);
+                }
+                let mut reader = log.reader(offset)?;
+                Ok(reader
+                    .next(Duration::ZERO)?
+                    .filter(|e| e.offset == offset)
+                    .map(|e| e.bytes))
+            }
+            Records::Journal => Ok(store
+                .journal(offset.checked_sub(1), 1)?
+                .into_iter()
+                .find(|(at, _)| *at == offset)
+                .map(|(_, bytes)| bytes)),
+        }
+    }
+}
+
+/// Writes the checkpoints handed over until the sender is dropped. A checkpoint that cannot
+/// be written is a warning in the node's log, never a stop: the node decides without them.
+///
+/// `no_more_commits` says when waiting for a commit is vain (the node stopped committing).
+pub fn run(
+    store: &Store,
+    policy: &CheckpointPolicy,
+    records: &Records<'_>,
+    jobs: Receiver<CheckpointJob>,
+    no_more_commits: &dyn Fn() -> bool,
+) {
+    for job in jobs {
+        let next = job.next;
+        match write(store, policy, records, job, no_more_commits) {
+            Ok(true) => tracing::info!(next_offset = next, "checkpoint written"),
+            Ok(false) => {}
+            Err(e) => tracing::warn!(next_offset = next, error = %e, "checkpoint not written"),
+        }
+    }
+}
+
+/// Writes one checkpoint; `Ok(false)` when its records could not all be read back (the
+/// log no longer holds them, or the commit covering them never came).
+fn write(
+    store: &Store,
+    policy: &CheckpointPolicy,
+    records: &Records<'_>,
+    job: CheckpointJob,
+    no_more_commits: &dyn Fn() -> bool,
+) -> Result<bool, NodeError> {
+    if let Records::Journal = records {
+        let since = Instant::now();
+        while store.committed_next() < job.next {
+            if since.elapsed() > COMMIT_WAIT || no_more_commits() {
+                tracing::warn!(
+                    next_offset = job.next,
+                    "checkpoint skipped: the commit covering its records did not come"
+                );
+                return Ok(false);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    let hash = |offset: u64| -> Result<Option<String>, NodeError> {
+        Ok(records.read(store, offset)?.map(|b| sha256_hex(&b)))
+    };
+    let mut samples = Vec::new();
+    for offset in format::sample_offsets(job.next) {
+        samples.push(hash(offset)?);
+    }
+    let (Some(first_record), Some(last_record), Some(samples)) = (
+        hash(0)?,
+        hash(job.next - 1)?,
+        samples.into_iter().collect::<Option<Vec<_>>>(),
+    ) else {
+        tracing::warn!(
+            next_offset = job.next,
+            "checkpoint skipped: the log no longer holds every record it covers"
+        );
+        return Ok(false);
+    };
+    let covered = format::Covered {
+        build: policy.build.clone(),
+        next_offset: job.next,
+        quarantined: job.coverage.quarantined,
+        first_ts: job.coverage.first_ts,
+        max_ts: job.coverage.max_ts,
+        last_ts: job.coverage.last_ts,
+        first_record,
+        last_record,
+        samples,
+    };
+    let bytes =
+        format::encode(&job.engine, covered).map_err(|e| NodeError::Commit(e.to_string()))?;
+    // The engine is let go on this thread, not the fold's.
+    drop(job.engine);
+    store.put_checkpoint(job.next, &bytes, policy.keep)?;
+    Ok(true)
+}
