@@ -3,10 +3,13 @@
 //! checkpoint file beside an embedded log holds (`lhc_log::checkpoint`). `lhc query --at T
 //! --data DIR` starts from the nearest one instead of replaying from the first record.
 //!
-//! Invariant: a checkpoint is a shortcut, never state. The fold only hands a copy of the
-//! engine to a thread of its own ([`run`]) and never waits for it: when that thread is
-//! still busy with the previous one the due checkpoint is skipped (the next one is taken),
-//! so taking checkpoints never slows a launch. What a checkpoint names of the records it
+//! Invariant: a checkpoint is a shortcut, never state. The fold hands a copy of the engine
+//! to a thread of its own ([`run`]). A live node never waits for it: while that thread is
+//! still busy with the previous checkpoint, the due one is taken after the first record
+//! applied once it is free (so it may cover a few more records than a multiple of N), and
+//! taking checkpoints never slows a launch. `lhc connector fold` waits instead, so its
+//! checkpoints are exactly every N records, byte for byte those `lhc log checkpoint`
+//! writes. What a checkpoint names of the records it
 //! covers (the hashes of the first, the last and sixteen spread between) is read back from
 //! the log the node folds, or in Kafka mode from its journal once the commit covering them
 //! is written; a reader uses a checkpoint only when those hashes and the digest of the state
@@ -82,6 +85,19 @@ pub struct CheckpointJob {
     pub next: u64,
     /// What they were.
     pub coverage: Coverage,
+    /// Says the writer is busy until the job is dropped (a live node's fold asks it
+    /// before copying the engine): held for its `Drop`, never read.
+    #[allow(dead_code)]
+    pub(crate) busy: Option<Busy>,
+}
+
+/// Set while a checkpoint is being written; cleared when its job is dropped, written or not.
+pub(crate) struct Busy(pub(crate) std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 /// Where the bytes of the records a checkpoint covers are read back from.

@@ -1078,8 +1078,19 @@ pub struct Folder<S: Deref<Target = Store>> {
     /// What the records applied so far were, for checkpoints (`None`: a store folded by
     /// a build that did not count takes none).
     coverage: Option<Coverage>,
-    /// Every how many records a checkpoint is due, and where it goes.
-    checkpoints: Option<(u64, SyncSender<CheckpointJob>)>,
+    /// When checkpoints are due and where they go.
+    checkpoints: Option<Feed>,
+}
+
+/// Where a folder hands its checkpoints.
+struct Feed {
+    every: u64,
+    to: SyncSender<CheckpointJob>,
+    /// Set while the writer is busy (a live node): a due checkpoint then waits for the
+    /// first record after it is free, instead of the fold waiting. `None`: the fold waits.
+    busy: Option<Arc<std::sync::atomic::AtomicBool>>,
+    /// A checkpoint is due and not yet handed over.
+    due: bool,
 }
 
 impl<S: Deref<Target = Store>> Folder<S> {
@@ -1109,10 +1120,26 @@ impl<S: Deref<Target = Store>> Folder<S> {
         })
     }
 
-    /// Hands a checkpoint to `to` after every `every` records (0: none). The folder never
-    /// waits for it: a checkpoint due while the previous one is still being written is
-    /// skipped.
+    /// Hands a checkpoint to `to` after every `every` records (0: none), waiting while the
+    /// writer is busy with the previous one (`lhc connector fold`).
     pub fn take_checkpoints(&mut self, every: u64, to: SyncSender<CheckpointJob>) {
+        self.feed(every, to, None);
+    }
+
+    /// Hands a checkpoint to `to` after every `every` records (0: none), never waiting:
+    /// one due while the writer is busy is handed over after the first record applied once
+    /// it is free (the live node: a launch never waits for a checkpoint).
+    pub fn take_checkpoints_when_free(&mut self, every: u64, to: SyncSender<CheckpointJob>) {
+        let busy = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        self.feed(every, to, Some(busy));
+    }
+
+    fn feed(
+        &mut self,
+        every: u64,
+        to: SyncSender<CheckpointJob>,
+        busy: Option<Arc<std::sync::atomic::AtomicBool>>,
+    ) {
         if every == 0 {
             return;
         }
@@ -1122,7 +1149,12 @@ impl<S: Deref<Target = Store>> Folder<S> {
             );
             return;
         }
-        self.checkpoints = Some((every, to));
+        self.checkpoints = Some(Feed {
+            every,
+            to,
+            busy,
+            due: false,
+        });
     }
 
     /// The engine as folded so far (committed or not), shared with readers that take the
@@ -1248,16 +1280,39 @@ impl<S: Deref<Target = Store>> Folder<S> {
             if outputs.iter().any(|o| matches!(o, Output::Quarantine(_))) {
                 coverage.quarantined += 1;
             }
-            if let Some((every, to)) = &self.checkpoints {
-                if self.next.is_multiple_of(*every) {
+            if let Some(feed) = &mut self.checkpoints {
+                feed.due |= self.next.is_multiple_of(feed.every);
+                let free = feed
+                    .busy
+                    .as_ref()
+                    .is_none_or(|busy| !busy.load(Ordering::SeqCst));
+                if feed.due && free {
+                    let busy = feed.busy.as_ref().map(|busy| {
+                        busy.store(true, Ordering::SeqCst);
+                        crate::checkpoints::Busy(busy.clone())
+                    });
                     let job = CheckpointJob {
                         engine: self.engine.read().expect("engine lock").clone(),
                         next: self.next,
                         coverage: coverage.clone(),
+                        busy,
                     };
-                    // Busy with the previous one: this one is skipped, never waited for.
-                    if let Err(std::sync::mpsc::TrySendError::Full(_)) = to.try_send(job) {
-                        tracing::debug!(next_offset = self.next, "checkpoint skipped: busy");
+                    feed.due = false;
+                    let gone = match &feed.busy {
+                        Some(_) => match feed.to.try_send(job) {
+                            Ok(()) => false,
+                            Err(std::sync::mpsc::TrySendError::Full(_)) => {
+                                feed.due = true;
+                                false
+                            }
+                            Err(std::sync::mpsc::TrySendError::Disconnected(_)) => true,
+                        },
+                        None => feed.to.send(job).is_err(),
+                    };
+                    if gone {
+                        // The writer is gone (it never stops on its own): none from now on.
+                        tracing::warn!("checkpoints stopped: their writer is gone");
+                        self.checkpoints = None;
                     }
                 }
             }

@@ -102,7 +102,7 @@ pub(crate) fn fold_loop(
     let commits_over = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let checkpointer = if policy.every > 0 {
         let (to, checkpoints) = std::sync::mpsc::sync_channel(1);
-        folder.take_checkpoints(policy.every, to);
+        folder.take_checkpoints_when_free(policy.every, to);
         let store = folder.store_handle();
         let log = shared.kafka.is_none().then(|| shared.log.clone());
         let over = commits_over.clone();
