@@ -22,6 +22,9 @@ use xxhash_rust::xxh3::xxh3_128;
 
 use crate::checkpoints::{CheckpointJob, Coverage};
 
+/// Most bytes of write-ahead log kept (see `Store::open`).
+const WAL_LIMIT_BYTES: u64 = 64 << 20;
+
 /// Multi-threaded mode: snapshot column families are created and dropped while others
 /// read.
 type DB = rocksdb::DBWithThreadMode<rocksdb::MultiThreaded>;
@@ -240,6 +243,10 @@ impl Store {
         db_options.create_missing_column_families(!read_only);
         db_options.set_write_buffer_size(options.write_buffer_bytes);
         db_options.set_max_write_buffer_number(2);
+        // A family written little (meta, checkpoints) would otherwise pin every write-ahead
+        // log since its last flush: gigabytes on disk, all replayed at each open. Past this
+        // size the families holding the oldest log are flushed and it is deleted.
+        db_options.set_max_total_wal_size(WAL_LIMIT_BYTES);
         let cache = rocksdb::Cache::new_lru_cache(options.block_cache_bytes);
         let mut table = rocksdb::BlockBasedOptions::default();
         table.set_block_cache(&cache);
