@@ -174,6 +174,15 @@ pub struct Store {
     committed: AtomicU64,
 }
 
+/// [`Coverage`] as `meta` keeps it: with the next offset of the commit that wrote it, so
+/// that one left behind by commits that did not write it (an earlier build's, run on this
+/// store meanwhile) is told from the current one.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct CoverageAt {
+    next: u64,
+    coverage: Coverage,
+}
+
 /// The configuration part and the state rows as last written.
 #[derive(Default)]
 struct Written {
@@ -480,8 +489,9 @@ impl Store {
         Ok((engine, hashes))
     }
 
-    /// What the records folded so far were (`None`: folded by a build that did not count).
-    pub fn coverage(&self) -> Result<Option<Coverage>, NodeError> {
+    /// What the records folded so far were, with the next offset of the commit that wrote
+    /// it (`None`: folded by a build that did not count).
+    pub fn coverage(&self) -> Result<Option<(u64, Coverage)>, NodeError> {
         let Some(bytes) = self
             .db
             .get_cf(&self.cf(META), COVERAGE_KEY)
@@ -489,8 +499,8 @@ impl Store {
         else {
             return Ok(None);
         };
-        serde_json::from_slice(&bytes)
-            .map(Some)
+        serde_json::from_slice::<CoverageAt>(&bytes)
+            .map(|at| Some((at.next, at.coverage)))
             .map_err(|e| NodeError::Corrupt {
                 path: self.path.clone(),
                 detail: format!("coverage: {e}"),
@@ -678,7 +688,11 @@ impl Store {
         batch.put_cf(&meta, NEXT_KEY, next.to_be_bytes());
         batch.put_cf(&meta, FORMAT_KEY, STORE_FORMAT.to_be_bytes());
         if let Some(coverage) = coverage {
-            let bytes = serde_json::to_vec(coverage).expect("coverage serializes");
+            let at = CoverageAt {
+                next,
+                coverage: coverage.clone(),
+            };
+            let bytes = serde_json::to_vec(&at).expect("coverage serializes");
             batch.put_cf(&meta, COVERAGE_KEY, bytes);
         }
         let cf = self.cf(OUTPUTS);
@@ -1107,7 +1121,10 @@ impl<S: Deref<Target = Store>> Folder<S> {
         let sent_site_version = store.written.lock().expect("written").site_version;
         let resume = (next, store.outputs_of(next)?);
         let coverage = match store.coverage()? {
-            Some(coverage) => Some(coverage),
+            Some((at, coverage)) if at == next => Some(coverage),
+            // Commits went on without counting (an earlier build ran on this store): what
+            // it says no longer describes the records, and a checkpoint must not lie.
+            Some(_) => None,
             None if next == 0 => Some(Coverage::default()),
             None => None,
         };
