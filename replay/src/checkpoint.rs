@@ -19,7 +19,6 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use lhc_engine::{Engine, Output, Ts};
 use lhc_log::{EmbeddedLog, Log, LogError};
@@ -29,8 +28,7 @@ use crate::source::{PathError, Source, SourceError};
 
 /// Folder of an embedded log that holds its checkpoints.
 pub const DIR: &str = "checkpoints";
-/// Records between two checkpoints when the user does not say.
-pub const DEFAULT_EVERY: u64 = 150_000;
+pub use lhc_log::checkpoint::DEFAULT_EVERY;
 
 use lhc_log::checkpoint::{self as format, sha256_hex as hex, verify, FORMAT, MAX_HEADER_BYTES};
 pub use lhc_log::checkpoint::{sample_offsets, Header, Part, SAMPLES};
@@ -120,14 +118,7 @@ pub fn list(log_dir: &Path) -> Result<Vec<(u64, PathBuf)>, CheckpointError> {
 
 /// SHA-256 of the record at `offset`, hex; `None` when the log does not hold it.
 fn record_hash(log: &dyn Log, offset: u64) -> Result<Option<String>, LogError> {
-    if offset < log.start_offset()? || offset >= log.end_offset()? {
-        return Ok(None);
-    }
-    let mut reader = log.reader(offset)?;
-    Ok(reader
-        .next(Duration::ZERO)?
-        .filter(|e| e.offset == offset)
-        .map(|e| hex(&e.bytes)))
+    Ok(format::record_bytes(log, offset)?.map(|bytes| hex(&bytes)))
 }
 
 /// Reads a checkpoint's header alone.
@@ -651,7 +642,6 @@ struct Writer {
     first_ts: Option<Ts>,
     max_ts: Option<Ts>,
     last_ts: Option<Ts>,
-    first_record: Option<String>,
     written: Vec<u64>,
     /// Checkpoints already there and usable, not written again.
     keep: std::collections::BTreeSet<u64>,
@@ -665,7 +655,6 @@ impl Writer {
             first_ts: header.first_ts,
             max_ts: header.max_ts,
             last_ts: header.last_ts,
-            first_record: Some(header.first_record.clone()),
             ..Writer::default()
         }
     }
@@ -678,9 +667,9 @@ impl Writer {
                 offset,
             })
         };
-        if self.first_record.is_none() {
-            self.first_record = Some(hash(0)?);
-        }
+        let (first_record, last_record, samples) =
+            format::record_hashes(self.next_offset, |offset| hash(offset).map(Some))?
+                .expect("a missing record is an error above");
         let covered = format::Covered {
             build: self.build.clone(),
             next_offset: self.next_offset,
@@ -688,12 +677,9 @@ impl Writer {
             first_ts: self.first_ts,
             max_ts: self.max_ts,
             last_ts: self.last_ts,
-            first_record: self.first_record.clone().expect("set above"),
-            last_record: hash(self.next_offset - 1)?,
-            samples: sample_offsets(self.next_offset)
-                .into_iter()
-                .map(hash)
-                .collect::<Result<_, _>>()?,
+            first_record,
+            last_record,
+            samples,
         };
         let bytes = format::encode(engine, covered).map_err(io(&self.dir))?;
         let dir = self.dir.join(DIR);

@@ -16,7 +16,6 @@ use lhc_node::checkpoints::{CheckpointPolicy, Records};
 use lhc_node::{Folder, Store, StoreOptions};
 
 const EVERY: u64 = 1000;
-const KEEP: &str = "6";
 
 /// The records of a simulated two-zone site with an outage, and one damaged record early
 /// on (quarantined: the checkpoints must count it).
@@ -80,22 +79,23 @@ fn a_fold_keeps_checkpoints_across_a_restart_and_queries_answer_from_them() {
     let log = log_dir.display().to_string();
     let data = tmp.path().join("node").display().to_string();
     let every = EVERY.to_string();
-    let fold = || {
-        ok(lhc(&[
+    let fold_into = |data: &str, keep: &str| {
+        lhc(&[
             "connector",
             "fold",
             &log,
             "--data",
-            &data,
+            data,
             "--batch",
             "700",
             "--checkpoint-every",
             &every,
             "--checkpoint-keep",
-            KEEP,
+            keep,
             "-q",
-        ]))
+        ])
     };
+    let fold = || ok(fold_into(&data, "100"));
     // A fold of the first part, stopped between two checkpoints; then the rest, folded by a
     // second run that goes on counting from what the first committed.
     let cut = 4 * EVERY as usize + 350;
@@ -112,8 +112,8 @@ fn a_fold_keeps_checkpoints_across_a_restart_and_queries_answer_from_them() {
         .map(|(o, _)| o)
         .collect();
     let last = lines.len() as u64 / EVERY * EVERY;
-    let expected: Vec<u64> = (0..6).rev().map(|k| last - k * EVERY).collect();
-    assert_eq!(held, expected, "the newest {KEEP} are kept");
+    let expected: Vec<u64> = (1..=last / EVERY).map(|k| k * EVERY).collect();
+    assert_eq!(held, expected, "one every {EVERY} records");
     // Byte for byte those a replay writes beside the log (same state, same counts, same
     // record hashes): the ones after the restart prove the counts went on.
     ok(lhc(&["log", "checkpoint", &log, "--every", &every, "-q"]));
@@ -140,10 +140,9 @@ fn a_fold_keeps_checkpoints_across_a_restart_and_queries_answer_from_them() {
             from_checkpoint += 1;
         }
     }
-    // Only the newest six are kept: instants late in the log start from one (12 of the
-    // 50 when written), earlier ones replay from the first record.
+    // Instants before the first checkpoint's records replay from the first record.
     assert!(
-        from_checkpoint >= 8,
+        from_checkpoint >= 40,
         "{from_checkpoint} of 50 from a checkpoint"
     );
     // A listing too, not only the digest.
@@ -191,6 +190,32 @@ fn a_fold_keeps_checkpoints_across_a_restart_and_queries_answer_from_them() {
         )),
         "{said}"
     );
+
+    // Only the newest are kept when asked.
+    let pruned = tmp.path().join("pruned").display().to_string();
+    ok(fold_into(&pruned, "3"));
+    let store = Store::open_read_only(tmp.path().join("pruned/snapshot")).unwrap();
+    let held: Vec<u64> = store
+        .checkpoints()
+        .unwrap()
+        .into_iter()
+        .map(|(o, _)| o)
+        .collect();
+    assert_eq!(
+        held,
+        vec![last - 2 * EVERY, last - EVERY, last],
+        "the newest 3"
+    );
+    drop(store);
+
+    // A store folded from this log does not go on with another one (its checkpoints would
+    // mix the two): the fold is refused before anything is applied.
+    let other_file = tmp.path().join("other.jsonl").display().to_string();
+    simulate(&other_file, 22, 60, 80, 3, &["--zones", "2"]);
+    let other = tmp.path().join("other-log").display().to_string();
+    ok(lhc(&["log", "import", &other_file, &other, "-q"]));
+    let said = common::stderr(&lhc(&["connector", "fold", &other, "--data", &data, "-q"]));
+    assert!(said.contains("was folded from another log than"), "{said}");
 
     // The node's checkpoints name the embedded log's offsets: a JSONL file is refused, as
     // is a directory without a cache snapshot.

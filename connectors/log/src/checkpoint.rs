@@ -23,6 +23,42 @@ pub const FORMAT: &str = "lhc-checkpoint/1";
 pub const SAMPLES: u64 = 16;
 /// Longest header line read.
 pub const MAX_HEADER_BYTES: u64 = 64 << 10;
+/// Records between two checkpoints when the user does not say.
+pub const DEFAULT_EVERY: u64 = 150_000;
+
+/// The bytes of the record at `offset` of `log`; `None` when the log does not hold it.
+pub fn record_bytes(log: &dyn crate::Log, offset: u64) -> Result<Option<Vec<u8>>, crate::LogError> {
+    if offset < log.start_offset()? || offset >= log.end_offset()? {
+        return Ok(None);
+    }
+    let mut reader = log.reader(offset)?;
+    Ok(reader
+        .next(std::time::Duration::ZERO)?
+        .filter(|e| e.offset == offset)
+        .map(|e| e.bytes))
+}
+
+/// The record hashes a checkpoint covering `next_offset` records names: of the first, of
+/// the last, and of those at [`sample_offsets`], each asked of `hash`; `None` when one of
+/// them is not there.
+#[allow(clippy::type_complexity)]
+pub fn record_hashes<E>(
+    next_offset: u64,
+    mut hash: impl FnMut(u64) -> Result<Option<String>, E>,
+) -> Result<Option<(String, String, Vec<String>)>, E> {
+    let (Some(first), Some(last)) = (hash(0)?, hash(next_offset.saturating_sub(1))?) else {
+        return Ok(None);
+    };
+    let mut samples = Vec::with_capacity(SAMPLES as usize);
+    for offset in sample_offsets(next_offset) {
+        match hash(offset)? {
+            Some(h) => samples.push(h),
+            None => return Ok(None),
+        }
+    }
+    Ok(Some((first, last, samples)))
+}
+
 /// Largest state a header may claim (a damaged length must not allocate the machine away).
 pub const MAX_STATE_BYTES: u64 = 16 << 30;
 

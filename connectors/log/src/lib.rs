@@ -99,6 +99,9 @@ pub enum LogError {
     /// The log was closed (its writer stopped).
     #[error("the log writer has stopped: {0}")]
     Closed(String),
+    /// Records kept by another store, read as a log (a node's journal), could not be read.
+    #[error("{0}")]
+    Elsewhere(String),
 }
 
 impl LogError {

@@ -16,7 +16,7 @@
 //! rebuilt from it match.
 
 use std::sync::mpsc::Receiver;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use lhc_engine::{Engine, Ts};
 use lhc_log::checkpoint::{self as format, sha256_hex};
@@ -25,11 +25,9 @@ use serde::{Deserialize, Serialize};
 use crate::store::{NodeError, Store};
 
 /// Records between two checkpoints when the user does not say (as `lhc log checkpoint`).
-pub const DEFAULT_EVERY: u64 = 150_000;
+pub const DEFAULT_EVERY: u64 = format::DEFAULT_EVERY;
 /// Checkpoints kept when the user does not say: the newest ones, older ones deleted.
 pub const DEFAULT_KEEP: u64 = 32;
-/// Longest wait for the commit that makes a checkpoint's records readable in the journal.
-const COMMIT_WAIT: Duration = Duration::from_secs(120);
 
 /// When the node takes checkpoints.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -112,16 +110,7 @@ impl Records<'_> {
     /// The bytes of the record at `offset`; `None` when it is not there.
     fn read(&self, store: &Store, offset: u64) -> Result<Option<Vec<u8>>, NodeError> {
         match self {
-            Records::Log(log) => {
-                if offset < log.start_offset()? || offset >= log.end_offset()? {
-                    return Ok(None);
-                }
-                let mut reader = log.reader(offset)?;
-                Ok(reader
-                    .next(Duration::ZERO)?
-                    .filter(|e| e.offset == offset)
-                    .map(|e| e.bytes))
-            }
+            Records::Log(log) => Ok(format::record_bytes(*log, offset)?),
             Records::Journal => Ok(store
                 .journal(offset.checked_sub(1), 1)?
                 .into_iter()
@@ -162,9 +151,8 @@ fn write(
     no_more_commits: &dyn Fn() -> bool,
 ) -> Result<bool, NodeError> {
     if let Records::Journal = records {
-        let since = Instant::now();
         while store.committed_next() < job.next {
-            if since.elapsed() > COMMIT_WAIT || no_more_commits() {
+            if no_more_commits() {
                 tracing::warn!(
                     next_offset = job.next,
                     "checkpoint skipped: the commit covering its records did not come"
@@ -177,15 +165,7 @@ fn write(
     let hash = |offset: u64| -> Result<Option<String>, NodeError> {
         Ok(records.read(store, offset)?.map(|b| sha256_hex(&b)))
     };
-    let mut samples = Vec::new();
-    for offset in format::sample_offsets(job.next) {
-        samples.push(hash(offset)?);
-    }
-    let (Some(first_record), Some(last_record), Some(samples)) = (
-        hash(0)?,
-        hash(job.next - 1)?,
-        samples.into_iter().collect::<Option<Vec<_>>>(),
-    ) else {
+    let Some((first_record, last_record, samples)) = format::record_hashes(job.next, hash)? else {
         tracing::warn!(
             next_offset = job.next,
             "checkpoint skipped: the log no longer holds every record it covers"
@@ -203,8 +183,8 @@ fn write(
         last_record,
         samples,
     };
-    let bytes =
-        format::encode(&job.engine, covered).map_err(|e| NodeError::Commit(e.to_string()))?;
+    let bytes = format::encode(&job.engine, covered)
+        .map_err(|e| NodeError::Checkpoint(format!("compressing the state: {e}")))?;
     // The engine is let go on this thread, not the fold's.
     drop(job.engine);
     store.put_checkpoint(job.next, &bytes, policy.keep)?;

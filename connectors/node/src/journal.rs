@@ -32,12 +32,12 @@ impl JournalLog {
 }
 
 fn log_error(e: NodeError) -> LogError {
-    LogError::Closed(e.to_string())
+    LogError::Elsewhere(e.to_string())
 }
 
 impl Log for JournalLog {
     fn append(&self, _records: &[&[u8]]) -> Result<Vec<u64>, LogError> {
-        Err(LogError::Closed(format!(
+        Err(LogError::Elsewhere(format!(
             "{} is read here, never written",
             self.name
         )))
@@ -59,6 +59,7 @@ impl Log for JournalLog {
     fn reader(&self, from: u64) -> Result<Box<dyn LogReader>, LogError> {
         Ok(Box::new(JournalReader {
             store: self.store.clone(),
+            name: self.name.clone(),
             next: from,
             chunk: Vec::new().into_iter(),
         }))
@@ -72,6 +73,7 @@ impl Log for JournalLog {
 /// Reads the journal in order from an offset, a chunk at a time.
 struct JournalReader {
     store: Arc<Store>,
+    name: String,
     next: u64,
     chunk: std::vec::IntoIter<(u64, Vec<u8>)>,
 }
@@ -85,10 +87,20 @@ impl LogReader for JournalReader {
                 .map_err(log_error)?
                 .into_iter();
         }
-        Ok(self.chunk.next().map(|(offset, bytes)| {
-            self.next = offset + 1;
-            LogEntry { offset, bytes }
-        }))
+        let Some((offset, bytes)) = self.chunk.next() else {
+            return Ok(None);
+        };
+        // The journal is dense: a hole is damage (or a store changed under this reader),
+        // said, never skipped.
+        if offset != self.next {
+            return Err(LogError::Elsewhere(format!(
+                "{}: offset {} is missing (the next record held is at {offset}); the journal \
+                 is damaged, or the store changed while it was read: read it again",
+                self.name, self.next
+            )));
+        }
+        self.next = offset + 1;
+        Ok(Some(LogEntry { offset, bytes }))
     }
 
     fn position(&self) -> u64 {

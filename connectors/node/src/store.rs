@@ -118,6 +118,21 @@ pub enum NodeError {
     /// The committer thread stopped on an error.
     #[error("commit failed: {0}")]
     Commit(String),
+    /// Opened to read, the store lacks a family every store has from its first open: it
+    /// was never completely made (a process killed while creating it), nothing is in it.
+    #[error(
+        "cache snapshot {path} was never completely made (no column family {family}): \
+         nothing has been folded into it; fold again, or remove the directory"
+    )]
+    Unfinished {
+        /// The store directory.
+        path: PathBuf,
+        /// The family missing.
+        family: String,
+    },
+    /// A checkpoint could not be made (the node folds on without it).
+    #[error("checkpoint: {0}")]
+    Checkpoint(String),
     /// A later build wrote the store in a layout this one does not know.
     #[error(
         "cache snapshot {path}: written by a newer lhc (store format {found}; this build \
@@ -274,9 +289,9 @@ impl Store {
                 .iter()
                 .find(|n| **n != CHECKPOINTS && !found.iter().any(|f| f == *n))
             {
-                return Err(NodeError::Corrupt {
+                return Err(NodeError::Unfinished {
                     path,
-                    detail: format!("no column family {missing}: not a cache snapshot"),
+                    family: missing.to_string(),
                 });
             }
         }
@@ -499,12 +514,19 @@ impl Store {
         else {
             return Ok(None);
         };
-        serde_json::from_slice::<CoverageAt>(&bytes)
-            .map(|at| Some((at.next, at.coverage)))
-            .map_err(|e| NodeError::Corrupt {
-                path: self.path.clone(),
-                detail: format!("coverage: {e}"),
-            })
+        // It only feeds checkpoints: unreadable, it turns them off, never the node.
+        match serde_json::from_slice::<CoverageAt>(&bytes) {
+            Ok(at) => Ok(Some((at.next, at.coverage))),
+            Err(e) => {
+                tracing::warn!(
+                    store = %self.path.display(),
+                    error = %e,
+                    "the count of quarantined records and times kept for checkpoints is \
+                     unreadable: no checkpoints are taken"
+                );
+                Ok(None)
+            }
+        }
     }
 
     /// The next offset the last commit named (records below it are in the store).
@@ -543,7 +565,10 @@ impl Store {
         let Some(cf) = self.db.cf_handle(CHECKPOINTS) else {
             return Ok(found);
         };
-        for item in self.db.iterator_cf(&cf, IteratorMode::Start) {
+        // Listing reads the values too: kept out of the block cache the state shares.
+        let mut read = rocksdb::ReadOptions::default();
+        read.fill_cache(false);
+        for item in self.db.iterator_cf_opt(&cf, read, IteratorMode::Start) {
             let (key, value) = item.map_err(|e| self.error(e))?;
             let offset = <[u8; 8]>::try_from(&*key)
                 .map(u64::from_be_bytes)
@@ -554,6 +579,45 @@ impl Store {
             found.push((offset, value.len()));
         }
         Ok(found)
+    }
+
+    /// Refuses to go on folding `log` when the newest checkpoint held names other records
+    /// than `log` holds at those offsets (the first, the last it covers, 16 between): the
+    /// store was folded from another log, and folding on would mix the two.
+    pub fn refuse_other_log(&self, log: &dyn Log) -> Result<(), NodeError> {
+        let Some(&(offset, _)) = self.checkpoints()?.last() else {
+            return Ok(());
+        };
+        let Some(bytes) = self.checkpoint(offset)? else {
+            return Ok(());
+        };
+        // A damaged checkpoint tells nothing about the log: the reader names it.
+        let Ok((header, _)) = lhc_log::checkpoint::split(&bytes) else {
+            return Ok(());
+        };
+        let hash = |at: u64| -> Result<Option<String>, NodeError> {
+            Ok(lhc_log::checkpoint::record_bytes(log, at)?
+                .map(|b| lhc_log::checkpoint::sha256_hex(&b)))
+        };
+        let held = lhc_log::checkpoint::record_hashes(header.next_offset, hash)?;
+        match held {
+            Some((first, last, samples))
+                if first == header.first_record
+                    && last == header.last_record
+                    && samples == header.samples =>
+            {
+                Ok(())
+            }
+            // The log no longer holds them all (shorter): the fold's own checks say so.
+            None => Ok(()),
+            Some(_) => Err(NodeError::OtherSource(format!(
+                "{} was folded from another log than {}: the records its checkpoint after \
+                 {} records names are not that log's; give each log its own --data",
+                self.path.display(),
+                log.describe(),
+                header.next_offset
+            ))),
+        }
     }
 
     /// The bytes of the checkpoint covering `next` records, if held.
@@ -1169,7 +1233,11 @@ impl<S: Deref<Target = Store>> Folder<S> {
         }
         if self.coverage.is_none() {
             tracing::warn!(
-                "no checkpoints: this data directory was folded by an earlier build, which did                  not count what checkpoints say of their records; fold into an empty directory                  to have them"
+                "no checkpoints: commits to this data directory were made by an earlier build, \
+                 which did not count what checkpoints say of their records (quarantines, \
+                 times); they stay off for it. A node on an embedded log has them again when \
+                 folded into a new directory; a Kafka node's directory must be kept (its \
+                 journal is the only record of the order it applied records in)"
             );
             return;
         }
@@ -1467,6 +1535,7 @@ pub fn fold(
     checkpoints: &crate::checkpoints::CheckpointPolicy,
 ) -> Result<(FoldSummary, Engine), NodeError> {
     store.refuse_kafka_node("a fold of a log")?;
+    store.refuse_other_log(log)?;
     if checkpoints.every == 0 {
         return fold_with(store, log, batch, follow, None);
     }
@@ -1481,7 +1550,9 @@ pub fn fold(
             .map_err(|e| NodeError::Commit(e.to_string()))?;
         let folded = fold_with(store, log, batch, follow, Some((checkpoints.every, to)));
         // The last checkpoint handed over is written before the fold returns.
-        writer.join().expect("the checkpoint writer does not panic");
+        writer
+            .join()
+            .map_err(|_| NodeError::Checkpoint("the checkpoint writer panicked".into()))?;
         folded
     })
 }

@@ -171,7 +171,9 @@ pub struct StoreArgs {
     write_buffer_mb: usize,
     /// Keep a checkpoint of the engine state in the cache snapshot after every N records
     /// folded (0: none), so `lhc query --at T --data DIR` starts near T. Written on a
-    /// thread of its own; one due while the previous is still being written is skipped.
+    /// thread of its own: `connector fold` waits for each (exactly every N), a running
+    /// node never does (one due while the previous is being written is taken a few
+    /// records later). A fold of --kafka takes none.
     #[arg(long, value_name = "N", default_value_t = lhc_node::checkpoints::DEFAULT_EVERY)]
     checkpoint_every: u64,
     /// How many checkpoints to keep (the newest; older ones are deleted).
@@ -481,7 +483,8 @@ pub(crate) fn store_dir(data: &std::path::Path) -> PathBuf {
     }
 }
 
-/// Opens the cache snapshot of a data directory for reading; an error if there is none.
+/// Opens the cache snapshot of a data directory for reading (read-only: beside a running
+/// node too); an error if there is none.
 fn open_existing(data: &std::path::Path) -> anyhow::Result<Store> {
     let dir = store_dir(data);
     if !dir.join("CURRENT").exists() {
@@ -493,5 +496,12 @@ fn open_existing(data: &std::path::Path) -> anyhow::Result<Store> {
             data.display()
         );
     }
-    Ok(Store::open(&dir, &StoreOptions::default())?)
+    match Store::open_read_only(&dir) {
+        // Killed while it was being made: opened to write, its families are made (empty),
+        // as any open before read-only ones did.
+        Err(lhc_node::NodeError::Unfinished { .. }) => {
+            Ok(Store::open(&dir, &StoreOptions::default())?)
+        }
+        other => Ok(other?),
+    }
 }

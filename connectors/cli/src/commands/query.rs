@@ -373,7 +373,13 @@ impl NodeCheckpoints {
     /// when the log named cannot be the one its checkpoints name.
     fn open(data: &std::path::Path, source: &SourceArgs) -> anyhow::Result<NodeCheckpoints> {
         let snapshot = crate::commands::connector::store_dir(data);
-        if !snapshot.join("CURRENT").is_file() {
+        let current = snapshot.join("CURRENT");
+        if let Err(e) = std::fs::metadata(&current) {
+            if e.kind() == std::io::ErrorKind::PermissionDenied {
+                bail!("cannot read {}: {e}", current.display());
+            }
+        }
+        if !current.is_file() {
             bail!(
                 "no cache snapshot in {} (a node's data directory, as `lhc connector run \
                  --data` or `lhc connector fold --data` name it)",
@@ -409,12 +415,8 @@ impl NodeCheckpoints {
     #[allow(clippy::type_complexity)]
     fn journal(&self) -> Option<Box<dyn Fn() -> Box<dyn lhc_log::Log> + '_>> {
         self.kafka.then(|| {
-            Box::new(|| -> Box<dyn lhc_log::Log> {
-                Box::new(lhc_node::journal::JournalLog::new(
-                    self.store.clone(),
-                    format!("the journal of {}", self.dir.display()),
-                ))
-            }) as Box<dyn Fn() -> Box<dyn lhc_log::Log>>
+            Box::new(|| -> Box<dyn lhc_log::Log> { Box::new(journal_of(&self.store, &self.dir)) })
+                as Box<dyn Fn() -> Box<dyn lhc_log::Log>>
         })
     }
 
@@ -434,14 +436,19 @@ impl NodeCheckpoints {
             _ => {
                 let (store, dir) = (self.store.clone(), self.dir.clone());
                 Box::new(move || -> Result<Box<dyn lhc_log::Log>, String> {
-                    Ok(Box::new(lhc_node::journal::JournalLog::new(
-                        store.clone(),
-                        format!("the journal of {}", dir.display()),
-                    )))
+                    Ok(Box::new(journal_of(&store, &dir)))
                 })
             }
         }
     }
+}
+
+/// The journal of the node whose data directory is `dir`, read as a log.
+fn journal_of(
+    store: &Arc<lhc_node::Store>,
+    dir: &std::path::Path,
+) -> lhc_node::journal::JournalLog {
+    lhc_node::journal::JournalLog::new(store.clone(), format!("the journal of {}", dir.display()))
 }
 
 /// A node's checkpoints, read from its store (the last one read is kept: its header and
@@ -493,7 +500,14 @@ impl lhc_replay::checkpoint::Shelf for NodeShelf {
 
     fn header(&self, offset: u64) -> Result<lhc_replay::checkpoint::Header, String> {
         self.with(offset, |bytes| {
-            lhc_log::checkpoint::split(bytes).map(|(header, _)| header)
+            let (header, _) = lhc_log::checkpoint::split(bytes)?;
+            if header.next_offset != offset {
+                return Err(format!(
+                    "it is kept as covering {offset} records but its header says {} (damaged)",
+                    header.next_offset
+                ));
+            }
+            Ok(header)
         })
     }
 
@@ -508,7 +522,9 @@ impl lhc_replay::checkpoint::Shelf for NodeShelf {
     }
 
     fn rewrite_hint(&self) -> String {
-        "the node writes them anew as it folds on".into()
+        "run the query with the node's build, or the node with this one (it writes new ones \
+         as it folds on)"
+            .into()
     }
 }
 

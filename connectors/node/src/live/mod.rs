@@ -446,6 +446,7 @@ pub async fn run(
     let (log, kafka, local_rx): (Arc<dyn Log>, _, _) = match site_log {
         SiteLog::Direct(log) => {
             store.refuse_kafka_node("a node on an embedded log")?;
+            store.refuse_other_log(&*log)?;
             (log, None, None)
         }
         SiteLog::Kafka(k) => {
