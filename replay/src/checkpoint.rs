@@ -20,7 +20,7 @@ use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 
-use lhc_engine::{Engine, Output, Ts};
+use lhc_engine::{Engine, Output};
 use lhc_log::{EmbeddedLog, Log, LogError};
 
 use crate::drive::{After, Before, Observer};
@@ -638,10 +638,7 @@ struct Writer {
     /// A second reader of the log, for the hashes of the records a checkpoint ends with.
     hashes: Option<EmbeddedLog>,
     next_offset: u64,
-    quarantined: u64,
-    first_ts: Option<Ts>,
-    max_ts: Option<Ts>,
-    last_ts: Option<Ts>,
+    coverage: format::Coverage,
     written: Vec<u64>,
     /// Checkpoints already there and usable, not written again.
     keep: std::collections::BTreeSet<u64>,
@@ -651,10 +648,7 @@ impl Writer {
     fn resuming(header: &Header) -> Writer {
         Writer {
             next_offset: header.next_offset,
-            quarantined: header.quarantined,
-            first_ts: header.first_ts,
-            max_ts: header.max_ts,
-            last_ts: header.last_ts,
+            coverage: format::Coverage::of(header),
             ..Writer::default()
         }
     }
@@ -673,10 +667,7 @@ impl Writer {
         let covered = format::Covered {
             build: self.build.clone(),
             next_offset: self.next_offset,
-            quarantined: self.quarantined,
-            first_ts: self.first_ts,
-            max_ts: self.max_ts,
-            last_ts: self.last_ts,
+            coverage: self.coverage.clone(),
             first_record,
             last_record,
             samples,
@@ -704,10 +695,7 @@ impl Observer for Writer {
 
     fn before(&mut self, step: Before<'_>) -> Result<crate::drive::Flow, CheckpointError> {
         if let Ok(record) = step.record {
-            let ts = record.ts();
-            self.first_ts.get_or_insert(ts);
-            self.max_ts = self.max_ts.max(Some(ts));
-            self.last_ts = Some(ts);
+            self.coverage.saw(record.ts());
         }
         Ok(crate::drive::Flow::Apply)
     }
@@ -723,7 +711,7 @@ impl Observer for Writer {
             .iter()
             .any(|o| matches!(o, Output::Quarantine(_)))
         {
-            self.quarantined += 1;
+            self.coverage.quarantined += 1;
         }
         self.next_offset = step.offset + 1;
         if self.next_offset.is_multiple_of(self.every) && !self.keep.contains(&self.next_offset) {

@@ -152,6 +152,40 @@ pub struct Part {
     pub bytes: u64,
 }
 
+/// What a writer counts of the records it applies, for the headers of its checkpoints:
+/// how many were quarantined, and their times. Every writer (a replay's, a node's) follows
+/// it the same way, so their checkpoints are the same bytes.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Coverage {
+    /// Records the engine quarantined.
+    pub quarantined: u64,
+    /// Time of the first decodable record.
+    pub first_ts: Option<Ts>,
+    /// Latest time of any decodable record.
+    pub max_ts: Option<Ts>,
+    /// Time of the last decodable record.
+    pub last_ts: Option<Ts>,
+}
+
+impl Coverage {
+    /// A decodable record with this time, about to be applied (a quarantined one counts).
+    pub fn saw(&mut self, ts: Ts) {
+        self.first_ts.get_or_insert(ts);
+        self.max_ts = self.max_ts.max(Some(ts));
+        self.last_ts = Some(ts);
+    }
+
+    /// What a checkpoint's header says of its records.
+    pub fn of(header: &Header) -> Coverage {
+        Coverage {
+            quarantined: header.quarantined,
+            first_ts: header.first_ts,
+            max_ts: header.max_ts,
+            last_ts: header.last_ts,
+        }
+    }
+}
+
 /// What the writer knows of the records a checkpoint covers, besides the state: the
 /// header's fields that are not computed from the engine.
 #[derive(Clone, Debug, PartialEq)]
@@ -160,14 +194,8 @@ pub struct Covered {
     pub build: String,
     /// Records covered.
     pub next_offset: u64,
-    /// Of those, the ones quarantined.
-    pub quarantined: u64,
-    /// Time of the first decodable record.
-    pub first_ts: Option<Ts>,
-    /// Latest time of any decodable record.
-    pub max_ts: Option<Ts>,
-    /// Time of the last decodable record.
-    pub last_ts: Option<Ts>,
+    /// Their quarantines and times.
+    pub coverage: Coverage,
     /// SHA-256 of the first record, hex.
     pub first_record: String,
     /// SHA-256 of the last record covered, hex.
@@ -204,10 +232,10 @@ pub fn encode(engine: &Engine, covered: Covered) -> std::io::Result<Vec<u8>> {
         format: FORMAT.into(),
         build: covered.build,
         next_offset: covered.next_offset,
-        quarantined: covered.quarantined,
-        first_ts: covered.first_ts,
-        max_ts: covered.max_ts,
-        last_ts: covered.last_ts,
+        quarantined: covered.coverage.quarantined,
+        first_ts: covered.coverage.first_ts,
+        max_ts: covered.coverage.max_ts,
+        last_ts: covered.coverage.last_ts,
         first_record: covered.first_record,
         last_record: covered.last_record,
         samples: covered.samples,
@@ -358,10 +386,12 @@ mod tests {
         Covered {
             build: "test".into(),
             next_offset,
-            quarantined: 0,
-            first_ts: Some(Ts(1)),
-            max_ts: Some(Ts(2)),
-            last_ts: Some(Ts(2)),
+            coverage: Coverage {
+                quarantined: 0,
+                first_ts: Some(Ts(1)),
+                max_ts: Some(Ts(2)),
+                last_ts: Some(Ts(2)),
+            },
             first_record: sha256_hex(b"a"),
             last_record: sha256_hex(b"b"),
             samples: vec![sha256_hex(b"c"); SAMPLES as usize],

@@ -18,9 +18,8 @@
 use std::sync::mpsc::Receiver;
 use std::time::Duration;
 
-use lhc_engine::{Engine, Ts};
+use lhc_engine::Engine;
 use lhc_log::checkpoint::{self as format, sha256_hex};
-use serde::{Deserialize, Serialize};
 
 use crate::store::{NodeError, Store};
 
@@ -54,26 +53,7 @@ impl CheckpointPolicy {
 
 /// What the records folded so far were, beside the state: what a checkpoint's header says
 /// of them. Kept in `meta` with every commit, so a restarted node goes on counting.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct Coverage {
-    /// Records the engine quarantined.
-    pub quarantined: u64,
-    /// Time of the first decodable record.
-    pub first_ts: Option<Ts>,
-    /// Latest time of any decodable record.
-    pub max_ts: Option<Ts>,
-    /// Time of the last decodable record.
-    pub last_ts: Option<Ts>,
-}
-
-impl Coverage {
-    /// A record about to be applied, decodable with this time.
-    pub(crate) fn saw(&mut self, ts: Ts) {
-        self.first_ts.get_or_insert(ts);
-        self.max_ts = self.max_ts.max(Some(ts));
-        self.last_ts = Some(ts);
-    }
-}
+pub use lhc_log::checkpoint::Coverage;
 
 /// A checkpoint due: the engine after `next` records, with what they were.
 pub struct CheckpointJob {
@@ -175,10 +155,7 @@ fn write(
     let covered = format::Covered {
         build: policy.build.clone(),
         next_offset: job.next,
-        quarantined: job.coverage.quarantined,
-        first_ts: job.coverage.first_ts,
-        max_ts: job.coverage.max_ts,
-        last_ts: job.coverage.last_ts,
+        coverage: job.coverage,
         first_record,
         last_record,
         samples,
