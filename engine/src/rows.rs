@@ -16,7 +16,7 @@ use compact_str::CompactString;
 use serde::Serialize;
 
 use crate::broker::{Pool, Tally};
-use crate::detmap::DetMap;
+use crate::detmap::Tracked;
 use crate::engine::{Connector, Engine};
 use crate::params::Params;
 use crate::Ts;
@@ -119,11 +119,143 @@ impl Engine {
         for (name, machine) in machines.sorted() {
             emit(MACHINE, name, machine, &mut key, &mut bytes, &mut each);
         }
-        for (name, pool) in pools {
+        for (name, pool) in pools.sorted() {
             emit(POOL, name, pool, &mut key, &mut bytes, &mut each);
         }
         for (name, tallies) in user_sessions.sorted() {
             emit(USER, name, tallies, &mut key, &mut bytes, &mut each);
+        }
+    }
+}
+
+/// The rows a commit may have to write, copied from the engine on the fold thread so that
+/// another thread serializes and writes them: every field row and connector, and of the
+/// machines, pools and users only those changed since the last [`Engine::take_delta`].
+/// The first delta of an engine (and any after a change the engine did not follow key by
+/// key) is complete: it holds every row, and rows a store holds that it lacks are gone.
+#[derive(Debug)]
+pub struct StateDelta {
+    /// The copied rows, as an engine whose configuration part is empty and whose maps of
+    /// objects hold only the objects copied.
+    state: Engine,
+    /// Keys of the rows of changed objects that no longer exist.
+    gone: Vec<Vec<u8>>,
+    /// Whether `state` holds every row of the state.
+    complete: bool,
+}
+
+impl StateDelta {
+    /// Calls `each(key, value)` for every row copied, as [`Engine::for_each_state_row`].
+    pub fn for_each_row(&self, each: impl FnMut(&[u8], &[u8])) {
+        self.state.for_each_state_row(each)
+    }
+
+    /// Keys of the rows whose objects were removed (empty for a complete delta).
+    pub fn gone(&self) -> &[Vec<u8>] {
+        &self.gone
+    }
+
+    /// Whether every row of the state is in it: then a row a store holds that it does not
+    /// name is gone.
+    pub fn complete(&self) -> bool {
+        self.complete
+    }
+
+    /// Whether it holds every row of the kind of `key` (every kind when complete; the
+    /// field rows and the connectors always): a stored row of such a kind that it does not
+    /// name is gone, although no object's removal was recorded.
+    pub fn holds_every_row_like(&self, key: &[u8]) -> bool {
+        self.complete || matches!(key.first(), Some(&REST) | Some(&CONNECTOR))
+    }
+}
+
+/// Copies the objects of `map` named in `changed` into a map of their own, and adds the
+/// row key of each that is gone to `gone`. Sorted, so that a delta is the same whatever
+/// order the changes came in.
+fn changed_objects<K, V>(
+    tag: u8,
+    map: &Tracked<K, V>,
+    changed: &std::collections::HashSet<K, rustc_hash::FxBuildHasher>,
+    gone: &mut Vec<Vec<u8>>,
+) -> Tracked<K, V>
+where
+    K: Eq + std::hash::Hash + Ord + Clone + AsRef<str>,
+    V: Clone,
+{
+    let mut keys: Vec<&K> = changed.iter().collect();
+    keys.sort_unstable();
+    let mut copy = Tracked::default();
+    for key in keys {
+        match map.get(key) {
+            Some(value) => {
+                copy.insert(key.clone(), value.clone());
+            }
+            None => {
+                let mut row = vec![tag];
+                row.extend_from_slice(key.as_ref().as_bytes());
+                gone.push(row);
+            }
+        }
+    }
+    copy
+}
+
+impl Engine {
+    /// The rows changed since the last call (every row the first time), for a commit on
+    /// another thread; from now on the engine records which objects change.
+    pub fn take_delta(&mut self) -> StateDelta {
+        let Engine {
+            params,
+            now,
+            site: _,
+            validations: _,
+            connectors,
+            connector_order,
+            machines,
+            pools,
+            user_sessions,
+            cloud_assignments,
+            cloud_assigned,
+            pending_expiry,
+            record_ids,
+            cloud: _,
+            quiet_until: _,
+        } = self;
+        let changed = (
+            machines.take_changed(),
+            pools.take_changed(),
+            user_sessions.take_changed(),
+        );
+        let mut gone = Vec::new();
+        let (machines, pools, user_sessions, complete) = match changed {
+            (Some(m), Some(p), Some(u)) => (
+                changed_objects(MACHINE, machines, &m, &mut gone),
+                changed_objects(POOL, pools, &p, &mut gone),
+                changed_objects(USER, user_sessions, &u, &mut gone),
+                false,
+            ),
+            _ => (machines.clone(), pools.clone(), user_sessions.clone(), true),
+        };
+        StateDelta {
+            state: Engine {
+                params: params.clone(),
+                now: *now,
+                site: Default::default(),
+                validations: Default::default(),
+                connectors: connectors.clone(),
+                connector_order: connector_order.clone(),
+                machines,
+                pools,
+                user_sessions,
+                cloud_assignments: cloud_assignments.clone(),
+                cloud_assigned: cloud_assigned.clone(),
+                pending_expiry: pending_expiry.clone(),
+                record_ids: record_ids.clone(),
+                cloud: None,
+                quiet_until: None,
+            },
+            gone,
+            complete,
         }
     }
 }
@@ -143,9 +275,9 @@ impl<V: serde::de::DeserializeOwned> ObjectMap for BTreeMap<String, V> {
     }
 }
 
-impl<K, V> ObjectMap for DetMap<K, V>
+impl<K, V> ObjectMap for Tracked<K, V>
 where
-    K: for<'a> From<&'a str> + Eq + std::hash::Hash,
+    K: for<'a> From<&'a str> + Eq + std::hash::Hash + Clone,
     V: serde::de::DeserializeOwned,
 {
     type Value = V;
@@ -171,9 +303,9 @@ pub struct StateRows {
     /// Absent while no record carried an id.
     record_ids: Option<crate::record_id::SeenByProducer>,
     connectors: BTreeMap<String, Connector>,
-    machines: DetMap<CompactString, crate::engine::MachineRuntime>,
-    pools: BTreeMap<String, Pool>,
-    user_sessions: DetMap<CompactString, crate::detmap::VecMap<CompactString, Tally>>,
+    machines: Tracked<CompactString, crate::engine::MachineRuntime>,
+    pools: Tracked<String, Pool>,
+    user_sessions: Tracked<CompactString, crate::detmap::VecMap<CompactString, Tally>>,
 }
 
 /// A row that does not belong to an engine state: what is wrong with it.

@@ -14,6 +14,7 @@ use std::sync::mpsc::SyncSender;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
+use lhc_engine::rows::StateDelta;
 use lhc_engine::site::SiteConfig;
 use lhc_engine::{decode_record_at, Admitted, ConfigPart, Engine, Output, Validation};
 use lhc_log::{Log, LogEntry, LogError};
@@ -211,6 +212,10 @@ struct Written {
     pass: u64,
     /// `rows` was read from the store (by a load or the first commit).
     rows_known: bool,
+    /// A commit was started and did not finish: a delta (which holds only what changed
+    /// since the failed one) would leave that commit's changes out, so only a complete
+    /// pass may follow.
+    unfinished: bool,
     /// The store still holds the whole engine under [`LEGACY_STATE_KEY`]; rows, once
     /// written, take precedence and the next commit deletes it.
     legacy_state: bool,
@@ -652,7 +657,7 @@ impl Store {
     ) -> Result<(), NodeError> {
         let part = engine.take_config();
         let result = self.write(
-            &*engine,
+            Rows::Whole(&*engine),
             part.site.version,
             Some(&part.site),
             &part.validations,
@@ -668,7 +673,7 @@ impl Store {
     /// Writes a commit prepared by [`Folder::commit_job`] (on another thread).
     pub fn write_job(&self, job: &CommitJob) -> Result<(), NodeError> {
         self.write(
-            &job.state,
+            Rows::Delta(&job.state),
             job.site_version,
             job.site.as_ref(),
             &job.validations,
@@ -685,7 +690,7 @@ impl Store {
     #[allow(clippy::too_many_arguments)]
     fn write(
         &self,
-        state: &Engine,
+        state: Rows<'_>,
         site_version: u64,
         site: Option<&SiteConfig>,
         validations: &BTreeMap<u64, Validation>,
@@ -695,6 +700,17 @@ impl Store {
         coverage: Option<&Coverage>,
     ) -> Result<(), NodeError> {
         let mut written = self.written.lock().expect("written");
+        if let Rows::Delta(delta) = state {
+            if written.unfinished && !delta.complete() {
+                return Err(NodeError::Commit(
+                    "an earlier commit failed and this one holds only what changed since it: \
+                     written, the store would miss that commit's changes; restart the node, \
+                     which folds again from its last commit"
+                        .into(),
+                ));
+            }
+        }
+        written.unfinished = true;
         let site = if written.site_version == Some(site_version) {
             None
         } else {
@@ -781,6 +797,7 @@ impl Store {
             written.site_version = Some(version);
         }
         written.legacy_state = false;
+        written.unfinished = false;
         let mut stats = RowStats {
             written: changed.puts.len(),
             deleted: changed.deletes.len(),
@@ -810,7 +827,7 @@ impl Store {
     /// batch is written (a failed write leaves `written` as the store is).
     fn put_changed_rows(
         &self,
-        state: &Engine,
+        state: Rows<'_>,
         written: &mut Written,
         batch: &mut WriteBatch,
     ) -> ChangedRows {
@@ -819,7 +836,7 @@ impl Store {
         written.pass += 1;
         let pass = written.pass;
         let mut seen = 0usize;
-        state.for_each_state_row(|key, value| {
+        let mut put = |key: &[u8], value: &[u8]| {
             let hash = xxh3_128(value);
             if let Some(mark) = written.rows.get_mut(key) {
                 // Marked whether written or not: marks only tell this pass's rows apart.
@@ -832,14 +849,46 @@ impl Store {
             batch.put_cf(&cf, key, value);
             changed.bytes += key.len() + value.len();
             changed.puts.push((key.into(), hash));
-        });
-        if seen < written.rows.len() {
-            for (key, mark) in &written.rows {
-                if mark.pass != pass {
-                    batch.delete_cf(&cf, key);
-                    changed.deletes.push(key.clone());
+        };
+        let complete = match state {
+            Rows::Whole(engine) => {
+                engine.for_each_state_row(&mut put);
+                true
+            }
+            Rows::Delta(delta) => {
+                delta.for_each_row(&mut put);
+                delta.complete()
+            }
+        };
+        match state {
+            // Only a pass over every row knows which rows no object holds any more.
+            _ if complete => {
+                if seen < written.rows.len() {
+                    for (key, mark) in &written.rows {
+                        if mark.pass != pass {
+                            batch.delete_cf(&cf, key);
+                            changed.deletes.push(key.clone());
+                        }
+                    }
                 }
             }
+            Rows::Delta(delta) => {
+                // Objects whose removal the engine recorded, then rows of the kinds the
+                // delta holds whole (fields, connectors) that it no longer has.
+                for key in delta.gone() {
+                    if written.rows.contains_key(key.as_slice()) {
+                        batch.delete_cf(&cf, key);
+                        changed.deletes.push(key.as_slice().into());
+                    }
+                }
+                for (key, mark) in &written.rows {
+                    if mark.pass != pass && delta.holds_every_row_like(key) {
+                        batch.delete_cf(&cf, key);
+                        changed.deletes.push(key.clone());
+                    }
+                }
+            }
+            Rows::Whole(_) => unreachable!("a whole engine is a complete pass"),
         }
         changed
     }
@@ -1111,10 +1160,11 @@ impl JournalChanges {
     }
 }
 
-/// A commit prepared on the fold thread (a copy of the state without its configuration
-/// part, which is shared or rarely changes) to be written by another thread.
+/// A commit prepared on the fold thread (a copy of what changed in the state since the
+/// last job, without the configuration part, which is shared or rarely changes) to be
+/// written by another thread.
 pub struct CommitJob {
-    state: Engine,
+    state: StateDelta,
     site_version: u64,
     site: Option<SiteConfig>,
     validations: BTreeMap<u64, Validation>,
@@ -1122,6 +1172,15 @@ pub struct CommitJob {
     outputs: Vec<Outputs>,
     journal: JournalChanges,
     coverage: Option<Coverage>,
+}
+
+/// The state rows a commit writes: the whole engine's, or a delta's.
+#[derive(Clone, Copy)]
+enum Rows<'a> {
+    /// Every row of this engine (its configuration part taken out).
+    Whole(&'a Engine),
+    /// What a [`Folder::commit_job`] copied.
+    Delta(&'a StateDelta),
 }
 
 /// Outputs of one input offset, from the index of the first (0 unless the record's
@@ -1449,19 +1508,20 @@ impl<S: Deref<Target = Store>> Folder<S> {
     }
 
     /// Takes what was applied since the last commit as a job for a committer thread: the
-    /// fold pays for a copy of the state (without its configuration part) instead of its
-    /// serialization and write. Jobs must be written in order.
+    /// fold pays for a copy of what changed (without the configuration part) instead of its
+    /// serialization and write. Jobs must be written in order, and a job that fails to be
+    /// written ends this folder (the next job would lack its changes).
     pub fn commit_job(&mut self) -> Option<CommitJob> {
         if !self.dirty() {
             return None;
         }
         let mut engine = self.engine.write().expect("engine lock");
-        let part = engine.take_config();
-        let state = engine.clone();
-        let site_version = part.site.version;
-        let site = (self.sent_site_version != Some(site_version)).then(|| part.site.clone());
-        let validations = part.validations.clone();
-        engine.restore_config(part);
+        // Only what changed is copied: a copy of the whole state (40,000 machines) held the
+        // fold, and the launches waiting on it, for milliseconds at every commit.
+        let state = engine.take_delta();
+        let site_version = engine.site().version;
+        let site = (self.sent_site_version != Some(site_version)).then(|| engine.site().clone());
+        let validations = engine.validations().clone();
         drop(engine);
         self.sent_site_version = Some(site_version);
         self.commits += 1;

@@ -497,8 +497,8 @@ impl Engine {
             .machines
             .get(machine.as_str())
             .map_or(machine.clone(), |m| m.id.clone());
-        self.machines.entry(exact.as_str().into()).or_default();
-        let tally = self.user_sessions.entry(user.into()).or_default();
+        self.machines.or_default(exact.as_str().into());
+        let tally = self.user_sessions.or_default(user.into());
         tally.get_or_default(exact.as_str()).pending += 1;
         let runtime = self
             .machines

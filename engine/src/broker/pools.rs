@@ -6,7 +6,7 @@
 use compact_str::CompactString;
 
 use crate::config::DeliveryGroupKind;
-use crate::detmap::{DetMap, VecMap};
+use crate::detmap::{Tracked, VecMap};
 use crate::output::*;
 use crate::record::{SessionReport, SessionState};
 use crate::ts::Ts;
@@ -102,7 +102,7 @@ impl Engine {
             }
         }
         if let Some(new) = desired.filter(contributes) {
-            let pool = self.pools.entry(new.key).or_default();
+            let pool = self.pools.or_default(new.key);
             if let Some(load) = new.available {
                 pool.available.entry(load).or_default().insert(new.rank);
             }
@@ -191,8 +191,7 @@ impl Engine {
             .filter(|(_, kept)| !**kept)
         {
             self.user_sessions
-                .entry(crate::snapshot::lower(&s.user).as_ref().into())
-                .or_default()
+                .or_default(crate::snapshot::lower(&s.user).as_ref().into())
                 .get_or_default(machine)
                 .count(s.state);
         }
@@ -357,7 +356,7 @@ fn key_is(key: &str, pieces: &[&str]) -> bool {
 
 /// Removes one pending launch of `user` on `machine` from the user index.
 pub(super) fn forget_pending(
-    index: &mut DetMap<CompactString, VecMap<CompactString, Tally>>,
+    index: &mut Tracked<CompactString, VecMap<CompactString, Tally>>,
     user: &str,
     machine: &str,
 ) {

@@ -102,23 +102,26 @@ impl Engine {
     /// The pools, kept in step incrementally, equal pools rebuilt from scratch.
     fn check_pools(&self) -> Result<(), String> {
         let mut rebuilt = self.clone();
-        rebuilt.pools.clear();
-        for runtime in rebuilt.machines.values_mut() {
+        rebuilt.pools.all_mut().clear();
+        for runtime in rebuilt.machines.all_mut().values_mut() {
             runtime.placement = None;
         }
         rebuilt.place_all();
         if rebuilt.pools != self.pools {
+            // In key order, so that the message is the same from run to run.
             let differ: Vec<_> = self
                 .pools
-                .iter()
+                .sorted()
+                .into_iter()
                 .filter(|(k, v)| rebuilt.pools.get(*k) != Some(*v))
                 .map(|(k, v)| format!("{k:?}: kept {v:?}, rebuilt {:?}", rebuilt.pools.get(k)))
                 .chain(
                     rebuilt
                         .pools
-                        .keys()
-                        .filter(|k| !self.pools.contains_key(*k))
-                        .map(|k| format!("{k:?} missing")),
+                        .sorted()
+                        .into_iter()
+                        .filter(|(k, _)| !self.pools.contains_key(*k))
+                        .map(|(k, _)| format!("{k:?} missing")),
                 )
                 .collect();
             return Err(format!(

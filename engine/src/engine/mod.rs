@@ -59,11 +59,12 @@ pub struct Engine {
     pub(crate) connectors: BTreeMap<String, Connector>,
     /// Connector ids in FQDN order (lowercase, byte order): the order of equal deadlines.
     pub(crate) connector_order: Vec<String>,
-    pub(crate) machines: crate::detmap::DetMap<compact_str::CompactString, MachineRuntime>,
-    /// Brokering pools by registrar, group and zone (see `broker`).
-    pub(crate) pools: BTreeMap<String, crate::broker::Pool>,
+    pub(crate) machines: crate::detmap::Tracked<compact_str::CompactString, MachineRuntime>,
+    /// Brokering pools by registrar, group and zone (see `broker`). Only looked up, never
+    /// iterated (but in key order, to save them).
+    pub(crate) pools: crate::detmap::Tracked<String, crate::broker::Pool>,
     /// Sessions per user (lowercased) per machine: reconnects and session limits.
-    pub(crate) user_sessions: crate::detmap::DetMap<
+    pub(crate) user_sessions: crate::detmap::Tracked<
         compact_str::CompactString,
         crate::detmap::VecMap<compact_str::CompactString, crate::broker::Tally>,
     >,

@@ -88,7 +88,7 @@ impl Engine {
             // Not in the site configuration: the cloud broker refuses it.
             let runtime = match found {
                 Some(r) => r,
-                None => machines.entry(hb.machine.as_str().into()).or_default(),
+                None => machines.or_default(hb.machine.as_str().into()),
             };
             return unknown_machine(runtime, connectors, site.version, hb, ts, out);
         };
@@ -114,7 +114,7 @@ impl Engine {
         };
         let runtime = match found {
             Some(r) => r,
-            None => machines.entry(machine.into()).or_default(),
+            None => machines.or_default(machine.into()),
         };
         let (old_sessions, new_sessions) = (runtime.sessions.len(), hb.sessions.len());
         let old = std::mem::replace(&mut runtime.sessions, hb.sessions);
@@ -179,7 +179,7 @@ impl Engine {
             // A machine the site does not know and nobody holds: nothing to keep.
             return;
         }
-        let runtime = self.machines.entry(machine.clone()).or_default();
+        let runtime = self.machines.or_default(machine.clone());
         let old = runtime.sessions.clone();
         let existing = runtime.sessions.iter().position(|s| s.id == ev.session);
         match (ev.event, existing) {
