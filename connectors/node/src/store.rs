@@ -1751,6 +1751,66 @@ mod tests {
         assert_eq!(reloaded.digest(), folded.digest());
     }
 
+    /// A commit job holds only what changed since the previous job, so once a commit has
+    /// failed part-way the next incomplete job is refused (written, the store would miss
+    /// the failed commit's changes); a whole commit heals the store, and jobs go on.
+    #[test]
+    fn after_a_failed_commit_a_job_of_what_changed_is_refused_until_a_whole_commit() {
+        let example = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../docs/examples/site-outage.jsonl"
+        ))
+        .unwrap();
+        let lines: Vec<&str> = example.lines().collect();
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), &StoreOptions::default()).unwrap();
+        let mut folder = Folder::open(&store).unwrap();
+        let mut offset = 0u64;
+        let mut apply = |folder: &mut Folder<&Store>, n: usize| {
+            for _ in 0..n {
+                folder.apply(&LogEntry {
+                    offset,
+                    bytes: lines[offset as usize].as_bytes().to_vec(),
+                });
+                offset += 1;
+            }
+        };
+        apply(&mut folder, 50);
+        let first = folder.commit_job().unwrap();
+        assert!(first.state.complete(), "the first job copies every row");
+        store.write_job(&first).unwrap();
+        // A commit that fails part-way: its site is missing although the store thinks it
+        // holds another version.
+        apply(&mut folder, 20);
+        let mut failing = folder.commit_job().unwrap();
+        assert!(!failing.state.complete());
+        failing.site = None;
+        store.written.lock().unwrap().site_version = Some(u64::MAX);
+        assert!(store.write_job(&failing).is_err());
+        store.written.lock().unwrap().site_version = Some(failing.site_version);
+        apply(&mut folder, 20);
+        let next = folder.commit_job().unwrap();
+        let refused = store.write_job(&next).unwrap_err();
+        assert!(
+            matches!(&refused, NodeError::Commit(m) if m.contains("an earlier commit failed")),
+            "{refused}"
+        );
+        // A whole commit writes every row again; jobs are accepted after it.
+        apply(&mut folder, 20);
+        folder.commit().unwrap();
+        apply(&mut folder, 20);
+        let after = folder.commit_job().unwrap();
+        assert!(!after.state.complete());
+        store.write_job(&after).unwrap();
+        let (loaded, next) = store.load().unwrap();
+        assert_eq!(next, offset);
+        let mut loaded = loaded;
+        loaded.take_config();
+        let mut folded = folder.engine().read().unwrap().clone();
+        folded.take_config();
+        assert_eq!(loaded.digest(), folded.digest());
+    }
+
     /// A stored state in which a connector is in LHC mode without its episode (which the
     /// reducer never writes) is refused as corrupt at load, not folded on.
     #[test]
