@@ -547,6 +547,22 @@ fn quick_benchmarks_run_and_report_their_ratios() {
         );
     }
     assert!(node.contains("start to serving /healthz"), "{node}");
+    // The targets, each with its verdict.
+    for line in [
+        "launch p99 on the embedded log, median of 2 runs: ",
+        "launch p99 on Kafka, median of 2 runs: ",
+        "restart to serving: ",
+    ] {
+        let target = node
+            .lines()
+            .find(|l| l.starts_with(line))
+            .unwrap_or_else(|| panic!("{line:?} in {node}"));
+        assert!(
+            target.ends_with(": met)") || target.ends_with(": NOT met)"),
+            "{target}"
+        );
+    }
+    assert!(node.contains("\nevery launch brokered: yes\n"), "{node}");
     // Under each embedded run, its log's fsyncs (with `fsync always`, at least one each).
     let fsyncs: Vec<u64> = node
         .lines()

@@ -786,3 +786,12 @@ fn launch_bench(vdas: usize, launches: usize) -> anyhow::Result<ExitCode> {
     );
     Ok(ExitCode::SUCCESS)
 }
+
+/// How a benchmark's line says whether its figure meets the target.
+pub(crate) fn verdict(met: bool) -> &'static str {
+    if met {
+        "met"
+    } else {
+        "NOT met"
+    }
+}

@@ -146,11 +146,15 @@ pub fn run(bench: ReplayBench) -> anyhow::Result<ExitCode> {
         whatif_s
     );
     println!(
-        "\nratio replay / decode: {:.2}  (target >= 1.0, issue 20; 0.5 before)\nwhole replay: {:.1} s  (target <= 15 s for the 12-hour, 40,000-VDA site)\npeak RSS of the replay: {:.0} MB  (target <= 150 MB, issue 20; the seeds' broker needs ~2.2 GB)\nratio whatif / replay: {:.2}  (target <= 2.5)",
+        "\nratio replay / decode: {:.2}  (target >= 1.0, issue 20; 0.5 before: {})\nwhole replay: {:.1} s  (target <= 15 s for the 12-hour, 40,000-VDA site: {})\npeak RSS of the replay: {:.0} MB  (target <= 150 MB, issue 20; the seeds' broker needs ~2.2 GB: {})\nratio whatif / replay: {:.2}  (target <= 2.5: {})",
         replay_rate / decode_rate,
+        super::verdict(replay_rate / decode_rate >= 1.0),
         replay_s,
+        super::verdict(replay_s <= 15.0),
         peak_kb as f64 / 1024.0,
-        whatif_s / replay_s
+        super::verdict(peak_kb as f64 / 1024.0 <= 150.0),
+        whatif_s / replay_s,
+        super::verdict(whatif_s / replay_s <= 2.5),
     );
     Ok(ExitCode::SUCCESS)
 }

@@ -129,8 +129,9 @@ pub fn run(bench: ReplayBench) -> anyhow::Result<ExitCode> {
         }
     }
     println!(
-        "\nratio query --at (worst of the three) / whole replay: {:.3}  (target <= 0.1; from the start {:.2})\ncheckpoints: {} of {:.1} MB in all, {:.2} of the log's size; writing them took {:.2} of a replay",
+        "\nratio query --at (worst of the three) / whole replay: {:.3}  (target <= 0.1: {}; from the start {:.2})\ncheckpoints: {} of {:.1} MB in all, {:.2} of the log's size; writing them took {:.2} of a replay",
         worst / replay_s,
+        super::verdict(worst / replay_s <= 0.1),
         from_start_s / replay_s,
         checkpoints.len(),
         checkpoint_bytes as f64 / 1e6,
