@@ -75,16 +75,79 @@ impl Ts {
 
     /// The canonical text form, `YYYY-MM-DDTHH:MM:SS.mmmZ`.
     pub fn to_rfc3339(self) -> String {
+        let mut buf = [0u8; CANONICAL_LEN];
+        match self.write_canonical(&mut buf) {
+            Some(text) => text.to_string(),
+            None => self.to_rfc3339_slow(),
+        }
+    }
+
+    /// The canonical form by chrono, for the years outside 0000-9999 (which it writes with
+    /// a sign) and instants it cannot represent.
+    fn to_rfc3339_slow(self) -> String {
         match DateTime::<Utc>::from_timestamp_millis(self.0) {
             Some(t) => t.to_rfc3339_opts(SecondsFormat::Millis, true),
             None => format!("invalid-ts({})", self.0),
         }
     }
+
+    /// Writes the canonical form into `buf` without allocating, for the years 0000-9999
+    /// (every real record): every state row, output and digest writes timestamps, and
+    /// formatting them through chrono was a quarter of a node's commits. `None` outside
+    /// those years. The civil date comes from the day count by Howard Hinnant's
+    /// `civil_from_days` (proleptic Gregorian, as chrono's).
+    fn write_canonical(self, buf: &mut [u8; CANONICAL_LEN]) -> Option<&str> {
+        const DAY_MS: i64 = 86_400_000;
+        let days = self.0.div_euclid(DAY_MS);
+        let in_day = self.0.rem_euclid(DAY_MS);
+        // Days from 0000-03-01, so that leap days fall at the end of a year.
+        let z = days.checked_add(719_468)?;
+        let era = z.div_euclid(146_097);
+        let doe = z.rem_euclid(146_097);
+        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+        let mp = (5 * doy + 2) / 153;
+        let day = doy - (153 * mp + 2) / 5 + 1;
+        let month = if mp < 10 { mp + 3 } else { mp - 9 };
+        let year = yoe + era * 400 + i64::from(month <= 2);
+        if !(0..=9999).contains(&year) {
+            return None;
+        }
+        let (hour, minute) = (in_day / 3_600_000, in_day / 60_000 % 60);
+        let (second, milli) = (in_day / 1000 % 60, in_day % 1000);
+        let mut put = |at: usize, value: i64, width: usize| {
+            let mut v = value;
+            for i in (at..at + width).rev() {
+                buf[i] = b'0' + (v % 10) as u8;
+                v /= 10;
+            }
+        };
+        put(0, year, 4);
+        put(5, month, 2);
+        put(8, day, 2);
+        put(11, hour, 2);
+        put(14, minute, 2);
+        put(17, second, 2);
+        put(20, milli, 3);
+        for (at, sep) in [(4, b'-'), (7, b'-'), (10, b'T'), (13, b':'), (16, b':')] {
+            buf[at] = sep;
+        }
+        buf[19] = b'.';
+        buf[23] = b'Z';
+        std::str::from_utf8(buf).ok()
+    }
 }
+
+/// Length of the canonical form of a year 0000-9999.
+const CANONICAL_LEN: usize = 24;
 
 impl fmt::Display for Ts {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.to_rfc3339())
+        let mut buf = [0u8; CANONICAL_LEN];
+        match self.write_canonical(&mut buf) {
+            Some(text) => f.write_str(text),
+            None => f.write_str(&self.to_rfc3339_slow()),
+        }
     }
 }
 
@@ -109,6 +172,56 @@ mod tests {
             "2026-01-05T09:14:07.000Z"
         );
         assert_eq!(Ts::parse("1970-01-01T00:00:01.000Z").unwrap(), Ts(1000));
+    }
+
+    /// The allocation-free form is chrono's, byte for byte: at the edges of the years it
+    /// covers, around leap days and the epoch, and at a million instants spread over the
+    /// whole range chrono can represent.
+    #[test]
+    fn canonical_form_is_chronos() {
+        let day = 86_400_000i64;
+        let mut instants = vec![
+            0,
+            -1,
+            1,
+            i64::MIN,
+            i64::MAX,
+            Ts::parse("0000-01-01T00:00:00Z").unwrap().0,
+            Ts::parse("9999-12-31T23:59:59.999Z").unwrap().0,
+            Ts::parse("2000-02-29T12:00:00Z").unwrap().0,
+            Ts::parse("1900-03-01T00:00:00Z").unwrap().0,
+            Ts::parse("2026-01-05T09:14:07.250Z").unwrap().0,
+        ];
+        for edge in instants.clone() {
+            for delta in [-day, -1001, -1, 1, 999, day] {
+                instants.push(edge.saturating_add(delta));
+            }
+        }
+        // A fixed-seed generator: the test checks the same instants on every run.
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let span = 300_000 * 366 * day;
+        for i in 0..1_000_000 {
+            let r = next() as i64;
+            instants.push(match i % 3 {
+                // Any instant chrono knows (and some it does not).
+                0 => r % span,
+                // The years 0000-9999.
+                1 => r.rem_euclid(10_000 * 366 * day) - 1970 * 366 * day,
+                // Around now, where the records are.
+                _ => 1_700_000_000_000 + r.rem_euclid(100 * 366 * day),
+            });
+        }
+        for ms in instants {
+            let t = Ts(ms);
+            assert_eq!(t.to_rfc3339(), t.to_rfc3339_slow(), "{ms}");
+            assert_eq!(t.to_string(), t.to_rfc3339_slow(), "{ms}");
+        }
     }
 
     #[test]
