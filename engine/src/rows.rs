@@ -27,6 +27,68 @@ const CONNECTOR: u8 = b'c';
 const MACHINE: u8 = b'm';
 const POOL: u8 = b'p';
 const USER: u8 = b'u';
+/// A connector's recent user (R-DATA): one row per entry in the store's layout.
+const RECENT_USER: u8 = b'r';
+/// A connector's client machine (R-DATA): one row per entry in the store's layout.
+const CLIENT: u8 = b'l';
+
+/// The key of an entry row: its kind, the connector's name (its length first, so that no
+/// name is a prefix of another's rows), then the entry's key.
+fn entry_key(key: &mut Vec<u8>, tag: u8, connector: &str, entry: &str) {
+    key.clear();
+    key.push(tag);
+    key.extend_from_slice(&entry_name_len(connector).to_be_bytes());
+    key.extend_from_slice(connector.as_bytes());
+    key.extend_from_slice(entry.as_bytes());
+}
+
+/// A connector name's length in an entry row's key.
+fn entry_name_len(connector: &str) -> u32 {
+    u32::try_from(connector.len()).expect("a connector name is shorter than 4 GiB")
+}
+
+/// Whether `key` is an entry row of a connector's R-DATA maps (the store's layout only:
+/// [`Engine::for_each_store_row`]). Such rows are many and small, and a commit writes the
+/// ones that changed without comparing them with what the store holds.
+pub fn is_entry_row(key: &[u8]) -> bool {
+    matches!(key.first(), Some(&RECENT_USER) | Some(&CLIENT))
+}
+
+/// The connector a connector's row (not an entry row) is of.
+pub fn connector_of_row(key: &[u8]) -> Option<&str> {
+    match key.split_first() {
+        Some((&CONNECTOR, name)) => std::str::from_utf8(name).ok(),
+        _ => None,
+    }
+}
+
+/// The key ranges (from, to: `to` excluded) holding the entry rows of `connector`, or of
+/// every connector when `None`: what a store deletes when their connector is gone, or
+/// before a complete pass writes them all again.
+pub fn entry_row_ranges(connector: Option<&str>) -> [(Vec<u8>, Vec<u8>); 2] {
+    [RECENT_USER, CLIENT].map(|tag| {
+        let mut from = vec![tag];
+        if let Some(name) = connector {
+            from.extend_from_slice(&entry_name_len(name).to_be_bytes());
+            from.extend_from_slice(name.as_bytes());
+        }
+        let to = successor(&from);
+        (from, to)
+    })
+}
+
+/// The smallest key above every key starting with `prefix` (`prefix` is never all 0xff:
+/// it starts with a kind's tag).
+fn successor(prefix: &[u8]) -> Vec<u8> {
+    let mut to = prefix.to_vec();
+    while let Some(last) = to.pop() {
+        if last < u8::MAX {
+            to.push(last + 1);
+            break;
+        }
+    }
+    to
+}
 
 /// Calls `each` with a key and its JSON value, reusing both buffers.
 fn emit<T: Serialize + ?Sized>(
@@ -45,10 +107,40 @@ fn emit<T: Serialize + ?Sized>(
     each(key, bytes);
 }
 
+/// Calls `each` with an entry row's key and JSON value, reusing both buffers.
+fn emit_entry<T: Serialize + ?Sized>(
+    tag: u8,
+    connector: &str,
+    entry: &str,
+    value: &T,
+    key: &mut Vec<u8>,
+    bytes: &mut Vec<u8>,
+    each: &mut impl FnMut(&[u8], &[u8]),
+) {
+    entry_key(key, tag, connector, entry);
+    bytes.clear();
+    serde_json::to_writer(&mut *bytes, value).expect("engine state serializes");
+    each(key, bytes);
+}
+
 impl Engine {
     /// Calls `each(key, value)` for every row of the state (configuration part excluded),
-    /// in key order within each kind. Keys are unique; values are JSON.
-    pub fn for_each_state_row(&self, mut each: impl FnMut(&[u8], &[u8])) {
+    /// in key order within each kind. Keys are unique; values are JSON. Each connector is
+    /// one row, its R-DATA maps included: the layout of checkpoints.
+    pub fn for_each_state_row(&self, each: impl FnMut(&[u8], &[u8])) {
+        self.rows(false, each)
+    }
+
+    /// As [`Engine::for_each_state_row`], in the layout of a node's store: each entry of a
+    /// connector's R-DATA maps (recent users, clients: tens of thousands at a big site,
+    /// a few of them changed per second) is a row of its own, and the connector's row
+    /// holds those maps empty. Either layout rebuilds the same engine ([`StateRows`]).
+    pub fn for_each_store_row(&self, each: impl FnMut(&[u8], &[u8])) {
+        self.rows(true, each)
+    }
+
+    /// The rows, with the R-DATA maps' entries in rows of their own when `split`.
+    fn rows(&self, split: bool, mut each: impl FnMut(&[u8], &[u8])) {
         let Engine {
             params,
             now,
@@ -114,7 +206,22 @@ impl Engine {
             );
         }
         for (name, connector) in connectors {
-            emit(CONNECTOR, name, connector, &mut key, &mut bytes, &mut each);
+            let data = &connector.data;
+            if !split || (data.recent_users.is_empty() && data.clients.is_empty()) {
+                emit(CONNECTOR, name, connector, &mut key, &mut bytes, &mut each);
+                continue;
+            }
+            // Rare (a complete pass): a copy without the maps, which follow entry by entry.
+            let mut bare = connector.clone();
+            bare.data.recent_users = Tracked::default();
+            bare.data.clients = Tracked::default();
+            emit(CONNECTOR, name, &bare, &mut key, &mut bytes, &mut each);
+            for (user, ts) in data.recent_users.sorted() {
+                emit_entry(RECENT_USER, name, user, ts, &mut key, &mut bytes, &mut each);
+            }
+            for (client, seen) in data.clients.sorted() {
+                emit_entry(CLIENT, name, client, seen, &mut key, &mut bytes, &mut each);
+            }
         }
         for (name, machine) in machines.sorted() {
             emit(MACHINE, name, machine, &mut key, &mut bytes, &mut each);
@@ -142,12 +249,49 @@ pub struct StateDelta {
     gone: Vec<Vec<u8>>,
     /// Whether `state` holds every row of the state.
     complete: bool,
+    /// The entries of the connectors' R-DATA maps changed (when not complete: `state`'s
+    /// connectors then hold those maps empty), sorted by connector, map and key.
+    entries: Vec<EntryRow>,
+}
+
+/// A changed entry of a connector's R-DATA maps.
+#[derive(Debug)]
+struct EntryRow {
+    connector: String,
+    key: CompactString,
+    value: EntryValue,
+}
+
+/// The value of an [`EntryRow`], by map.
+#[derive(Debug)]
+enum EntryValue {
+    RecentUser(Ts),
+    Client((CompactString, Ts)),
 }
 
 impl StateDelta {
-    /// Calls `each(key, value)` for every row copied, as [`Engine::for_each_state_row`].
-    pub fn for_each_row(&self, each: impl FnMut(&[u8], &[u8])) {
-        self.state.for_each_state_row(each)
+    /// Calls `each(key, value)` for every row copied, in the store's layout
+    /// ([`Engine::for_each_store_row`]).
+    pub fn for_each_row(&self, mut each: impl FnMut(&[u8], &[u8])) {
+        self.state.for_each_store_row(&mut each);
+        let (mut key, mut bytes) = (Vec::new(), Vec::new());
+        for entry in &self.entries {
+            let (connector, name) = (entry.connector.as_str(), entry.key.as_str());
+            match &entry.value {
+                EntryValue::RecentUser(ts) => emit_entry(
+                    RECENT_USER,
+                    connector,
+                    name,
+                    ts,
+                    &mut key,
+                    &mut bytes,
+                    &mut each,
+                ),
+                EntryValue::Client(seen) => emit_entry(
+                    CLIENT, connector, name, seen, &mut key, &mut bytes, &mut each,
+                ),
+            }
+        }
     }
 
     /// Keys of the rows whose objects were removed (empty for a complete delta).
@@ -163,7 +307,8 @@ impl StateDelta {
 
     /// Whether it holds every row of the kind of `key` (every kind when complete; the
     /// field rows and the connectors always): a stored row of such a kind that it does not
-    /// name is gone, although no object's removal was recorded.
+    /// name is gone, although no object's removal was recorded. (A connector's entry rows
+    /// go with it: see [`entry_row_ranges`].)
     pub fn holds_every_row_like(&self, key: &[u8]) -> bool {
         self.complete || matches!(key.first(), Some(&REST) | Some(&CONNECTOR))
     }
@@ -226,15 +371,56 @@ impl Engine {
             pools.take_changed(),
             user_sessions.take_changed(),
         );
+        // Each connector's R-DATA maps: what changed in them, if they were recording.
+        let mut entry_changes = Vec::with_capacity(connectors.len());
+        for connector in connectors.values_mut() {
+            let data = &mut connector.data;
+            match (
+                data.recent_users.take_changed(),
+                data.clients.take_changed(),
+            ) {
+                (Some(users), Some(clients)) => entry_changes.push((users, clients)),
+                _ => {
+                    entry_changes.clear();
+                    break;
+                }
+            }
+        }
         let mut gone = Vec::new();
-        let (machines, pools, user_sessions, complete) = match changed {
-            (Some(m), Some(p), Some(u)) => (
-                changed_objects(MACHINE, machines, &m, &mut gone),
-                changed_objects(POOL, pools, &p, &mut gone),
-                changed_objects(USER, user_sessions, &u, &mut gone),
-                false,
-            ),
-            _ => (machines.clone(), pools.clone(), user_sessions.clone(), true),
+        let mut entries = Vec::new();
+        let (machines, pools, user_sessions, connectors, complete) = match changed {
+            (Some(m), Some(p), Some(u)) if entry_changes.len() == connectors.len() => {
+                let copies = connectors
+                    .iter_mut()
+                    .zip(entry_changes)
+                    .map(|((name, connector), (users, clients))| {
+                        changed_entries(name, connector, &users, &clients, &mut entries, &mut gone);
+                        (name.clone(), bare_copy(connector))
+                    })
+                    .collect();
+                (
+                    changed_objects(MACHINE, machines, &m, &mut gone),
+                    changed_objects(POOL, pools, &p, &mut gone),
+                    changed_objects(USER, user_sessions, &u, &mut gone),
+                    copies,
+                    false,
+                )
+            }
+            // Something was not recording (the first delta, a new connector, a change of
+            // many at once): every row, and every map starts recording afresh.
+            _ => {
+                for connector in connectors.values_mut() {
+                    connector.data.recent_users.take_changed();
+                    connector.data.clients.take_changed();
+                }
+                (
+                    machines.clone(),
+                    pools.clone(),
+                    user_sessions.clone(),
+                    connectors.clone(),
+                    true,
+                )
+            }
         };
         StateDelta {
             state: Engine {
@@ -242,7 +428,7 @@ impl Engine {
                 now: *now,
                 site: Default::default(),
                 validations: Default::default(),
-                connectors: connectors.clone(),
+                connectors,
                 connector_order: connector_order.clone(),
                 machines,
                 pools,
@@ -256,6 +442,59 @@ impl Engine {
             },
             gone,
             complete,
+            entries,
+        }
+    }
+}
+
+/// A copy of `connector` without the entries of its R-DATA maps (they are copied as they
+/// change): the maps are moved out for the copy and back, so they keep recording.
+fn bare_copy(connector: &mut Connector) -> Connector {
+    let users = std::mem::take(&mut connector.data.recent_users);
+    let clients = std::mem::take(&mut connector.data.clients);
+    let copy = connector.clone();
+    connector.data.recent_users = users;
+    connector.data.clients = clients;
+    copy
+}
+
+/// Copies the entries of `connector`'s R-DATA maps named in `users` and `clients` into
+/// `entries` (sorted, as [`changed_objects`]), and the keys of those gone into `gone`.
+fn changed_entries(
+    name: &str,
+    connector: &Connector,
+    users: &std::collections::HashSet<CompactString, rustc_hash::FxBuildHasher>,
+    clients: &std::collections::HashSet<CompactString, rustc_hash::FxBuildHasher>,
+    entries: &mut Vec<EntryRow>,
+    gone: &mut Vec<Vec<u8>>,
+) {
+    let mut gone_key = |tag: u8, entry: &str| {
+        let mut key = Vec::new();
+        entry_key(&mut key, tag, name, entry);
+        gone.push(key);
+    };
+    let mut keys: Vec<&CompactString> = users.iter().collect();
+    keys.sort_unstable();
+    for key in keys {
+        match connector.data.recent_users.get(key) {
+            Some(ts) => entries.push(EntryRow {
+                connector: name.to_string(),
+                key: key.clone(),
+                value: EntryValue::RecentUser(*ts),
+            }),
+            None => gone_key(RECENT_USER, key),
+        }
+    }
+    let mut keys: Vec<&CompactString> = clients.iter().collect();
+    keys.sort_unstable();
+    for key in keys {
+        match connector.data.clients.get(key) {
+            Some(seen) => entries.push(EntryRow {
+                connector: name.to_string(),
+                key: key.clone(),
+                value: EntryValue::Client(seen.clone()),
+            }),
+            None => gone_key(CLIENT, key),
         }
     }
 }
@@ -286,6 +525,21 @@ where
     }
 }
 
+/// An entry row's name (its key after the kind): the connector's name and the entry's key,
+/// both UTF-8.
+fn split_entry_name(name: &[u8]) -> Option<(&str, &str)> {
+    let (len, rest) = name.split_first_chunk::<4>()?;
+    let len = usize::try_from(u32::from_be_bytes(*len)).ok()?;
+    if rest.len() < len {
+        return None;
+    }
+    let (connector, entry) = rest.split_at(len);
+    Some((
+        std::str::from_utf8(connector).ok()?,
+        std::str::from_utf8(entry).ok()?,
+    ))
+}
+
 /// Adds an object row to its map; whether it was not there before.
 fn object(map: &mut impl ObjectMap, name: &str, value: &[u8]) -> Result<bool, serde_json::Error> {
     Ok(map.put(name, serde_json::from_slice(value)?))
@@ -306,6 +560,9 @@ pub struct StateRows {
     machines: Tracked<CompactString, crate::engine::MachineRuntime>,
     pools: Tracked<String, Pool>,
     user_sessions: Tracked<CompactString, crate::detmap::VecMap<CompactString, Tally>>,
+    /// Entry rows (the store's layout), put in their connectors by `finish`, which
+    /// may come after them.
+    entries: Vec<(String, CompactString, EntryValue)>,
 }
 
 /// A row that does not belong to an engine state: what is wrong with it.
@@ -331,6 +588,18 @@ impl StateRows {
             detail,
         };
         let (&tag, name) = key.split_first().ok_or_else(|| fail("empty key".into()))?;
+        if is_entry_row(key) {
+            let (connector, entry) = split_entry_name(name).ok_or_else(|| {
+                fail("an entry row's key does not hold a connector's name and an entry".into())
+            })?;
+            let bad = |e: serde_json::Error| fail(e.to_string());
+            let value = match tag {
+                RECENT_USER => EntryValue::RecentUser(serde_json::from_slice(value).map_err(bad)?),
+                _ => EntryValue::Client(serde_json::from_slice(value).map_err(bad)?),
+            };
+            self.entries.push((connector.into(), entry.into(), value));
+            return Ok(());
+        }
         let name = std::str::from_utf8(name).map_err(|_| fail("name is not UTF-8".into()))?;
         let bad = |e: serde_json::Error| fail(e.to_string());
         /// Sets a field row; whether it was not set before.
@@ -378,9 +647,34 @@ impl StateRows {
             machines,
             pools,
             user_sessions,
+            entries,
         } = self;
-        if params.is_none() && now.is_none() && connectors.is_empty() && machines.is_empty() {
+        if params.is_none()
+            && now.is_none()
+            && connectors.is_empty()
+            && machines.is_empty()
+            && entries.is_empty()
+        {
             return Ok(None);
+        }
+        let mut connectors = connectors;
+        for (connector, entry, value) in entries {
+            let fail = |detail: &str| RowError {
+                key: format!("entry {entry:?} of connector {connector:?}"),
+                detail: detail.into(),
+            };
+            let data = &mut connectors
+                .get_mut(&connector)
+                .ok_or_else(|| fail("its connector has no row"))?
+                .data;
+            let fresh = match value {
+                EntryValue::RecentUser(ts) => data.recent_users.insert(entry.clone(), ts),
+                EntryValue::Client(seen) => data.clients.insert(entry.clone(), seen).map(|_| Ts(0)),
+            }
+            .is_none();
+            if !fresh {
+                return Err(fail("given twice"));
+            }
         }
         let missing = |name: &str| RowError {
             key: format!("={name}"),
@@ -403,5 +697,45 @@ impl StateRows {
             cloud: None,
             quiet_until: None,
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An entry row's key names its connector exactly (no name is a prefix of another's
+    /// rows), a key that does not hold a whole name is refused, and the ranges a store
+    /// deletes hold a connector's entry rows and no other's.
+    #[test]
+    fn entry_rows_name_their_connector_exactly() {
+        let mut key = Vec::new();
+        entry_key(&mut key, RECENT_USER, "cc1.example", "alice");
+        assert!(is_entry_row(&key));
+        assert_eq!(split_entry_name(&key[1..]), Some(("cc1.example", "alice")));
+        let mut longer = Vec::new();
+        entry_key(&mut longer, RECENT_USER, "cc1.example.org", "x");
+        for (from, to) in entry_row_ranges(Some("cc1.example")) {
+            let inside = |k: &[u8]| from.as_slice() <= k && k < to.as_slice();
+            assert_eq!(inside(&key), from[0] == RECENT_USER);
+            assert!(!inside(&longer), "another connector's row");
+        }
+        for (from, to) in entry_row_ranges(None) {
+            let inside = |k: &[u8]| from.as_slice() <= k && k < to.as_slice();
+            assert_eq!(inside(&key), from[0] == RECENT_USER);
+            assert_eq!(inside(&longer), from[0] == RECENT_USER);
+        }
+        // Cut short, or with a length past the end: refused, not misread.
+        assert_eq!(split_entry_name(&key[1..4]), None);
+        let mut lying = key.clone();
+        lying[1..5].copy_from_slice(&1000u32.to_be_bytes());
+        assert_eq!(split_entry_name(&lying[1..]), None);
+        let mut rows = StateRows::new();
+        assert!(rows.add(&lying, b"\"2026-01-05T09:00:00.000Z\"").is_err());
+        // An entry of a connector without a row is refused when the engine is made.
+        let mut rows = StateRows::new();
+        rows.add(&key, b"\"2026-01-05T09:00:00.000Z\"").unwrap();
+        assert!(rows.finish().is_err());
+        assert_eq!(successor(&[b'r', 0xff]), vec![b's']);
     }
 }

@@ -89,10 +89,13 @@ const NEXT_KEY: &[u8] = b"next_offset";
 /// without it were written before it existed, in layouts this build reads.
 const FORMAT_KEY: &[u8] = b"store_format";
 /// The layout this build writes: state rows, outputs by (offset, index) with a record's
-/// catch-up steps continuing its indices. A store of a later format is refused at open,
-/// so a downgraded build never folds on in a layout it does not know (an older build than
-/// this one would write a part-way record's outputs from index 0 again, losing the steps').
-pub const STORE_FORMAT: u32 = 1;
+/// catch-up steps continuing its indices (format 1); since format 2 each entry of a
+/// connector's R-DATA maps is a state row of its own ([`Engine::for_each_store_row`]; a
+/// store of format 1 is read as it is and rewritten at its first commit). A store of a
+/// later format is refused at open, so a downgraded build never folds on in a layout it
+/// does not know (a build of format 1 would take the entry rows for corruption; an older
+/// one would write a part-way record's outputs from index 0 again, losing the steps').
+pub const STORE_FORMAT: u32 = 2;
 
 /// Errors of the node store; each names what to check.
 #[derive(Debug, thiserror::Error)]
@@ -237,15 +240,19 @@ struct ChangedRows {
     puts: Vec<(Box<[u8]>, u128)>,
     deletes: Vec<Box<[u8]>>,
     bytes: usize,
+    /// R-DATA entry rows put (not followed in [`Written::rows`]).
+    entries: usize,
 }
 
 /// What the last commit wrote of the state (for tests and benchmarks).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RowStats {
-    /// Rows the state has.
+    /// Rows the state has, besides the R-DATA entry rows (not counted one by one).
     pub rows: usize,
-    /// Rows written (new or changed).
+    /// Rows written (new or changed), besides the R-DATA entry rows.
     pub written: usize,
+    /// R-DATA entry rows written (changed, or all of them in a complete pass).
+    pub entries_written: usize,
     /// Rows deleted (objects gone).
     pub deleted: usize,
     /// Bytes of the rows written.
@@ -488,6 +495,14 @@ impl Store {
         Ok((engine, next))
     }
 
+    /// The keys of the state rows the store holds, in key order (for checks and tools).
+    pub fn state_row_keys(&self) -> Result<Vec<Box<[u8]>>, NodeError> {
+        self.db
+            .iterator_cf(&self.cf(STATE), IteratorMode::Start)
+            .map(|item| item.map(|(key, _)| key).map_err(|e| self.error(e)))
+            .collect()
+    }
+
     /// The state rows: the engine they make (`None` when there are none) and their hashes.
     #[allow(clippy::type_complexity)]
     fn read_rows(&self) -> Result<(Option<Engine>, HashMap<Box<[u8]>, RowMark>), NodeError> {
@@ -499,8 +514,10 @@ impl Store {
                 path: self.path.clone(),
                 detail: e.to_string(),
             })?;
-            let hash = xxh3_128(&value);
-            hashes.insert(key, RowMark { hash, pass: 0 });
+            if !lhc_engine::rows::is_entry_row(&key) {
+                let hash = xxh3_128(&value);
+                hashes.insert(key, RowMark { hash, pass: 0 });
+            }
         }
         let engine = builder.finish().map_err(|e| NodeError::Corrupt {
             path: self.path.clone(),
@@ -800,6 +817,7 @@ impl Store {
         written.unfinished = false;
         let mut stats = RowStats {
             written: changed.puts.len(),
+            entries_written: changed.entries,
             deleted: changed.deletes.len(),
             bytes: changed.bytes,
             ..RowStats::default()
@@ -836,7 +854,25 @@ impl Store {
         written.pass += 1;
         let pass = written.pass;
         let mut seen = 0usize;
+        let complete = match state {
+            Rows::Whole(_) => true,
+            Rows::Delta(delta) => delta.complete(),
+        };
+        if complete {
+            // The R-DATA entry rows are not followed one by one (hundreds of thousands at a
+            // big site): a complete pass writes them all again after deleting them all.
+            for (from, to) in lhc_engine::rows::entry_row_ranges(None) {
+                batch.delete_range_cf(&cf, from, to);
+            }
+        }
         let mut put = |key: &[u8], value: &[u8]| {
+            if lhc_engine::rows::is_entry_row(key) {
+                // Only changed entries come in a delta: written without comparing.
+                batch.put_cf(&cf, key, value);
+                changed.bytes += key.len() + value.len();
+                changed.entries += 1;
+                return;
+            }
             let hash = xxh3_128(value);
             if let Some(mark) = written.rows.get_mut(key) {
                 // Marked whether written or not: marks only tell this pass's rows apart.
@@ -850,16 +886,10 @@ impl Store {
             changed.bytes += key.len() + value.len();
             changed.puts.push((key.into(), hash));
         };
-        let complete = match state {
-            Rows::Whole(engine) => {
-                engine.for_each_state_row(&mut put);
-                true
-            }
-            Rows::Delta(delta) => {
-                delta.for_each_row(&mut put);
-                delta.complete()
-            }
-        };
+        match state {
+            Rows::Whole(engine) => engine.for_each_store_row(&mut put),
+            Rows::Delta(delta) => delta.for_each_row(&mut put),
+        }
         match state {
             // Only a pass over every row knows which rows no object holds any more.
             _ if complete => {
@@ -876,7 +906,9 @@ impl Store {
                 // Objects whose removal the engine recorded, then rows of the kinds the
                 // delta holds whole (fields, connectors) that it no longer has.
                 for key in delta.gone() {
-                    if written.rows.contains_key(key.as_slice()) {
+                    if lhc_engine::rows::is_entry_row(key) {
+                        batch.delete_cf(&cf, key);
+                    } else if written.rows.contains_key(key.as_slice()) {
                         batch.delete_cf(&cf, key);
                         changed.deletes.push(key.as_slice().into());
                     }
@@ -885,6 +917,12 @@ impl Store {
                     if mark.pass != pass && delta.holds_every_row_like(key) {
                         batch.delete_cf(&cf, key);
                         changed.deletes.push(key.clone());
+                        // A connector gone: its entry rows go with it.
+                        if let Some(name) = lhc_engine::rows::connector_of_row(key) {
+                            for (from, to) in lhc_engine::rows::entry_row_ranges(Some(name)) {
+                                batch.delete_range_cf(&cf, from, to);
+                            }
+                        }
                     }
                 }
             }

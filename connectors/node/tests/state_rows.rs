@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use lhc_engine::build::{self, records, SiteBuilder};
 use lhc_engine::config::DeliveryGroupKind;
+use lhc_engine::rows::is_entry_row;
 use lhc_engine::Engine;
 use lhc_log::LogEntry;
 use lhc_node::{Folder, Store, StoreOptions};
@@ -31,6 +32,22 @@ fn whole(engine: &Engine) -> usize {
     bytes
 }
 
+/// The rows of the store's layout the store follows one by one (all but the R-DATA
+/// entries): what `RowStats::rows` counts.
+fn followed_rows(engine: &Engine) -> usize {
+    let mut rows = 0;
+    engine.for_each_store_row(|key, _| rows += usize::from(!is_entry_row(key)));
+    rows
+}
+
+/// The keys of the state's rows in the store's layout, in key order.
+fn store_row_keys(engine: &Engine) -> Vec<Box<[u8]>> {
+    let mut keys = Vec::new();
+    engine.for_each_store_row(|key, _| keys.push(Box::from(key)));
+    keys.sort();
+    keys
+}
+
 /// Folds `records` committing after each one; after every commit the store loads back the
 /// folded state. Returns (bytes written, bytes a whole-state commit would have written,
 /// rows deleted).
@@ -48,13 +65,17 @@ fn fold_one_by_one(records: &[Vec<u8>]) -> (usize, usize, usize) {
         let stats = store.row_stats();
         let engine = folder.engine();
         let engine = engine.read().unwrap();
-        let mut rows = 0;
-        engine.for_each_state_row(|_, _| rows += 1);
         assert_eq!(
-            stats.rows, rows,
+            stats.rows,
+            followed_rows(&engine),
             "offset {offset}: the store holds every row"
         );
-        assert!(stats.written <= rows);
+        assert_eq!(
+            store.state_row_keys().unwrap(),
+            store_row_keys(&engine),
+            "offset {offset}: the store holds the state's rows and no other"
+        );
+        assert!(stats.written <= followed_rows(&engine));
         written += stats.bytes;
         full += whole(&engine);
         deleted += stats.deleted;
@@ -176,15 +197,19 @@ fn fold_with_jobs(records: &[Vec<u8>], every: usize) -> usize {
         }
         let engine = folder.engine();
         let engine = engine.read().unwrap();
-        let mut rows = 0;
-        engine.for_each_state_row(|_, _| rows += 1);
         assert_eq!(
             store.row_stats().rows,
-            rows,
+            followed_rows(&engine),
             "offset {offset}: the store holds every row"
         );
         if writes % 3 == 0 || offset + 1 == records.len() {
             let reader = Store::open_read_only(dir.path()).unwrap();
+            assert_eq!(
+                reader.state_row_keys().unwrap(),
+                store_row_keys(&engine),
+                "offset {offset}, a job every {every}: the store holds the state's rows and \
+                 no other"
+            );
             let (loaded, next) = reader.load().unwrap();
             assert_eq!(next, offset as u64 + 1);
             assert_eq!(
@@ -281,6 +306,86 @@ fn a_commit_of_a_few_heartbeats_on_a_big_site_writes_a_few_rows() {
     }
     let (loaded, _) = store.load().unwrap();
     assert_eq!(loaded.digest(), engine.read().unwrap().digest());
+}
+
+/// R-DATA at the scale where it matters (issue 20): once 2,000 users have launched through
+/// a connector, a commit job after ten more launches writes their entries (ten recent
+/// users, their client), not the connector's whole maps; and the store loads back the state.
+#[test]
+fn a_commit_of_a_few_launches_writes_their_r_data_entries_not_the_whole_maps() {
+    let users = 2_000;
+    let mut site = SiteBuilder::new()
+        .site(Default::default())
+        .zone("z")
+        .connector("cc1.example", "z")
+        .group("g", DeliveryGroupKind::MultiSession)
+        .application("app", &["g"])
+        .user_group("staff")
+        .entitlement("e", "app", &["staff"]);
+    for m in 0..20 {
+        site = site.machine(&format!("vda-{m:02}.example"), "z", "g", Some(500));
+    }
+    for u in 0..users {
+        site = site.user(&format!("user{u:05}"), &["staff"]);
+    }
+    let t0 = lhc_engine::Ts::parse("2026-01-05T09:00:00.000Z").unwrap();
+    let at = |ms: i64| lhc_engine::Ts(t0.millis() + ms);
+    let mut lines = vec![build::line(&site.change(at(0), 1))];
+    lines.push(build::line(&records::storefront(
+        at(1),
+        "cc1.example",
+        "sf1",
+    )));
+    for m in 0..20 {
+        let heartbeat = records::heartbeat(at(2 + m), &format!("vda-{m:02}.example"), &[]);
+        lines.push(build::line(&heartbeat));
+    }
+    for u in 0..users {
+        let launch = records::launch(
+            at(100 + u as i64),
+            &format!("r{u}"),
+            "cc1.example",
+            &format!("user{u:05}"),
+            "app",
+        );
+        lines.push(build::line(&launch));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), &StoreOptions::default()).unwrap();
+    let mut folder = Folder::open(&store).unwrap();
+    let mut late = Vec::new();
+    for (offset, bytes) in lines.iter().enumerate() {
+        folder.apply(&LogEntry {
+            offset: offset as u64,
+            bytes: bytes.clone(),
+        });
+        if offset % 10 == 0 {
+            let job = folder.commit_job().unwrap();
+            store.write_job(&job).unwrap();
+            if offset >= 1_800 {
+                late.push(store.row_stats());
+            }
+        }
+    }
+    let engine = folder.engine();
+    let engine = engine.read().unwrap();
+    let data = engine.lhc_data("cc1.example").unwrap();
+    assert_eq!(data.recent_users.len(), users, "every launch was decided");
+    assert!(late.len() >= 19);
+    for stats in &late {
+        // Ten launches: ten recent users and the one client they share.
+        assert_eq!(stats.entries_written, 11, "{stats:?}");
+    }
+    drop(engine);
+    // A whole commit writes every entry again.
+    folder.commit().unwrap();
+    assert_eq!(store.row_stats().entries_written, users + 1);
+    let engine = folder.engine();
+    let engine = engine.read().unwrap();
+    let reader = Store::open_read_only(dir.path()).unwrap();
+    assert_eq!(reader.state_row_keys().unwrap(), store_row_keys(&engine));
+    let (loaded, _) = reader.load().unwrap();
+    assert_eq!(loaded.digest(), engine.digest());
 }
 
 /// A store records its format with every commit; a store of a later format is refused at

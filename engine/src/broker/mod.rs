@@ -23,7 +23,7 @@ use std::sync::Arc;
 use compact_str::CompactString;
 use serde::{Deserialize, Serialize};
 
-use crate::detmap::DetMap;
+use crate::detmap::Tracked;
 use crate::engine::{Engine, Holder, Registrar};
 use crate::record::SessionState;
 use crate::snapshot::{self, Snapshot};
@@ -89,10 +89,11 @@ pub struct Activity {
 /// The LHC database content besides the configuration (R-DATA), per connector.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LhcData {
-    /// Users who launched through this connector, with their last launch.
-    pub recent_users: DetMap<CompactString, Ts>,
-    /// Client machines: name → (IP, last seen).
-    pub clients: DetMap<CompactString, (CompactString, Ts)>,
+    /// Users who launched through this connector, with their last launch. Tracked, so
+    /// that a node's commit writes the entries that changed, not the whole map.
+    pub recent_users: Tracked<CompactString, Ts>,
+    /// Client machines: name → (IP, last seen). Tracked, as `recent_users`.
+    pub clients: Tracked<CompactString, (CompactString, Ts)>,
     /// Recent activity during LHC mode, oldest first, at most `ACTIVITY_KEPT`.
     pub activity: VecDeque<Activity>,
     /// Launches rejected `cloud_unreachable` (the detection gap before LHC mode).
