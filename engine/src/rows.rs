@@ -3,8 +3,9 @@
 //! rewriting tens of megabytes per commit made its RocksDB directory swing by gigabytes).
 //!
 //! Each connector, machine, brokering pool and user's session tally is one row, and each
-//! other field one row of its own. The configuration part (site and validations) is not in the
-//! rows: stores keep it apart (see [`Engine::take_config`]).
+//! other field one row of its own; in a node store's layout ([`Engine::for_each_store_row`])
+//! each entry of a connector's R-DATA maps is a row too. The configuration part (site and
+//! validations) is not in the rows: stores keep it apart (see [`Engine::take_config`]).
 //!
 //! Invariant: rebuilding an engine from the rows of `e` (then restoring `e`'s configuration
 //! part) gives an engine equal to `e`, with the same digest. Both directions destructure
@@ -236,8 +237,9 @@ impl Engine {
 }
 
 /// The rows a commit may have to write, copied from the engine on the fold thread so that
-/// another thread serializes and writes them: every field row and connector, and of the
-/// machines, pools and users only those changed since the last [`Engine::take_delta`].
+/// another thread serializes and writes them: every field row and connector (without its
+/// R-DATA entries), and of the machines, pools, users and R-DATA entries only those changed
+/// since the last [`Engine::take_delta`] (or [`Engine::track_changes`]).
 /// The first delta of an engine (and any after a change the engine did not follow key by
 /// key) is complete: it holds every row, and rows a store holds that it lacks are gone.
 #[derive(Debug)]
@@ -443,6 +445,21 @@ impl Engine {
             gone,
             complete,
             entries,
+        }
+    }
+}
+
+impl Engine {
+    /// Starts recording what changes from now on, as if a delta had just been taken: for
+    /// an engine loaded from a store that holds exactly it (in the store's layout), so that
+    /// the store's first commit writes what changed since instead of every row again.
+    pub fn track_changes(&mut self) {
+        self.machines.take_changed();
+        self.pools.take_changed();
+        self.user_sessions.take_changed();
+        for connector in self.connectors.values_mut() {
+            connector.data.recent_users.take_changed();
+            connector.data.clients.take_changed();
         }
     }
 }

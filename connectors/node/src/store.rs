@@ -207,9 +207,9 @@ struct CoverageAt {
 struct Written {
     site_version: Option<u64>,
     snapshots: BTreeSet<u64>,
-    /// Hash of every state row the store holds, by key: a row whose hash is unchanged is
-    /// not written again. 128 bits, so that a collision (a change not written) is not a
-    /// risk worth naming.
+    /// Hash of every state row the store holds but the R-DATA entry rows, by key: a row
+    /// whose hash is unchanged is not written again. 128 bits, so that a collision (a
+    /// change not written) is not a risk worth naming.
     rows: HashMap<Box<[u8]>, RowMark>,
     /// Commits prepared so far (see [`RowMark::pass`]).
     pass: u64,
@@ -222,6 +222,10 @@ struct Written {
     /// The store still holds the whole engine under [`LEGACY_STATE_KEY`]; rows, once
     /// written, take precedence and the next commit deletes it.
     legacy_state: bool,
+    /// The last load read the state from rows in this build's layout (format
+    /// [`STORE_FORMAT`]): the engine it made is exactly what the store holds, so commits
+    /// of what changed since may follow without a complete pass first.
+    loaded_current: bool,
 }
 
 /// A state row as written.
@@ -253,7 +257,7 @@ pub struct RowStats {
     pub written: usize,
     /// R-DATA entry rows written (changed, or all of them in a complete pass).
     pub entries_written: usize,
-    /// Rows deleted (objects gone).
+    /// Rows deleted (objects gone), besides the R-DATA entry rows.
     pub deleted: usize,
     /// Bytes of the rows written.
     pub bytes: usize,
@@ -452,9 +456,11 @@ impl Store {
         };
         self.committed.store(next, Ordering::SeqCst);
         let (rows, hashes) = self.read_rows()?;
+        let current = rows.is_some() && self.format()? == Some(STORE_FORMAT);
         let mut written = self.written.lock().expect("written");
         written.rows = hashes;
         written.rows_known = true;
+        written.loaded_current = current;
         let mut engine = match rows {
             Some(engine) => engine,
             None => {
@@ -840,9 +846,10 @@ impl Store {
         Ok(())
     }
 
-    /// Puts the state rows that differ from the written ones into `batch`, and deletes the
-    /// rows of objects gone; says what it put and deleted, for `written` to follow once the
-    /// batch is written (a failed write leaves `written` as the store is).
+    /// Puts the state rows that differ from the written ones into `batch` (R-DATA entry
+    /// rows, which come only when changed or in a complete pass, without comparing), and
+    /// deletes the rows of objects gone; says what it put and deleted, for `written` to
+    /// follow once the batch is written (a failed write leaves `written` as the store is).
     fn put_changed_rows(
         &self,
         state: Rows<'_>,
@@ -1278,8 +1285,16 @@ struct Feed {
 impl<S: Deref<Target = Store>> Folder<S> {
     /// Resumes from what the store holds.
     pub fn open(store: S) -> Result<Folder<S>, NodeError> {
-        let (engine, next) = store.load()?;
-        let sent_site_version = store.written.lock().expect("written").site_version;
+        let (mut engine, next) = store.load()?;
+        let (sent_site_version, current) = {
+            let written = store.written.lock().expect("written");
+            (written.site_version, written.loaded_current)
+        };
+        if current {
+            // The store holds exactly this engine: its first commit writes what changes
+            // from here (an older layout, or a legacy state, is rewritten whole first).
+            engine.track_changes();
+        }
         let resume = (next, store.outputs_of(next)?);
         let coverage = match store.coverage()? {
             Some((at, coverage)) if at == next => Some(coverage),
@@ -1530,13 +1545,31 @@ impl<S: Deref<Target = Store>> Folder<S> {
             return Ok(Vec::new());
         }
         let mut engine = self.engine.write().expect("engine lock");
-        self.store.commit(
-            &mut engine,
-            self.next,
-            &self.pending,
-            &self.journal,
-            self.coverage.as_ref(),
-        )?;
+        if self.store.written.lock().expect("written").unfinished {
+            // An earlier commit failed: only a pass over every row heals the store.
+            self.store.commit(
+                &mut engine,
+                self.next,
+                &self.pending,
+                &self.journal,
+                self.coverage.as_ref(),
+            )?;
+        } else {
+            // What changed since the previous commit (everything, the first time), as a
+            // live node's committer writes it: `lhc connector fold` commits every
+            // `--batch` records, and a whole pass each time rewrote every R-DATA entry.
+            let delta = engine.take_delta();
+            self.store.write(
+                Rows::Delta(&delta),
+                engine.site().version,
+                Some(engine.site()),
+                engine.validations(),
+                self.next,
+                &self.pending,
+                &self.journal,
+                self.coverage.as_ref(),
+            )?;
+        }
         self.sent_site_version = Some(engine.site().version);
         drop(engine);
         self.journal = JournalChanges::default();
@@ -1787,6 +1820,65 @@ mod tests {
         let mut reloaded = reloaded;
         reloaded.take_config();
         assert_eq!(reloaded.digest(), folded.digest());
+    }
+
+    /// A store of format 1 (each connector's row holding its whole R-DATA maps, no entry
+    /// rows) is read as it is; the first commit rewrites it in this build's layout, every
+    /// entry included (were changes tracked from the load, as for a store of this format,
+    /// the entries would be lost), and the state survives.
+    #[test]
+    fn a_store_of_format_1_is_rewritten_whole_by_its_first_commit() {
+        let example = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../docs/examples/site-outage.jsonl"
+        ))
+        .unwrap();
+        let lines: Vec<&str> = example.lines().collect();
+        let entry = |offset: usize| LogEntry {
+            offset: offset as u64,
+            bytes: lines[offset].as_bytes().to_vec(),
+        };
+        let half = lines.len() / 2;
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = Store::open(dir.path(), &StoreOptions::default()).unwrap();
+            let mut folder = Folder::open(&store).unwrap();
+            for offset in 0..half {
+                folder.apply(&entry(offset));
+            }
+            folder.commit().unwrap();
+            // Rewrite the state in format 1: connectors whole, no entry rows.
+            let engine = folder.engine().read().unwrap().clone();
+            let with_entries = engine
+                .lhc_data("ddc1.corp.example")
+                .is_some_and(|d| !d.recent_users.is_empty());
+            assert!(with_entries, "the example's first half has launches");
+            let cf = store.cf(STATE);
+            let mut batch = WriteBatch::default();
+            for key in store.state_row_keys().unwrap() {
+                batch.delete_cf(&cf, key);
+            }
+            engine.for_each_state_row(|key, value| batch.put_cf(&cf, key, value));
+            batch.put_cf(&store.cf(META), FORMAT_KEY, 1u32.to_be_bytes());
+            store.db.write(batch).unwrap();
+        }
+        let store = Store::open(dir.path(), &StoreOptions::default()).unwrap();
+        assert_eq!(store.format().unwrap(), Some(1));
+        let mut folder = Folder::open(&store).unwrap();
+        for offset in half..half + 3 {
+            folder.apply(&entry(offset));
+        }
+        folder.commit().unwrap();
+        assert_eq!(store.format().unwrap(), Some(STORE_FORMAT));
+        let engine = folder.engine().read().unwrap().clone();
+        let mut keys = Vec::new();
+        engine.for_each_store_row(|key, _| keys.push(Box::<[u8]>::from(key)));
+        keys.sort();
+        assert_eq!(store.state_row_keys().unwrap(), keys);
+        let reader = Store::open_read_only(dir.path()).unwrap();
+        let (loaded, next) = reader.load().unwrap();
+        assert_eq!(next, half as u64 + 3);
+        assert_eq!(loaded.digest(), engine.digest());
     }
 
     /// A commit job holds only what changed since the previous job, so once a commit has
