@@ -370,3 +370,89 @@ fn expected_records(log: &str) -> u64 {
     let value: serde_json::Value = serde_json::from_str(&stats).unwrap();
     value["end_offset"].as_u64().unwrap()
 }
+
+/// A store stopped between two steps of a record applied in steps (a long gap's timers):
+/// `lhc connector status` says it is part-way through that record, beside a digest no
+/// replay of whole records gives; `lhc connector fold` finishes the record, and the status
+/// then is a replay's.
+#[test]
+fn status_names_a_record_the_store_stopped_part_way_through() {
+    let scenario = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../engine/tests/scenarios/r-elect-4-split-brain-launches.jsonl"
+    ))
+    .unwrap();
+    let mut lines: Vec<String> = scenario.lines().map(str::to_string).collect();
+    lines.push(r#"{"ts":"2026-02-14T09:00:00.000Z","type":"clock.tick"}"#.to_string());
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("gap.jsonl");
+    std::fs::write(&file, lines.join("\n") + "\n").unwrap();
+    let data = tmp.path().join("node");
+    let store_dir = data.join("snapshot");
+    std::fs::create_dir_all(&store_dir).unwrap();
+    {
+        let store = lhc_node::Store::open(&store_dir, &lhc_node::StoreOptions::default()).unwrap();
+        let mut folder = lhc_node::Folder::open(&store).unwrap();
+        for (offset, line) in lines.iter().enumerate() {
+            folder.apply(&lhc_log::LogEntry {
+                offset: offset as u64,
+                bytes: line.as_bytes().to_vec(),
+            });
+            if folder.in_progress() {
+                // One step committed, then the process stops.
+                folder.commit().unwrap();
+                break;
+            }
+        }
+    }
+    let last = lines.len() as u64 - 1;
+    let data_arg = data.display().to_string();
+    let status = ok(lhc(&[
+        "connector",
+        "status",
+        "--data",
+        &data_arg,
+        "--format",
+        "json",
+    ]));
+    let status: serde_json::Value = serde_json::from_str(&status).unwrap();
+    assert_eq!(status["next_offset"], last, "{status}");
+    assert_eq!(status["part_way"]["offset"], last, "{status}");
+    assert!(
+        status["part_way"]["outputs_committed"].as_u64().unwrap() > 0,
+        "{status}"
+    );
+    let table = ok(lhc(&["connector", "status", "--data", &data_arg]));
+    assert!(
+        table.contains(&format!("part-way through record {last}")),
+        "{table}"
+    );
+    // Finished by a fold: whole records, a replay's digest, nothing part-way.
+    let log = tmp.path().join("log").display().to_string();
+    ok(lhc(&[
+        "log",
+        "import",
+        "-q",
+        &file.display().to_string(),
+        "--log",
+        &log,
+    ]));
+    ok(lhc(&["connector", "fold", "-q", "--data", &data_arg, &log]));
+    let status = ok(lhc(&[
+        "connector",
+        "status",
+        "--data",
+        &data_arg,
+        "--format",
+        "json",
+    ]));
+    let status: serde_json::Value = serde_json::from_str(&status).unwrap();
+    assert!(status.get("part_way").is_none(), "{status}");
+    let replay = lhc(&["replay", "-q", "--no-outputs", "--digest", &log]);
+    let stderr = String::from_utf8_lossy(&replay.stderr);
+    let digest = status["digest"].as_str().unwrap();
+    assert!(
+        stderr.contains(&format!("digest {digest} after offset {last}")),
+        "{stderr} / {status}"
+    );
+}

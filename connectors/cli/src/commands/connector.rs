@@ -147,7 +147,8 @@ pub enum ConnectorCommand {
         #[arg(long, value_name = "DIR", default_value = "lhc-data/node")]
         data: PathBuf,
     },
-    /// Print the next offset to apply and the state digest of the node's cache snapshot.
+    /// Print the next offset to apply and the state digest of the node's cache snapshot
+    /// (and, when it stopped part-way through a record applied in steps, how far it got).
     Status {
         /// The node's data directory.
         #[arg(long, value_name = "DIR", default_value = "lhc-data/node")]
@@ -417,11 +418,29 @@ pub fn run(command: ConnectorCommand, quiet: bool) -> anyhow::Result<ExitCode> {
         ConnectorCommand::Status { data, format } => {
             let store = open_existing(&data)?;
             let (engine, next) = store.load()?;
-            let status = serde_json::json!({ "next_offset": next, "digest": engine.digest() });
+            let mut status = serde_json::json!({ "next_offset": next, "digest": engine.digest() });
+            // A record after a long gap is applied and committed in steps: stopped between
+            // two, the state is part-way through it, and no replay of whole records has
+            // this digest until the node's next start finishes the record.
+            let part_way = store.outputs_of(next)?;
+            if part_way > 0 {
+                status["part_way"] = serde_json::json!({
+                    "offset": next,
+                    "outputs_committed": part_way,
+                });
+            }
             match format.get() {
                 crate::args::Format::Table => {
                     println!("next offset {next}");
                     println!("digest {}", engine.digest());
+                    if part_way > 0 {
+                        println!(
+                            "part-way through record {next}: {part_way} of its outputs \
+                             committed (a long gap's timers, applied in steps); the digest is \
+                             of that point inside the record, and the node's next start (or \
+                             `lhc connector fold`) finishes it"
+                        );
+                    }
                 }
                 crate::args::Format::Json => {
                     println!("{}", serde_json::to_string_pretty(&status)?)
