@@ -456,3 +456,71 @@ fn status_names_a_record_the_store_stopped_part_way_through() {
         "{stderr} / {status}"
     );
 }
+
+/// A record dated long after the previous one while the zone is in LHC mode is applied in
+/// steps, for seconds (3507/3509 reports every two minutes of the gap): meanwhile the node
+/// cannot decide, and its probes say so (not ready, naming the record) instead of "ok".
+/// Here the gap is the node's own first record: the log ends in January 2026, in LHC mode,
+/// and the node stamps its health checks with today's time.
+#[test]
+fn probes_say_not_ready_while_a_record_is_applied_in_steps() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("split.jsonl");
+    std::fs::write(
+        &file,
+        include_str!("../../../engine/tests/scenarios/r-elect-4-split-brain-launches.jsonl"),
+    )
+    .unwrap();
+    let records = std::fs::read_to_string(&file).unwrap().lines().count() as u64;
+    let log = tmp.path().join("log");
+    ok(lhc(&[
+        "log",
+        "import",
+        "-q",
+        &file.display().to_string(),
+        "--log",
+        &log.display().to_string(),
+    ]));
+    let port = live::free_port();
+    let cloud = format!("http://127.0.0.1:{}/", live::free_port());
+    let _node = live::Kill(
+        live::node_command(
+            "cc-a.z1.example",
+            port,
+            &log,
+            &tmp.path().join("node"),
+            &cloud,
+        )
+        .spawn()
+        .unwrap(),
+    );
+    let mut seen_in_steps = None;
+    let start = Instant::now();
+    loop {
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "never ready again after the gap; applying in steps seen: {seen_in_steps:?}"
+        );
+        if let Some((status, body)) = live::http(port, "GET", "/healthz", None, None) {
+            let detail = body["detail"].as_str().unwrap_or_default();
+            if detail.contains("in steps") {
+                assert_eq!(status, 503, "{body}");
+                assert_eq!(body["status"], "not_ready", "{body}");
+                assert_eq!(body["reason"], "catching_up", "{body}");
+                seen_in_steps = Some(body.clone());
+            } else if body["applied_offset"].as_u64().unwrap_or(0) > records
+                && body["lag"] == 0
+                && body["status"] != "not_ready"
+            {
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let body = seen_in_steps.expect("the probes named the record applied in steps");
+    let detail = body["detail"].as_str().unwrap();
+    assert!(
+        detail.starts_with(&format!("applying record {records} in steps")),
+        "the node's first record follows the log's {records}: {detail}"
+    );
+}

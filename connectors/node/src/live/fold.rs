@@ -322,6 +322,9 @@ fn apply_entry(
     let request = waiting_launch.as_deref();
     let outputs = folder.apply_decoded(offset, record);
     let (mut quarantine, mut answer) = take_outputs(shared, offset, outputs, request, lost_ts_race);
+    if folder.in_progress() {
+        shared.in_steps.store(offset + 1, Ordering::SeqCst);
+    }
     while folder.in_progress() {
         if let Some(job) = folder.commit_job() {
             if jobs.send(job).is_err() {
@@ -333,6 +336,7 @@ fn apply_entry(
         quarantine = quarantine.or(q);
         answer = answer.or(a);
     }
+    shared.in_steps.store(0, Ordering::SeqCst);
     if shared.record_waiters.count.load(Ordering::SeqCst) > 0 {
         let hash = hash.unwrap_or_else(|| record_hash(bytes));
         // Identical records (the same admin command twice in one millisecond) queue their

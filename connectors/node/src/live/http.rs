@@ -702,11 +702,20 @@ async fn readiness(shared: &AppState) -> (Readiness, Result<(), ()>) {
     let lag = end - position;
     let bound = shared.config.ready_lag;
     let caught_up = shared.caught_up.load(Ordering::SeqCst);
+    let in_steps = shared.in_steps.load(Ordering::SeqCst);
     let not_ready = match &trouble {
         Some((code, detail)) => Some((*code, detail.clone())),
         None if !caught_up => Some((
             "catching_up",
             format!("catching up with the site log at start: {lag} record(s) to fold"),
+        )),
+        None if in_steps > 0 => Some((
+            "catching_up",
+            format!(
+                "applying record {} in steps (the timers of a long gap before it fire first): \
+                 launches wait until it is applied",
+                in_steps - 1
+            ),
         )),
         None if !configured => Some((
             "not_configured",

@@ -261,6 +261,9 @@ pub(crate) struct Shared {
     pub closing: Arc<watch::Sender<bool>>,
     /// The start-up catch-up is done: the routes that decide answer.
     pub caught_up: AtomicBool,
+    /// One more than the offset of the record the fold is applying in steps (a long gap's
+    /// timers: seconds, during which launches wait), 0 when none: probes say so.
+    pub in_steps: AtomicU64,
     /// The fold thread has set up its source (in Kafka mode: the outbox of earlier runs is
     /// loaded, which the start publishes): the catch-up waits for it.
     pub fold_ready: AtomicBool,
@@ -516,6 +519,7 @@ pub async fn run(
         dashboard: Mutex::new(dashboard::History::default()),
         closing: Arc::new(watch::channel(false).0),
         caught_up: AtomicBool::new(false),
+        in_steps: AtomicU64::new(0),
         fold_ready: AtomicBool::new(false),
         dashboard_streams: Arc::new(tokio::sync::Semaphore::new(MAX_DASHBOARD_STREAMS)),
     });
