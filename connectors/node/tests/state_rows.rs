@@ -374,8 +374,8 @@ fn a_commit_of_a_few_launches_writes_their_r_data_entries_not_the_whole_maps() {
         // Ten launches: ten recent users and the one client they share.
         assert_eq!(stats.entries_written, 11, "{stats:?}");
     }
-    // After a restart, the first commit (a whole one, as `lhc connector fold` makes) writes
-    // what changed since the load, not every entry again.
+    // After a restart, the first commit (the folder's own, as `lhc connector fold` makes)
+    // writes what changed since the load, not every entry again.
     drop(folder);
     drop(store);
     let store = Store::open(dir.path(), &StoreOptions::default()).unwrap();

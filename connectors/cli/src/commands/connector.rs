@@ -437,8 +437,8 @@ pub fn run(command: ConnectorCommand, quiet: bool) -> anyhow::Result<ExitCode> {
                         println!(
                             "part-way through record {next}: {part_way} of its outputs \
                              committed (a long gap's timers, applied in steps); the digest is \
-                             of that point inside the record, and the node's next start (or \
-                             `lhc connector fold`) finishes it"
+                             of that point inside the record, and the node's next start \
+                             finishes it (on an embedded log, `lhc connector fold` does too)"
                         );
                     }
                 }
