@@ -56,3 +56,56 @@ fn every_built_record_decodes_to_itself_and_the_site_brokers() {
     assert_eq!(decision.outcome, Outcome::Brokered, "{decision:?}");
     assert_eq!(decision.machine.as_deref(), Some("vda1.z1.example"));
 }
+
+/// The site is shared, not copied, when taken for a commit or a checkpoint: the handle
+/// keeps the version it was taken at while the engine applies a later change, and the
+/// engine (its digest included) is the same as one that was never shared.
+#[test]
+fn a_shared_site_keeps_its_version_while_the_engine_changes() {
+    let t0 = Ts::parse("2026-01-05T09:00:00.000Z").unwrap();
+    let site = |machines: &[&str]| {
+        let mut site = SiteBuilder::new()
+            .site(Default::default())
+            .zone("z1")
+            .connector("cc1.z1.example", "z1")
+            .group("g", DeliveryGroupKind::MultiSession);
+        for m in machines {
+            site = site.machine(m, "z1", "g", Some(5));
+        }
+        site
+    };
+    let records = [
+        site(&["vda1.z1.example"]).change(t0, 1),
+        records::health_check(t0.plus_s(1), "cc1.z1.example", true),
+        site(&["vda1.z1.example", "vda2.z1.example"]).change(t0.plus_s(2), 2),
+    ];
+    let (mut shared, mut alone) = (Engine::new(), Engine::new());
+    let mut out = Vec::new();
+    shared.apply(0, Ok(records[0].clone()), &mut out);
+    alone.apply(0, Ok(records[0].clone()), &mut out);
+    let first = shared.shared_site();
+    assert!(std::sync::Arc::ptr_eq(&first, &shared.shared_site()));
+    for (offset, record) in records.iter().enumerate().skip(1) {
+        shared.apply(offset as u64, Ok(record.clone()), &mut out);
+        alone.apply(offset as u64, Ok(record.clone()), &mut out);
+    }
+    // The handle still holds version 1 with its one machine; the engine moved on.
+    assert_eq!(first.version, 1);
+    assert_eq!(first.machine_id("vda2.z1.example"), None);
+    assert_eq!(shared.site().version, 2);
+    assert_eq!(
+        shared.site().machine_id("vda2.z1.example"),
+        Some("vda2.z1.example")
+    );
+    assert_eq!(shared, alone);
+    assert_eq!(shared.digest(), alone.digest());
+    // Once no handle holds the old one, changes are made in place again.
+    drop(first);
+    let before = std::sync::Arc::as_ptr(&shared.shared_site());
+    shared.apply(
+        3,
+        Ok(site(&["vda1.z1.example"]).change(t0.plus_s(3), 3)),
+        &mut out,
+    );
+    assert_eq!(std::sync::Arc::as_ptr(&shared.shared_site()), before);
+}

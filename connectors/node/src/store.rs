@@ -228,6 +228,66 @@ struct Written {
     loaded_current: bool,
 }
 
+/// The state rows of a commit, staged in one buffer while the site and the new snapshots
+/// serialize on other threads, then copied into a batch made large enough for the whole
+/// commit at once.
+#[derive(Default)]
+struct StagedRows {
+    /// Keys and values, one after the other.
+    bytes: Vec<u8>,
+    /// Each operation with where its key starts, the key's length and the value's (for a
+    /// range, the end key's).
+    ops: Vec<(StagedOp, usize, usize, usize)>,
+}
+
+/// An operation on the state family.
+#[derive(Clone, Copy)]
+enum StagedOp {
+    Put,
+    Delete,
+    DeleteRange,
+}
+
+impl StagedRows {
+    fn push(&mut self, op: StagedOp, key: &[u8], value: &[u8]) {
+        self.ops
+            .push((op, self.bytes.len(), key.len(), value.len()));
+        self.bytes.extend_from_slice(key);
+        self.bytes.extend_from_slice(value);
+    }
+
+    fn put(&mut self, key: &[u8], value: &[u8]) {
+        self.push(StagedOp::Put, key, value);
+    }
+
+    fn delete(&mut self, key: &[u8]) {
+        self.push(StagedOp::Delete, key, &[]);
+    }
+
+    fn delete_range(&mut self, from: &[u8], to: &[u8]) {
+        self.push(StagedOp::DeleteRange, from, to);
+    }
+
+    /// About what the operations take in a batch (each has a tag, a family id and two
+    /// lengths besides its bytes).
+    fn batch_bytes(&self) -> usize {
+        self.bytes.len() + 16 * self.ops.len()
+    }
+
+    /// Puts the operations into `batch`, in the order they were staged.
+    fn write_into(&self, batch: &mut WriteBatch, cf: &impl rocksdb::AsColumnFamilyRef) {
+        for &(op, at, key, value) in &self.ops {
+            let k = &self.bytes[at..at + key];
+            let v = &self.bytes[at + key..at + key + value];
+            match op {
+                StagedOp::Put => batch.put_cf(cf, k, v),
+                StagedOp::Delete => batch.delete_cf(cf, k),
+                StagedOp::DeleteRange => batch.delete_range_cf(cf, k, v),
+            }
+        }
+    }
+}
+
 /// A state row as written.
 #[derive(Clone, Copy)]
 struct RowMark {
@@ -698,7 +758,7 @@ impl Store {
         self.write(
             Rows::Delta(&job.state),
             job.site_version,
-            job.site.as_ref(),
+            job.site.as_deref(),
             &job.validations,
             job.next,
             &job.outputs,
@@ -743,24 +803,63 @@ impl Store {
             })?)
         };
         // After a configuration change the site, the new snapshot and the state are tens of
-        // megabytes of JSON for a big site: the site serializes on a second thread meanwhile.
+        // megabytes of JSON for a big site: the site and the new snapshots serialize on
+        // threads of their own meanwhile, while this one writes the state rows.
         if !written.rows_known {
             // A commit without a load first: learn what the store holds, so that rows of
             // objects gone are deleted.
             written.rows = self.read_rows()?.1;
             written.rows_known = true;
         }
-        let mut batch = WriteBatch::default();
-        let (site, prepared, changed) = std::thread::scope(|scope| {
+        let snapshots: BTreeSet<u64> = validations.keys().copied().collect();
+        let new: Vec<(u64, &Validation)> = validations
+            .iter()
+            .filter(|(version, _)| !written.snapshots.contains(version))
+            .map(|(version, validation)| (*version, validation))
+            .collect();
+        let mut rows = StagedRows::default();
+        let (site, new, changed) = std::thread::scope(|scope| {
             let site = site.map(|site| {
                 scope.spawn(move || serde_json::to_vec(site).expect("the site serializes"))
             });
-            let prepared = self.prepare_config(validations, &written);
-            let changed = self.put_changed_rows(state, &mut written, &mut batch);
+            let serialized = (!new.is_empty()).then(|| {
+                let new = &new;
+                scope.spawn(move || {
+                    new.iter()
+                        .map(|(version, validation)| {
+                            let bytes =
+                                serde_json::to_vec(validation).expect("a validation serializes");
+                            (*version, bytes)
+                        })
+                        .collect::<Vec<_>>()
+                })
+            });
+            let created = self.create_snapshot_families(new.iter().map(|(version, _)| *version));
+            let changed = self.put_changed_rows(state, &mut written, &mut rows);
             let site = site.map(|job| (site_version, job.join().expect("serializing the site")));
-            (site, prepared, changed)
+            let new = serialized
+                .map(|job| job.join().expect("serializing a snapshot"))
+                .unwrap_or_default();
+            (site, created.map(|()| new), changed)
         });
-        let (snapshots, retired) = prepared?;
+        let new = new?;
+        // One allocation for the batch: grown by doubling, a batch of tens of megabytes
+        // (a big site's import) cost more in copies and fresh pages than its write.
+        let capacity = rows.batch_bytes()
+            + site.as_ref().map_or(0, |(_, bytes)| bytes.len() + 64)
+            + new.iter().map(|(_, bytes)| bytes.len() + 64).sum::<usize>()
+            + (64 << 10);
+        let mut batch = WriteBatch::with_capacity_bytes(capacity);
+        rows.write_into(&mut batch, &self.cf(STATE));
+        drop(rows);
+        // A new snapshot's value goes in the same batch as the switch that lists it: a
+        // family left by a failed commit is unlisted (and made afresh by the next one).
+        for (version, bytes) in new {
+            let name = snapshot_family(version);
+            let cf = self.db.cf_handle(&name).expect("created above");
+            batch.put_cf(&cf, VALIDATION_KEY, bytes);
+        }
+        let retired: Vec<u64> = written.snapshots.difference(&snapshots).copied().collect();
         let meta = self.cf(META);
         if let Some((version, bytes)) = &site {
             batch.put_cf(&meta, SITE_KEY, bytes);
@@ -854,9 +953,8 @@ impl Store {
         &self,
         state: Rows<'_>,
         written: &mut Written,
-        batch: &mut WriteBatch,
+        batch: &mut StagedRows,
     ) -> ChangedRows {
-        let cf = self.cf(STATE);
         let mut changed = ChangedRows::default();
         written.pass += 1;
         let pass = written.pass;
@@ -869,13 +967,13 @@ impl Store {
             // The R-DATA entry rows are not followed one by one (hundreds of thousands at a
             // big site): a complete pass writes them all again after deleting them all.
             for (from, to) in lhc_engine::rows::entry_row_ranges(None) {
-                batch.delete_range_cf(&cf, from, to);
+                batch.delete_range(&from, &to);
             }
         }
         let mut put = |key: &[u8], value: &[u8]| {
             if lhc_engine::rows::is_entry_row(key) {
                 // Only changed entries come in a delta: written without comparing.
-                batch.put_cf(&cf, key, value);
+                batch.put(key, value);
                 changed.bytes += key.len() + value.len();
                 changed.entries += 1;
                 return;
@@ -889,7 +987,7 @@ impl Store {
                     return;
                 }
             }
-            batch.put_cf(&cf, key, value);
+            batch.put(key, value);
             changed.bytes += key.len() + value.len();
             changed.puts.push((key.into(), hash));
         };
@@ -903,7 +1001,7 @@ impl Store {
                 if seen < written.rows.len() {
                     for (key, mark) in &written.rows {
                         if mark.pass != pass {
-                            batch.delete_cf(&cf, key);
+                            batch.delete(key);
                             changed.deletes.push(key.clone());
                         }
                     }
@@ -914,20 +1012,20 @@ impl Store {
                 // delta holds whole (fields, connectors) that it no longer has.
                 for key in delta.gone() {
                     if lhc_engine::rows::is_entry_row(key) {
-                        batch.delete_cf(&cf, key);
+                        batch.delete(key);
                     } else if written.rows.contains_key(key.as_slice()) {
-                        batch.delete_cf(&cf, key);
+                        batch.delete(key);
                         changed.deletes.push(key.as_slice().into());
                     }
                 }
                 for (key, mark) in &written.rows {
                     if mark.pass != pass && delta.holds_every_row_like(key) {
-                        batch.delete_cf(&cf, key);
+                        batch.delete(key);
                         changed.deletes.push(key.clone());
                         // A connector gone: its entry rows go with it.
                         if let Some(name) = lhc_engine::rows::connector_of_row(key) {
                             for (from, to) in lhc_engine::rows::entry_row_ranges(Some(name)) {
-                                batch.delete_range_cf(&cf, from, to);
+                                batch.delete_range(&from, &to);
                             }
                         }
                     }
@@ -938,19 +1036,14 @@ impl Store {
         changed
     }
 
-    /// Writes new snapshot families and says what the batch must switch: the versions in
-    /// use, the versions to drop after the switch.
-    fn prepare_config(
+    /// Creates an empty column family for each new snapshot version (its value comes in
+    /// the commit's batch, with the switch that lists it).
+    fn create_snapshot_families(
         &self,
-        validations: &BTreeMap<u64, Validation>,
-        written: &Written,
-    ) -> Result<(BTreeSet<u64>, Vec<u64>), NodeError> {
-        let snapshots: BTreeSet<u64> = validations.keys().copied().collect();
-        for (version, validation) in validations {
-            if written.snapshots.contains(version) {
-                continue;
-            }
-            let name = snapshot_family(*version);
+        versions: impl Iterator<Item = u64>,
+    ) -> Result<(), NodeError> {
+        for version in versions {
+            let name = snapshot_family(version);
             if self.db.cf_handle(&name).is_some() {
                 // Left by a commit that failed before its switch: start it afresh.
                 self.db.drop_cf(&name).map_err(|e| self.error(e))?;
@@ -958,16 +1051,8 @@ impl Store {
             self.db
                 .create_cf(&name, &self.options)
                 .map_err(|e| self.error(e))?;
-            let cf = self.db.cf_handle(&name).expect("just created");
-            let bytes = serde_json::to_vec(validation).expect("a validation serializes");
-            let mut write = WriteOptions::default();
-            write.set_sync(self.sync);
-            self.db
-                .put_cf_opt(&cf, VALIDATION_KEY, bytes, &write)
-                .map_err(|e| self.error(e))?;
         }
-        let retired = written.snapshots.difference(&snapshots).copied().collect();
-        Ok((snapshots, retired))
+        Ok(())
     }
 
     /// Starts a run of record ids: this directory's instance id (made at the first run) and
@@ -1211,7 +1296,7 @@ impl JournalChanges {
 pub struct CommitJob {
     state: StateDelta,
     site_version: u64,
-    site: Option<SiteConfig>,
+    site: Option<Arc<SiteConfig>>,
     validations: BTreeMap<u64, Validation>,
     next: u64,
     outputs: Vec<Outputs>,
@@ -1591,7 +1676,7 @@ impl<S: Deref<Target = Store>> Folder<S> {
         // fold, and the launches waiting on it, for milliseconds at every commit.
         let state = engine.take_delta();
         let site_version = engine.site().version;
-        let site = (self.sent_site_version != Some(site_version)).then(|| engine.site().clone());
+        let site = (self.sent_site_version != Some(site_version)).then(|| engine.shared_site());
         let validations = engine.validations().clone();
         drop(engine);
         self.sent_site_version = Some(site_version);

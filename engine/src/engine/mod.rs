@@ -54,7 +54,9 @@ pub const CATCH_UP_STEP: usize = 8192;
 pub struct Engine {
     pub(crate) params: Params,
     pub(crate) now: Option<Ts>,
-    pub(crate) site: SiteConfig,
+    /// Shared, so a commit job or a checkpoint takes the site of tens of thousands of
+    /// objects without copying it; a `config.change` copies it only while one holds it.
+    pub(crate) site: Arc<SiteConfig>,
     pub(crate) validations: BTreeMap<u64, Validation>,
     pub(crate) connectors: BTreeMap<String, Connector>,
     /// Connector ids in FQDN order (lowercase, byte order): the order of equal deadlines.
@@ -98,7 +100,7 @@ pub struct Engine {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct ConfigPart {
     /// The site configuration.
-    pub site: SiteConfig,
+    pub site: Arc<SiteConfig>,
     /// Validated configuration versions: shared snapshots, or the failures of a version.
     pub validations: BTreeMap<u64, Validation>,
 }
@@ -130,6 +132,12 @@ impl Engine {
     /// The site configuration as the cloud holds it.
     pub fn site(&self) -> &SiteConfig {
         &self.site
+    }
+
+    /// The site configuration, shared: a handle that stays as it is while the engine
+    /// applies further changes (for a commit or a checkpoint taken on another thread).
+    pub fn shared_site(&self) -> Arc<SiteConfig> {
+        Arc::clone(&self.site)
     }
 
     /// Connectors by exact id.
@@ -379,7 +387,7 @@ impl Engine {
                 let Record::ConfigChange(change) = record else {
                     unreachable!("matched above")
                 };
-                self.site.apply_checked(change, offset);
+                Arc::make_mut(&mut self.site).apply_checked(change, offset);
                 for id in self.site.connector_ids.values() {
                     let zone = self
                         .site
