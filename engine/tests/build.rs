@@ -109,3 +109,65 @@ fn a_shared_site_keeps_its_version_while_the_engine_changes() {
     );
     assert_eq!(std::sync::Arc::as_ptr(&shared.shared_site()), before);
 }
+
+/// A kind a change fills from nothing is built in one go from its upserts: the objects
+/// come out in id order with the last upsert of an id kept, exactly as upserting them one
+/// by one into a kind that already held objects does.
+#[test]
+fn a_kind_filled_from_nothing_keeps_the_last_upsert_of_each_id_in_id_order() {
+    use lhc_engine::config::{ConfigObject, ObjectKind};
+    let t0 = Ts::parse("2026-01-05T09:00:00.000Z").unwrap();
+    let base = || {
+        SiteBuilder::new()
+            .site(Default::default())
+            .zone("z1")
+            .connector("cc1.z1.example", "z1")
+            .user_group("a")
+            .user_group("b")
+    };
+    let users = |site: SiteBuilder| {
+        site.user("u3", &["a"])
+            .user("U1", &["a"])
+            .user("u2", &["a"])
+            .user("u2", &["b"])
+            .user("u10", &["b"])
+    };
+    let groups_of = |engine: &Engine| -> Vec<(String, Vec<String>)> {
+        engine
+            .site()
+            .of_kind(ObjectKind::User)
+            .map(|s| match &s.object {
+                ConfigObject::User { id, data } => (id.clone(), data.groups.clone()),
+                other => panic!("not a user: {other:?}"),
+            })
+            .collect()
+    };
+    let expected: Vec<(String, Vec<String>)> =
+        [("U1", "a"), ("u10", "b"), ("u2", "b"), ("u3", "a")]
+            .iter()
+            .map(|(id, g)| (id.to_string(), vec![g.to_string()]))
+            .collect();
+    // From nothing: built in one go.
+    let mut fresh = Engine::new();
+    let mut out = Vec::new();
+    fresh.apply(0, Ok(users(base()).change(t0, 1)), &mut out);
+    assert_eq!(groups_of(&fresh), expected);
+    // Into a kind that holds a user already: upserted one by one.
+    let mut held = Engine::new();
+    held.apply(0, Ok(base().user("u0", &["a"]).change(t0, 1)), &mut out);
+    held.apply(1, Ok(users(base()).change(t0.plus_s(1), 2)), &mut out);
+    let mut with_u0 = expected.clone();
+    // Exact ids in byte order: "U1" sorts before "u0".
+    with_u0.insert(1, ("u0".to_string(), vec!["a".to_string()]));
+    assert_eq!(groups_of(&held), with_u0);
+    // The same change applied again upserts in place over the map built in bulk, and
+    // leaves every object as it was but its provenance.
+    fresh.apply(1, Ok(users(base()).change(t0.plus_s(1), 2)), &mut out);
+    assert_eq!(groups_of(&fresh), expected);
+    let introduced: Vec<_> = fresh
+        .site()
+        .of_kind(ObjectKind::User)
+        .map(|s| s.introduced_by.offset)
+        .collect();
+    assert_eq!(introduced, vec![1; 4]);
+}
