@@ -132,7 +132,7 @@ impl SiteConfig {
         // inserts one by one cost a search each and left it half full. The last upsert of
         // an id wins, as it does in place. (Delivery groups are kept out: an upsert
         // reads the group's earlier upsert for its reuse flag.)
-        let deletes: Vec<ObjectKind> = change
+        let deletes: std::collections::BTreeSet<ObjectKind> = change
             .ops
             .iter()
             .filter_map(|op| match op {
@@ -155,8 +155,8 @@ impl SiteConfig {
                     };
                     let in_bulk = bulk.contains_key(&kind)
                         || (kind != ObjectKind::DeliveryGroup
-                            && !deletes.contains(&kind)
-                            && self.objects.get(&kind).is_none_or(BTreeMap::is_empty));
+                            && self.objects.get(&kind).is_none_or(BTreeMap::is_empty)
+                            && !deletes.contains(&kind));
                     if in_bulk {
                         bulk.entry(kind).or_default().push((id, stored));
                     } else {

@@ -727,9 +727,10 @@ impl Store {
     /// batch.
     ///
     /// The configuration part is written apart: the site configuration when its version
-    /// changed, and each validated version into a fresh column family of its own, filled
-    /// before the batch; the batch then lists the versions in use, which is the atomic
-    /// switch (R-CSS-3/4), and families no longer listed are dropped after it.
+    /// changed, and each validated version into a column family of its own, made before
+    /// the batch; the batch carries the version's value and lists the versions in use,
+    /// which is the atomic switch (R-CSS-3/4), and families no longer listed are dropped
+    /// after it.
     pub fn commit(
         &self,
         engine: &mut Engine,
@@ -1045,8 +1046,11 @@ impl Store {
         for version in versions {
             let name = snapshot_family(version);
             if self.db.cf_handle(&name).is_some() {
-                // Left by a commit that failed before its switch: start it afresh.
-                self.db.drop_cf(&name).map_err(|e| self.error(e))?;
+                // Left by a commit whose batch failed: the batch's value replaces whatever
+                // it holds. (Dropped and made again, it could be the family a batch
+                // reported failed but written after all lists, and the store would open
+                // with a listed family empty.)
+                continue;
             }
             self.db
                 .create_cf(&name, &self.options)
