@@ -47,6 +47,14 @@ const LOCAL: &str = "local";
 const OUTBOX: &str = "outbox";
 /// Key of the next Kafka offset to read (Kafka mode).
 const KAFKA_NEXT_KEY: &[u8] = b"kafka_next";
+/// Meta key: SHA-256 of the record at offset 0 of the log this store folds (an embedded log
+/// or a JSONL file), written by the first fold or node that saw that record: a store is
+/// never folded on from another log, checkpoints or not.
+const FIRST_RECORD_KEY: &[u8] = b"first_record";
+/// Meta key: the offset (u64 big-endian) and SHA-256 of the last record a commit applied
+/// whole, written with the commits of a fold or node that was handed the record's bytes:
+/// a log that holds another record there is not the one the store was folded from.
+const LAST_RECORD_KEY: &[u8] = b"last_record";
 /// Meta key: this data directory's instance id (hex), part of its records' ids.
 const INSTANCE_KEY: &[u8] = b"producer_instance";
 /// Meta key: the Kafka topic and site this directory folds (`topic/site`), written at the
@@ -672,7 +680,15 @@ impl Store {
     /// Refuses to go on folding `log` when the newest checkpoint held names other records
     /// than `log` holds at those offsets (the first, the last it covers, 16 between): the
     /// store was folded from another log, and folding on would mix the two.
+    ///
+    /// Before that, the log's record at the offset of the last record the store applied
+    /// must be that record, and the log's first record the one the store was first folded
+    /// with (both kept in meta since this check exists): a store with no checkpoint yet
+    /// (the first comes after 150,000 records by default) is refused another log too. A
+    /// store without the first, made by an earlier build or by a node whose log was empty
+    /// when it started, takes the first record of the log it is given now.
     pub fn refuse_other_log(&self, log: &dyn Log) -> Result<(), NodeError> {
+        self.refuse_other_first_record(log)?;
         let Some(&(offset, _)) = self.checkpoints()?.last() else {
             return Ok(());
         };
@@ -705,6 +721,63 @@ impl Store {
                 log.describe(),
                 header.next_offset
             ))),
+        }
+    }
+
+    /// The first half of [`Store::refuse_other_log`]: the log's record at the offset of the
+    /// last record the store applied against that record's hash, then the log's record at
+    /// offset 0 against the one the store keeps the hash of (kept now when it keeps none).
+    fn refuse_other_first_record(&self, log: &dyn Log) -> Result<(), NodeError> {
+        let meta = self.cf(META);
+        if let Some(value) = self
+            .db
+            .get_cf(&meta, LAST_RECORD_KEY)
+            .map_err(|e| self.error(e))?
+        {
+            let (offset, held) = value
+                .split_first_chunk::<8>()
+                .filter(|(_, hash)| hash.len() == 32)
+                .map(|(offset, hash)| (u64::from_be_bytes(*offset), hash.to_vec()))
+                .ok_or_else(|| NodeError::Corrupt {
+                    path: self.path.clone(),
+                    detail: "the last record's hash is not 40 bytes".into(),
+                })?;
+            // A log that no longer holds it (shorter): the fold's own checks say so.
+            if let Some(bytes) = lhc_log::checkpoint::record_bytes(log, offset)? {
+                let hash = <sha2::Sha256 as sha2::Digest>::digest(&bytes);
+                if hash.as_slice() != held.as_slice() {
+                    return Err(NodeError::OtherSource(format!(
+                        "{} was folded from another log than {}: the record it applied at \
+                         offset {offset} is not that log's; give each log its own --data",
+                        self.path.display(),
+                        log.describe(),
+                    )));
+                }
+            }
+        }
+        // A log that no longer starts at 0 (or is empty yet) tells nothing here.
+        let Some(first) = lhc_log::checkpoint::record_bytes(log, 0)? else {
+            return Ok(());
+        };
+        let hash = <sha2::Sha256 as sha2::Digest>::digest(&first);
+        match self
+            .db
+            .get_cf(&meta, FIRST_RECORD_KEY)
+            .map_err(|e| self.error(e))?
+        {
+            Some(held) if held.as_slice() == hash.as_slice() => Ok(()),
+            Some(_) => Err(NodeError::OtherSource(format!(
+                "{} was folded from another log than {}: its first record is not the one                  the store was first folded with; give each log its own --data",
+                self.path.display(),
+                log.describe(),
+            ))),
+            None => {
+                let mut write = WriteOptions::default();
+                write.set_sync(true);
+                self.db
+                    .put_cf_opt(&meta, FIRST_RECORD_KEY, hash.as_slice(), &write)
+                    .map_err(|e| self.error(e))
+            }
         }
     }
 
@@ -882,6 +955,11 @@ impl Store {
         for offset in &journal.outbox_delete {
             batch.delete_cf(&self.cf(OUTBOX), offset.to_be_bytes());
         }
+        if let Some((offset, hash)) = &journal.last_record {
+            let mut value = offset.to_be_bytes().to_vec();
+            value.extend_from_slice(hash);
+            batch.put_cf(&meta, LAST_RECORD_KEY, value);
+        }
         if let Some(k) = journal.kafka_next {
             batch.put_cf(&self.cf(META), KAFKA_NEXT_KEY, k.to_be_bytes());
         }
@@ -938,6 +1016,13 @@ impl Store {
         stats.rows = written.rows.len();
         *self.row_stats.lock().expect("row stats") = stats;
         written.snapshots = snapshots;
+        if !retired.is_empty() && !self.sync {
+            // Dropping a family is made durable at once (RocksDB syncs its manifest), an
+            // unsynced batch is not: after a power loss the store could come back with
+            // the drop but without the switch that stopped listing the family, and not
+            // open. The switch is synced first (only when a version retires: rare).
+            self.db.flush_wal(true).map_err(|e| self.error(e))?;
+        }
         for version in retired {
             self.db
                 .drop_cf(&snapshot_family(version))
@@ -1282,6 +1367,9 @@ pub struct JournalChanges {
     pub outbox_delete: Vec<u64>,
     /// Next Kafka offset to read.
     pub kafka_next: Option<u64>,
+    /// The offset and SHA-256 of the last record applied whole, when known (see
+    /// [`Folder::note_bytes`]).
+    pub last_record: Option<(u64, [u8; 32])>,
 }
 
 impl JournalChanges {
@@ -1358,6 +1446,9 @@ pub struct Folder<S: Deref<Target = Store>> {
     coverage: Option<Coverage>,
     /// When checkpoints are due and where they go.
     checkpoints: Option<Feed>,
+    /// The offset and bytes of the last record handed with its bytes: its hash goes with
+    /// the commit that holds it whole (see [`Store::refuse_other_log`]).
+    last_bytes: Option<(u64, Vec<u8>)>,
 }
 
 /// Where a folder hands its checkpoints.
@@ -1406,6 +1497,7 @@ impl<S: Deref<Target = Store>> Folder<S> {
             commits: 0,
             coverage,
             checkpoints: None,
+            last_bytes: None,
         })
     }
 
@@ -1491,8 +1583,27 @@ impl<S: Deref<Target = Store>> Folder<S> {
 
     /// Applies one entry (decoding it first) and returns its outputs.
     pub fn apply(&mut self, entry: &LogEntry) -> &[Output] {
+        self.note_bytes(entry.offset, &entry.bytes);
         let record = decode_record_at(&entry.bytes, entry.offset);
         self.apply_decoded(entry.offset, record)
+    }
+
+    /// Notes the bytes of the record about to be applied at `offset` (what
+    /// [`Folder::apply`] does itself): the commit that holds it whole records its hash, so
+    /// the store is never folded on from a log that holds another record there.
+    pub fn note_bytes(&mut self, offset: u64, bytes: &[u8]) {
+        let (at, kept) = self.last_bytes.get_or_insert_with(|| (offset, Vec::new()));
+        *at = offset;
+        kept.clear();
+        kept.extend_from_slice(bytes);
+    }
+
+    /// The hash of the last record applied whole, if its bytes were noted.
+    fn last_record(&self) -> Option<(u64, [u8; 32])> {
+        use sha2::Digest;
+        let (offset, bytes) = self.last_bytes.as_ref()?;
+        (offset + 1 == self.next && self.in_progress.is_none())
+            .then(|| (*offset, sha2::Sha256::digest(bytes).into()))
     }
 
     /// Applies an entry already decoded (the live node looks at the record first).
@@ -1633,6 +1744,7 @@ impl<S: Deref<Target = Store>> Folder<S> {
         if self.uncommitted == 0 && self.journal.is_empty() {
             return Ok(Vec::new());
         }
+        self.journal.last_record = self.last_record();
         let mut engine = self.engine.write().expect("engine lock");
         if self.store.written.lock().expect("written").unfinished {
             // An earlier commit failed: only a pass over every row heals the store.
@@ -1675,6 +1787,7 @@ impl<S: Deref<Target = Store>> Folder<S> {
         if !self.dirty() {
             return None;
         }
+        self.journal.last_record = self.last_record();
         let mut engine = self.engine.write().expect("engine lock");
         // Only what changed is copied: a copy of the whole state (40,000 machines) held the
         // fold, and the launches waiting on it, for milliseconds at every commit.

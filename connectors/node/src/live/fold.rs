@@ -302,6 +302,7 @@ fn apply_entry(
     jobs: &std::sync::mpsc::SyncSender<CommitJob>,
 ) -> Result<(), NodeError> {
     let offset = folder.next();
+    folder.note_bytes(offset, bytes);
     let record = decode_record_at(bytes, offset);
     let mut waiting_launch = None;
     // Asked before applying: a refusal for this reason is cured by stamping again.

@@ -1,0 +1,95 @@
+//! A store is folded on only from the log it was folded from: the record it applied last
+//! and the log's first record are kept in its meta and checked against the log given, so
+//! a store with no checkpoint yet is refused another log too (two scenario logs of the same
+//! site share their first record: the last record tells them apart).
+
+use std::path::{Path, PathBuf};
+
+use lhc_log::{EmbeddedLog, EmbeddedOptions, Log};
+use lhc_node::checkpoints::CheckpointPolicy;
+use lhc_node::{NodeError, Store, StoreOptions};
+
+fn scenario(name: &str) -> Vec<Vec<u8>> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../engine/tests/scenarios")
+        .join(name);
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .lines()
+        .map(|l| l.as_bytes().to_vec())
+        .collect()
+}
+
+fn log_of(dir: &Path, records: &[Vec<u8>]) -> EmbeddedLog {
+    let log = EmbeddedLog::open(dir, EmbeddedOptions::default()).unwrap();
+    let records: Vec<&[u8]> = records.iter().map(Vec::as_slice).collect();
+    log.append(&records).unwrap();
+    log
+}
+
+fn fold(data: &Path, log: &EmbeddedLog) -> Result<u64, NodeError> {
+    let store = Store::open(data, &StoreOptions::default())?;
+    let (summary, _) = lhc_node::fold(&store, log, 7, None, &CheckpointPolicy::off())?;
+    Ok(summary.next)
+}
+
+#[test]
+fn a_store_without_checkpoints_refuses_another_log_and_goes_on_with_its_own() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, b) = (scenario("r-css-4.jsonl"), scenario("r-css-2.jsonl"));
+    assert_eq!(a[0], b[0], "the two logs share their first record");
+    let half = a.len() / 2;
+    let log_a = log_of(&tmp.path().join("a"), &a[..half]);
+    let log_b = log_of(&tmp.path().join("b"), &b);
+    let data = tmp.path().join("data");
+    assert_eq!(fold(&data, &log_a).unwrap(), half as u64);
+
+    // Another log is refused before anything is applied, and the store is as it was.
+    let refused = fold(&data, &log_b).unwrap_err();
+    assert!(matches!(refused, NodeError::OtherSource(_)), "{refused}");
+    assert!(
+        refused
+            .to_string()
+            .contains("was folded from another log than"),
+        "{refused}"
+    );
+    assert!(
+        refused
+            .to_string()
+            .contains(&format!("offset {}", half - 1)),
+        "{refused}"
+    );
+    assert_eq!(
+        Store::open_read_only(&data).unwrap().load().unwrap().1,
+        half as u64
+    );
+
+    // Its own log, grown, folds on to the digest of a fold from scratch.
+    let rest: Vec<&[u8]> = a[half..].iter().map(Vec::as_slice).collect();
+    log_a.append(&rest).unwrap();
+    assert_eq!(fold(&data, &log_a).unwrap(), a.len() as u64);
+    let whole = tmp.path().join("whole");
+    fold(&whole, &log_a).unwrap();
+    let digest = |dir: &Path| {
+        Store::open_read_only(dir)
+            .unwrap()
+            .load()
+            .unwrap()
+            .0
+            .digest()
+    };
+    assert_eq!(digest(&data), digest(&whole));
+
+    // A log whose first record differs is refused even where the last record's offset is
+    // past its end (the log is shorter).
+    let other_first = scenario("r-css-3-episode-ended.jsonl");
+    assert_ne!(other_first[0], a[0]);
+    let log_c = log_of(&tmp.path().join("c"), &other_first[..3]);
+    let refused = fold(&data, &log_c).unwrap_err();
+    assert!(
+        refused
+            .to_string()
+            .contains("its first record is not the one"),
+        "{refused}"
+    );
+}
