@@ -47,13 +47,10 @@ const LOCAL: &str = "local";
 const OUTBOX: &str = "outbox";
 /// Key of the next Kafka offset to read (Kafka mode).
 const KAFKA_NEXT_KEY: &[u8] = b"kafka_next";
-/// Meta key: SHA-256 of the record at offset 0 of the log this store folds (an embedded log
-/// or a JSONL file), written by the first fold or node that saw that record: a store is
-/// never folded on from another log, checkpoints or not.
-const FIRST_RECORD_KEY: &[u8] = b"first_record";
-/// Meta key: the offset (u64 big-endian) and SHA-256 of the last record a commit applied
-/// whole, written with the commits of a fold or node that was handed the record's bytes:
-/// a log that holds another record there is not the one the store was folded from.
+/// Meta key: the offset (u64 big-endian) and xxh3-128 (big-endian) of the last record a
+/// commit applied whole, written with the commits of a fold or node that was handed the
+/// record's bytes: a log that holds another record there is not the one the store was
+/// folded from, checkpoints or not.
 const LAST_RECORD_KEY: &[u8] = b"last_record";
 /// Meta key: this data directory's instance id (hex), part of its records' ids.
 const INSTANCE_KEY: &[u8] = b"producer_instance";
@@ -682,13 +679,11 @@ impl Store {
     /// store was folded from another log, and folding on would mix the two.
     ///
     /// Before that, the log's record at the offset of the last record the store applied
-    /// must be that record, and the log's first record the one the store was first folded
-    /// with (both kept in meta since this check exists): a store with no checkpoint yet
-    /// (the first comes after 150,000 records by default) is refused another log too. A
-    /// store without the first, made by an earlier build or by a node whose log was empty
-    /// when it started, takes the first record of the log it is given now.
+    /// whole must be that record (its hash is kept in meta with the commits of this
+    /// build): a store with no checkpoint yet (the first comes after 150,000 records by
+    /// default) is refused another log too, even one that shares its first records.
     pub fn refuse_other_log(&self, log: &dyn Log) -> Result<(), NodeError> {
-        self.refuse_other_first_record(log)?;
+        self.refuse_other_last_record(log)?;
         let Some(&(offset, _)) = self.checkpoints()?.last() else {
             return Ok(());
         };
@@ -725,60 +720,42 @@ impl Store {
     }
 
     /// The first half of [`Store::refuse_other_log`]: the log's record at the offset of the
-    /// last record the store applied against that record's hash, then the log's record at
-    /// offset 0 against the one the store keeps the hash of (kept now when it keeps none).
-    fn refuse_other_first_record(&self, log: &dyn Log) -> Result<(), NodeError> {
-        let meta = self.cf(META);
-        if let Some(value) = self
+    /// last record the store applied whole against that record's hash.
+    fn refuse_other_last_record(&self, log: &dyn Log) -> Result<(), NodeError> {
+        let Some(value) = self
             .db
-            .get_cf(&meta, LAST_RECORD_KEY)
+            .get_cf(&self.cf(META), LAST_RECORD_KEY)
             .map_err(|e| self.error(e))?
-        {
-            let (offset, held) = value
-                .split_first_chunk::<8>()
-                .filter(|(_, hash)| hash.len() == 32)
-                .map(|(offset, hash)| (u64::from_be_bytes(*offset), hash.to_vec()))
-                .ok_or_else(|| NodeError::Corrupt {
-                    path: self.path.clone(),
-                    detail: "the last record's hash is not 40 bytes".into(),
-                })?;
-            // A log that no longer holds it (shorter): the fold's own checks say so.
-            if let Some(bytes) = lhc_log::checkpoint::record_bytes(log, offset)? {
-                let hash = <sha2::Sha256 as sha2::Digest>::digest(&bytes);
-                if hash.as_slice() != held.as_slice() {
-                    return Err(NodeError::OtherSource(format!(
-                        "{} was folded from another log than {}: the record it applied at \
-                         offset {offset} is not that log's; give each log its own --data",
-                        self.path.display(),
-                        log.describe(),
-                    )));
-                }
-            }
-        }
-        // A log that no longer starts at 0 (or is empty yet) tells nothing here.
-        let Some(first) = lhc_log::checkpoint::record_bytes(log, 0)? else {
+        else {
+            // A store of an earlier build, or with nothing applied yet.
             return Ok(());
         };
-        let hash = <sha2::Sha256 as sha2::Digest>::digest(&first);
-        match self
-            .db
-            .get_cf(&meta, FIRST_RECORD_KEY)
-            .map_err(|e| self.error(e))?
-        {
-            Some(held) if held.as_slice() == hash.as_slice() => Ok(()),
-            Some(_) => Err(NodeError::OtherSource(format!(
-                "{} was folded from another log than {}: its first record is not the one                  the store was first folded with; give each log its own --data",
-                self.path.display(),
-                log.describe(),
-            ))),
-            None => {
-                let mut write = WriteOptions::default();
-                write.set_sync(true);
-                self.db
-                    .put_cf_opt(&meta, FIRST_RECORD_KEY, hash.as_slice(), &write)
-                    .map_err(|e| self.error(e))
-            }
+        let (offset, held) = <[u8; 24]>::try_from(value.as_slice())
+            .map(|v| {
+                let (offset, hash) = v.split_at(8);
+                (
+                    u64::from_be_bytes(offset.try_into().expect("8 bytes")),
+                    u128::from_be_bytes(hash.try_into().expect("16 bytes")),
+                )
+            })
+            .map_err(|_| NodeError::Corrupt {
+                path: self.path.clone(),
+                detail: format!("the last record's hash is {} bytes, not 24", value.len()),
+            })?;
+        // A log that no longer holds the record (shorter), or that cannot be read there (a
+        // damaged segment): the fold's own reading says so, after folding what it can.
+        let Ok(Some(bytes)) = lhc_log::checkpoint::record_bytes(log, offset) else {
+            return Ok(());
+        };
+        if xxh3_128(&bytes) == held {
+            return Ok(());
         }
+        Err(NodeError::OtherSource(format!(
+            "{} was folded from another log than {}: the record it applied at offset \
+             {offset} is not that log's; give each log its own --data",
+            self.path.display(),
+            log.describe(),
+        )))
     }
 
     /// The bytes of the checkpoint covering `next` records, if held.
@@ -927,7 +904,8 @@ impl Store {
         rows.write_into(&mut batch, &self.cf(STATE));
         drop(rows);
         // A new snapshot's value goes in the same batch as the switch that lists it: a
-        // family left by a failed commit is unlisted (and made afresh by the next one).
+        // family left by a failed commit is unlisted (dropped at the next open, or given
+        // its value by the next commit).
         for (version, bytes) in new {
             let name = snapshot_family(version);
             let cf = self.db.cf_handle(&name).expect("created above");
@@ -955,9 +933,9 @@ impl Store {
         for offset in &journal.outbox_delete {
             batch.delete_cf(&self.cf(OUTBOX), offset.to_be_bytes());
         }
-        if let Some((offset, hash)) = &journal.last_record {
+        if let Some((offset, hash)) = journal.last_record {
             let mut value = offset.to_be_bytes().to_vec();
-            value.extend_from_slice(hash);
+            value.extend_from_slice(&hash.to_be_bytes());
             batch.put_cf(&meta, LAST_RECORD_KEY, value);
         }
         if let Some(k) = journal.kafka_next {
@@ -1367,9 +1345,9 @@ pub struct JournalChanges {
     pub outbox_delete: Vec<u64>,
     /// Next Kafka offset to read.
     pub kafka_next: Option<u64>,
-    /// The offset and SHA-256 of the last record applied whole, when known (see
+    /// The offset and xxh3-128 of the last record applied whole, when known (see
     /// [`Folder::note_bytes`]).
-    pub last_record: Option<(u64, [u8; 32])>,
+    pub last_record: Option<(u64, u128)>,
 }
 
 impl JournalChanges {
@@ -1446,9 +1424,9 @@ pub struct Folder<S: Deref<Target = Store>> {
     coverage: Option<Coverage>,
     /// When checkpoints are due and where they go.
     checkpoints: Option<Feed>,
-    /// The offset and bytes of the last record handed with its bytes: its hash goes with
-    /// the commit that holds it whole (see [`Store::refuse_other_log`]).
-    last_bytes: Option<(u64, Vec<u8>)>,
+    /// The offset and xxh3-128 of the last record handed with its bytes: it goes with the
+    /// commit that holds the record whole (see [`Store::refuse_other_log`]).
+    last_hash: Option<(u64, u128)>,
 }
 
 /// Where a folder hands its checkpoints.
@@ -1497,7 +1475,7 @@ impl<S: Deref<Target = Store>> Folder<S> {
             commits: 0,
             coverage,
             checkpoints: None,
-            last_bytes: None,
+            last_hash: None,
         })
     }
 
@@ -1591,19 +1569,17 @@ impl<S: Deref<Target = Store>> Folder<S> {
     /// Notes the bytes of the record about to be applied at `offset` (what
     /// [`Folder::apply`] does itself): the commit that holds it whole records its hash, so
     /// the store is never folded on from a log that holds another record there.
+    ///
+    /// A hash per record (xxh3, tens of nanoseconds for a record of a few hundred bytes)
+    /// rather than a copy of its bytes, so a big `config.change` is not kept.
     pub fn note_bytes(&mut self, offset: u64, bytes: &[u8]) {
-        let (at, kept) = self.last_bytes.get_or_insert_with(|| (offset, Vec::new()));
-        *at = offset;
-        kept.clear();
-        kept.extend_from_slice(bytes);
+        self.last_hash = Some((offset, xxh3_128(bytes)));
     }
 
     /// The hash of the last record applied whole, if its bytes were noted.
-    fn last_record(&self) -> Option<(u64, [u8; 32])> {
-        use sha2::Digest;
-        let (offset, bytes) = self.last_bytes.as_ref()?;
-        (offset + 1 == self.next && self.in_progress.is_none())
-            .then(|| (*offset, sha2::Sha256::digest(bytes).into()))
+    fn last_record(&self) -> Option<(u64, u128)> {
+        let (offset, hash) = self.last_hash?;
+        (offset + 1 == self.next && self.in_progress.is_none()).then_some((offset, hash))
     }
 
     /// Applies an entry already decoded (the live node looks at the record first).
