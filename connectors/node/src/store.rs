@@ -747,6 +747,18 @@ impl Store {
         if !log.dense() {
             return Ok(());
         }
+        if let Ok(end) = log.end_offset() {
+            if end <= offset {
+                return Err(NodeError::OtherSource(format!(
+                    "{} has applied {} records, more than {} holds ({end}): it was folded \
+                     from another log, or from this one before it lost records; give each \
+                     log its own --data",
+                    self.path.display(),
+                    offset + 1,
+                    log.describe(),
+                )));
+            }
+        }
         // A log that no longer holds the record (shorter), or that cannot be read there (a
         // damaged segment): the fold's own reading says so, after folding what it can.
         let Ok(Some(bytes)) = lhc_log::checkpoint::record_bytes(log, offset) else {
@@ -1901,7 +1913,17 @@ fn fold_with(
         Duration::ZERO
     };
     loop {
-        let Some(entry) = reader.next(wait)? else {
+        let entry = match reader.next(wait) {
+            Ok(entry) => entry,
+            Err(e) => {
+                // A damaged record stops the fold, after the good records read before it
+                // are committed (they waited for the batch to fill: up to --batch of them
+                // were lost at every run, so a rerun never got past them).
+                folder.commit()?;
+                return Err(e.into());
+            }
+        };
+        let Some(entry) = entry else {
             folder.commit()?;
             match follow {
                 Some(stop) if !stop() => continue,

@@ -80,11 +80,17 @@ fn a_store_without_checkpoints_refuses_another_log_and_goes_on_with_its_own() {
     };
     assert_eq!(digest(&data), digest(&whole));
 
-    // A log shorter than what the store applied cannot be checked record by record: the
-    // fold refuses it all the same (it ends before the store's next offset), and the store
-    // stays as it was.
+    // A log shorter than what the store applied is refused as another log (or one that
+    // lost records), and the store stays as it was.
     let other = scenario("r-css-3-episode-ended.jsonl");
     let log_c = log_of(&tmp.path().join("c"), &other[..3]);
-    assert!(fold(&data, &log_c).is_err());
+    let refused = fold(&data, &log_c).unwrap_err();
+    assert!(matches!(refused, NodeError::OtherSource(_)), "{refused}");
+    assert!(
+        refused
+            .to_string()
+            .contains(&format!("has applied {} records, more than", a.len())),
+        "{refused}"
+    );
     assert_eq!(digest(&data), digest(&whole));
 }
