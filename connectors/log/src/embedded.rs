@@ -216,10 +216,6 @@ impl Log for EmbeddedLog {
         self.append_owned(records.iter().map(|r| r.to_vec()).collect())
     }
 
-    fn dense(&self) -> bool {
-        true
-    }
-
     fn start_offset(&self) -> Result<u64, LogError> {
         Ok(list_segments(&self.dir)?.first().copied().unwrap_or(0))
     }

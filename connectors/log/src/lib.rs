@@ -131,14 +131,6 @@ pub trait Log: Send + Sync {
 
     /// Where the log lives, for messages.
     fn describe(&self) -> String;
-
-    /// Whether each offset from the start to the end holds one of this log's records and
-    /// is read back locally at little cost (an embedded log, a node's journal); `false`
-    /// for a Kafka partition, read over the network and shared by sites, whose offsets
-    /// for one site have gaps.
-    fn dense(&self) -> bool {
-        false
-    }
 }
 
 /// Reads a log in offset order.

@@ -36,10 +36,6 @@ fn log_error(e: NodeError) -> LogError {
 }
 
 impl Log for JournalLog {
-    fn dense(&self) -> bool {
-        true
-    }
-
     fn append(&self, _records: &[&[u8]]) -> Result<Vec<u64>, LogError> {
         Err(LogError::Elsewhere(format!(
             "{} is read here, never written",

@@ -680,8 +680,9 @@ impl Store {
     ///
     /// Before that, the log's record at the offset of the last record the store applied
     /// whole must be that record (its hash is kept in meta with the commits of this
-    /// build): a store with no checkpoint yet (the first comes after 150,000 records by
-    /// default) is refused another log too, even one that shares its first records.
+    /// build), and the log must hold that offset: a store with no checkpoint yet (the
+    /// first comes after 150,000 records by default) is refused another log too, even one
+    /// that shares its first records.
     pub fn refuse_other_log(&self, log: &dyn Log) -> Result<(), NodeError> {
         self.refuse_other_last_record(log)?;
         let Some(&(offset, _)) = self.checkpoints()?.last() else {
@@ -742,25 +743,21 @@ impl Store {
                 path: self.path.clone(),
                 detail: format!("the last record's hash is {} bytes, not 24", value.len()),
             })?;
-        // A Kafka partition is read over the network (a client set up, watermarks asked)
-        // and a fold of it takes no checkpoints: it is not checked here, as before.
-        if !log.dense() {
-            return Ok(());
-        }
         if let Ok(end) = log.end_offset() {
             if end <= offset {
                 return Err(NodeError::OtherSource(format!(
                     "{} has applied {} records, more than {} holds ({end}): it was folded \
-                     from another log, or from this one before it lost records; give each \
-                     log its own --data",
+                     from another log (give each log its own --data), or from this one \
+                     before it lost its last records (restore them, or fold it again into \
+                     an empty --data)",
                     self.path.display(),
                     offset + 1,
                     log.describe(),
                 )));
             }
         }
-        // A log that no longer holds the record (shorter), or that cannot be read there (a
-        // damaged segment): the fold's own reading says so, after folding what it can.
+        // A log that cannot be read there (a damaged segment): the fold's own reading says
+        // so, after folding what it can.
         let Ok(Some(bytes)) = lhc_log::checkpoint::record_bytes(log, offset) else {
             return Ok(());
         };
@@ -1918,7 +1915,9 @@ fn fold_with(
             Err(e) => {
                 // A damaged record stops the fold, after the good records read before it
                 // are committed (they waited for the batch to fill: up to --batch of them
-                // were lost at every run, so a rerun never got past them).
+                // were lost at every run, so a rerun never got past them). Said first, so
+                // a commit that fails too does not hide it.
+                tracing::error!(error = %e, "the log cannot be read on; committing what was folded before");
                 folder.commit()?;
                 return Err(e.into());
             }

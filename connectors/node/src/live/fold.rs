@@ -123,6 +123,15 @@ pub(crate) fn fold_loop(
         None
     };
     let result = fold_on(shared, &mut folder, &mut source, &jobs);
+    if result.is_err() {
+        // What was applied before the error (a damaged record, a lost Kafka reader) is
+        // committed before the fold stops: in Kafka mode it holds this node's own records,
+        // already answered and in no log yet. (If the committer is what stopped, this job
+        // goes nowhere, as the ones before it.)
+        if let Some(job) = folder.commit_job() {
+            let _ = jobs.send(job);
+        }
+    }
     drop(jobs);
     let committed = committer
         .join()
