@@ -2,22 +2,14 @@
 //! before it committed: the records read since the last commit are not dropped, so a fold
 //! with big batches keeps what a fold with batches of one keeps.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use lhc_log::{EmbeddedLog, EmbeddedOptions, Log};
+use lhc_log::EmbeddedLog;
 use lhc_node::checkpoints::CheckpointPolicy;
 use lhc_node::{Store, StoreOptions};
 
-fn scenario(name: &str) -> Vec<Vec<u8>> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../engine/tests/scenarios")
-        .join(name);
-    std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-        .lines()
-        .map(|l| l.as_bytes().to_vec())
-        .collect()
-}
+mod common;
+use common::{log_of, scenario};
 
 fn next_of(data: &Path) -> u64 {
     Store::open_read_only(data).unwrap().load().unwrap().1
@@ -28,11 +20,7 @@ fn a_fold_stops_at_a_damaged_record_with_every_record_before_it_committed() {
     let tmp = tempfile::tempdir().unwrap();
     let records = scenario("r-css-4.jsonl");
     let dir = tmp.path().join("log");
-    {
-        let log = EmbeddedLog::open(&dir, EmbeddedOptions::default()).unwrap();
-        let refs: Vec<&[u8]> = records.iter().map(Vec::as_slice).collect();
-        log.append(&refs).unwrap();
-    }
+    drop(log_of(&dir, &records));
     // One byte of the last record flipped (its frame's checksum no longer matches).
     let segment = std::fs::read_dir(&dir)
         .unwrap()

@@ -3,29 +3,14 @@
 //! checkpoint yet is refused another log too, even one sharing its first records (two
 //! scenario logs of one site).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use lhc_log::{EmbeddedLog, EmbeddedOptions, Log};
+use lhc_log::{EmbeddedLog, Log};
 use lhc_node::checkpoints::CheckpointPolicy;
 use lhc_node::{NodeError, Store, StoreOptions};
 
-fn scenario(name: &str) -> Vec<Vec<u8>> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../engine/tests/scenarios")
-        .join(name);
-    std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-        .lines()
-        .map(|l| l.as_bytes().to_vec())
-        .collect()
-}
-
-fn log_of(dir: &Path, records: &[Vec<u8>]) -> EmbeddedLog {
-    let log = EmbeddedLog::open(dir, EmbeddedOptions::default()).unwrap();
-    let records: Vec<&[u8]> = records.iter().map(Vec::as_slice).collect();
-    log.append(&records).unwrap();
-    log
-}
+mod common;
+use common::{log_of, scenario};
 
 fn fold(data: &Path, log: &EmbeddedLog) -> Result<u64, NodeError> {
     let store = Store::open(data, &StoreOptions::default())?;

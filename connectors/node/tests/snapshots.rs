@@ -4,22 +4,12 @@
 //! and the last good snapshot stays in use. Reopening the store at any record gives the
 //! state of an uninterrupted fold.
 
-use std::path::PathBuf;
-
 use lhc_engine::{decode_record_at, Engine};
 use lhc_log::LogEntry;
 use lhc_node::{Folder, Store, StoreOptions};
 
-fn scenario(name: &str) -> Vec<Vec<u8>> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../engine/tests/scenarios")
-        .join(name);
-    std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-        .lines()
-        .map(|l| l.as_bytes().to_vec())
-        .collect()
-}
+mod common;
+use common::scenario;
 
 fn families_of(engine: &Engine) -> Vec<String> {
     engine
