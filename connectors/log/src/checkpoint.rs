@@ -28,7 +28,17 @@ pub const DEFAULT_EVERY: u64 = 150_000;
 
 /// The bytes of the record at `offset` of `log`; `None` when the log does not hold it.
 pub fn record_bytes(log: &dyn crate::Log, offset: u64) -> Result<Option<Vec<u8>>, crate::LogError> {
-    if offset < log.start_offset()? || offset >= log.end_offset()? {
+    record_bytes_in(log, offset, log.start_offset()?..log.end_offset()?)
+}
+
+/// [`record_bytes`] for a caller that already asked the log which offsets it `holds`
+/// (each ask is a round trip to the brokers on Kafka; a check of many records asks once).
+pub fn record_bytes_in(
+    log: &dyn crate::Log,
+    offset: u64,
+    holds: std::ops::Range<u64>,
+) -> Result<Option<Vec<u8>>, crate::LogError> {
+    if !holds.contains(&offset) {
         return Ok(None);
     }
     let mut reader = log.reader(offset)?;

@@ -684,7 +684,11 @@ impl Store {
     /// first comes after 150,000 records by default) is refused another log too, even one
     /// that shares its first records.
     pub fn refuse_other_log(&self, log: &dyn Log) -> Result<(), NodeError> {
-        self.refuse_other_last_record(log)?;
+        // Asked once for every record checked below (on Kafka each ask is a round trip).
+        let holds = log
+            .start_offset()
+            .and_then(|start| Ok(start..log.end_offset()?));
+        self.refuse_other_last_record(log, holds.as_ref().ok().cloned())?;
         let Some(&(offset, _)) = self.checkpoints()?.last() else {
             return Ok(());
         };
@@ -695,9 +699,12 @@ impl Store {
         let Ok((header, _)) = lhc_log::checkpoint::split(&bytes) else {
             return Ok(());
         };
+        let holds = holds?;
         let hash = |at: u64| -> Result<Option<String>, NodeError> {
-            Ok(lhc_log::checkpoint::record_bytes(log, at)?
-                .map(|b| lhc_log::checkpoint::sha256_hex(&b)))
+            Ok(
+                lhc_log::checkpoint::record_bytes_in(log, at, holds.clone())?
+                    .map(|b| lhc_log::checkpoint::sha256_hex(&b)),
+            )
         };
         let held = lhc_log::checkpoint::record_hashes(header.next_offset, hash)?;
         match held {
@@ -721,8 +728,13 @@ impl Store {
     }
 
     /// The first half of [`Store::refuse_other_log`]: the log's record at the offset of the
-    /// last record the store applied whole against that record's hash.
-    fn refuse_other_last_record(&self, log: &dyn Log) -> Result<(), NodeError> {
+    /// last record the store applied whole against that record's hash. `holds`: the
+    /// offsets the log holds, `None` when it could not say.
+    fn refuse_other_last_record(
+        &self,
+        log: &dyn Log,
+        holds: Option<std::ops::Range<u64>>,
+    ) -> Result<(), NodeError> {
         let Some(value) = self
             .db
             .get_cf(&self.cf(META), LAST_RECORD_KEY)
@@ -743,22 +755,26 @@ impl Store {
                 path: self.path.clone(),
                 detail: format!("the last record's hash is {} bytes, not 24", value.len()),
             })?;
-        if let Ok(end) = log.end_offset() {
-            if end <= offset {
-                return Err(NodeError::OtherSource(format!(
-                    "{} has applied {} records, more than {} holds ({end}): it was folded \
-                     from another log (give each log its own --data), or from this one \
-                     before it lost its last records (restore them, or fold it again into \
-                     an empty --data)",
-                    self.path.display(),
-                    offset + 1,
-                    log.describe(),
-                )));
-            }
+        let Some(holds) = holds else {
+            // A log that cannot say what it holds (brokers down): the fold's own reading
+            // says so.
+            return Ok(());
+        };
+        if holds.end <= offset {
+            return Err(NodeError::OtherSource(format!(
+                "{} has applied {} records, more than {} holds ({}): it was folded from \
+                 another log (give each log its own --data), or from this one before it \
+                 lost its last records (restore them, or fold it again into an empty \
+                 --data)",
+                self.path.display(),
+                offset + 1,
+                log.describe(),
+                holds.end,
+            )));
         }
         // A log that cannot be read there (a damaged segment): the fold's own reading says
         // so, after folding what it can.
-        let Ok(Some(bytes)) = lhc_log::checkpoint::record_bytes(log, offset) else {
+        let Ok(Some(bytes)) = lhc_log::checkpoint::record_bytes_in(log, offset, holds) else {
             return Ok(());
         };
         if xxh3_128(&bytes) == held {
