@@ -421,3 +421,74 @@ mod tests {
         assert_same_json_and_back(&small, &tree);
     }
 }
+
+/// A value that can say whether it changed since it was last asked, as [`Tracked`] does
+/// for the keys of a map: a connector's recent activity (R-DATA, up to a thousand lines)
+/// is written by a node's commit only when it changed, not with every commit.
+///
+/// Invariant: changing the value is only possible through [`Watched::get_mut`], which
+/// records the change; until the first [`Watched::take_changed`] (and in a copy) it counts
+/// as changed. Equality, serialization and the digest see the value alone.
+#[derive(Debug, Default)]
+pub struct Watched<T> {
+    value: T,
+    /// Whether it changed since the last take; `None` while not recording.
+    changed: Option<bool>,
+}
+
+impl<T> Watched<T> {
+    /// The value, to change (recorded as changed).
+    pub fn get_mut(&mut self) -> &mut T {
+        if let Some(changed) = &mut self.changed {
+            *changed = true;
+        }
+        &mut self.value
+    }
+
+    /// Whether it changed since the last call (`true` before the first, and in a copy),
+    /// and records from now on.
+    pub fn take_changed(&mut self) -> bool {
+        self.changed.replace(false).unwrap_or(true)
+    }
+}
+
+/// A copy does not follow what its original changed: it starts as "changed".
+impl<T: Clone> Clone for Watched<T> {
+    fn clone(&self) -> Self {
+        Watched {
+            value: self.value.clone(),
+            changed: None,
+        }
+    }
+}
+
+/// Two values are equal when they are: whether they changed is not part of the state.
+impl<T: PartialEq> PartialEq for Watched<T> {
+    fn eq(&self, other: &Self) -> bool {
+        self.value == other.value
+    }
+}
+
+impl<T: Eq> Eq for Watched<T> {}
+
+impl<T> Deref for Watched<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.value
+    }
+}
+
+impl<T: Serialize> Serialize for Watched<T> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.value.serialize(serializer)
+    }
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Watched<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Ok(Watched {
+            value: T::deserialize(deserializer)?,
+            changed: None,
+        })
+    }
+}

@@ -4,19 +4,19 @@
 //!
 //! Each connector, machine, brokering pool and user's session tally is one row, and each
 //! other field one row of its own; in a node store's layout ([`Engine::for_each_store_row`])
-//! each entry of a connector's R-DATA maps is a row too. The configuration part (site and
+//! each entry of a connector's R-DATA maps is a row too, and its recent activity one row. The configuration part (site and
 //! validations) is not in the rows: stores keep it apart (see [`Engine::take_config`]).
 //!
 //! Invariant: rebuilding an engine from the rows of `e` (then restoring `e`'s configuration
 //! part) gives an engine equal to `e`, with the same digest. Both directions destructure
 //! [`Engine`] exhaustively, so a field added to it does not compile until it has a row.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use compact_str::CompactString;
 use serde::Serialize;
 
-use crate::broker::{Pool, Tally};
+use crate::broker::{Activity, Pool, Tally};
 use crate::detmap::Tracked;
 use crate::engine::{Connector, Engine};
 use crate::params::Params;
@@ -32,6 +32,10 @@ const USER: u8 = b'u';
 const RECENT_USER: u8 = b'r';
 /// A connector's client machine (R-DATA): one row per entry in the store's layout.
 const CLIENT: u8 = b'l';
+/// A connector's recent activity (R-DATA): one row per connector in the store's layout,
+/// written only when it changed (up to a thousand lines, which change only in LHC mode,
+/// were rewritten with the connector's row at every commit).
+const ACTIVITY: u8 = b'a';
 
 /// The key of an entry row: its kind, the connector's name (its length first, so that no
 /// name is a prefix of another's rows), then the entry's key.
@@ -53,6 +57,20 @@ fn entry_name_len(connector: &str) -> u32 {
 /// ones that changed without comparing them with what the store holds.
 pub fn is_entry_row(key: &[u8]) -> bool {
     matches!(key.first(), Some(&RECENT_USER) | Some(&CLIENT))
+}
+
+/// The key of `connector`'s activity row (the store's layout): what a store deletes when
+/// the connector is gone.
+pub fn activity_row(connector: &str) -> Vec<u8> {
+    let mut key = vec![ACTIVITY];
+    key.extend_from_slice(connector.as_bytes());
+    key
+}
+
+/// Whether `key` is of a kind every delta holds whole (the field rows and the connectors;
+/// see [`StateDelta::holds_every_row_like`]).
+pub fn held_whole_by_deltas(key: &[u8]) -> bool {
+    matches!(key.first(), Some(&REST) | Some(&CONNECTOR))
 }
 
 /// The connector a connector's row (not an entry row) is of.
@@ -129,19 +147,20 @@ impl Engine {
     /// in key order within each kind. Keys are unique; values are JSON. Each connector is
     /// one row, its R-DATA maps included: the layout of checkpoints.
     pub fn for_each_state_row(&self, each: impl FnMut(&[u8], &[u8])) {
-        self.rows(false, each)
+        self.rows(Layout::State, each)
     }
 
     /// As [`Engine::for_each_state_row`], in the layout of a node's store: each entry of a
     /// connector's R-DATA maps (recent users, clients: tens of thousands at a big site,
-    /// a few of them changed per second) is a row of its own, and the connector's row
-    /// holds those maps empty. Either layout rebuilds the same engine ([`StateRows`]).
+    /// a few of them changed per second) is a row of its own, the connector's recent
+    /// activity one row, and the connector's row holds those empty. Either layout rebuilds
+    /// the same engine ([`StateRows`]).
     pub fn for_each_store_row(&self, each: impl FnMut(&[u8], &[u8])) {
-        self.rows(true, each)
+        self.rows(Layout::Store { activity: true }, each)
     }
 
-    /// The rows, with the R-DATA maps' entries in rows of their own when `split`.
-    fn rows(&self, split: bool, mut each: impl FnMut(&[u8], &[u8])) {
+    /// The rows, in `layout`.
+    fn rows(&self, layout: Layout, mut each: impl FnMut(&[u8], &[u8])) {
         let Engine {
             params,
             now,
@@ -208,15 +227,26 @@ impl Engine {
         }
         for (name, connector) in connectors {
             let data = &connector.data;
-            if !split || (data.recent_users.is_empty() && data.clients.is_empty()) {
+            let Layout::Store { activity } = layout else {
                 emit(CONNECTOR, name, connector, &mut key, &mut bytes, &mut each);
                 continue;
+            };
+            if data.recent_users.is_empty() && data.clients.is_empty() && data.activity.is_empty() {
+                // A delta's copy (see `bare_copy`), or a connector that has none of them.
+                emit(CONNECTOR, name, connector, &mut key, &mut bytes, &mut each);
+            } else {
+                // Rare (a complete pass): a copy without the maps and the activity, which
+                // follow in rows of their own.
+                let mut bare = connector.clone();
+                bare.data.recent_users = Tracked::default();
+                bare.data.clients = Tracked::default();
+                bare.data.activity = Default::default();
+                emit(CONNECTOR, name, &bare, &mut key, &mut bytes, &mut each);
             }
-            // Rare (a complete pass): a copy without the maps, which follow entry by entry.
-            let mut bare = connector.clone();
-            bare.data.recent_users = Tracked::default();
-            bare.data.clients = Tracked::default();
-            emit(CONNECTOR, name, &bare, &mut key, &mut bytes, &mut each);
+            if activity {
+                let lines: &VecDeque<Activity> = &data.activity;
+                emit(ACTIVITY, name, lines, &mut key, &mut bytes, &mut each);
+            }
             for (user, ts) in data.recent_users.sorted() {
                 emit_entry(RECENT_USER, name, user, ts, &mut key, &mut bytes, &mut each);
             }
@@ -254,6 +284,19 @@ pub struct StateDelta {
     /// The entries of the connectors' R-DATA maps changed (when not complete: `state`'s
     /// connectors then hold those maps empty), sorted by connector, map and key.
     entries: Vec<EntryRow>,
+    /// The connectors whose recent activity changed, with it (when not complete:
+    /// `state`'s connectors then hold it empty), in connector order.
+    activities: Vec<(String, VecDeque<Activity>)>,
+}
+
+/// Which rows [`Engine::rows`] makes.
+#[derive(Clone, Copy)]
+enum Layout {
+    /// Checkpoints: a connector's row holds its R-DATA maps and activity.
+    State,
+    /// A node's store: R-DATA entries and activity in rows of their own; without the
+    /// activity rows when `activity` is false (a delta's connectors, copied without it).
+    Store { activity: bool },
 }
 
 /// A changed entry of a connector's R-DATA maps.
@@ -275,8 +318,16 @@ impl StateDelta {
     /// Calls `each(key, value)` for every row copied, in the store's layout
     /// ([`Engine::for_each_store_row`]).
     pub fn for_each_row(&self, mut each: impl FnMut(&[u8], &[u8])) {
-        self.state.for_each_store_row(&mut each);
+        self.state.rows(
+            Layout::Store {
+                activity: self.complete,
+            },
+            &mut each,
+        );
         let (mut key, mut bytes) = (Vec::new(), Vec::new());
+        for (connector, lines) in &self.activities {
+            emit(ACTIVITY, connector, lines, &mut key, &mut bytes, &mut each);
+        }
         for entry in &self.entries {
             let (connector, name) = (entry.connector.as_str(), entry.key.as_str());
             match &entry.value {
@@ -310,9 +361,9 @@ impl StateDelta {
     /// Whether it holds every row of the kind of `key` (every kind when complete; the
     /// field rows and the connectors always): a stored row of such a kind that it does not
     /// name is gone, although no object's removal was recorded. (A connector's entry rows
-    /// go with it: see [`entry_row_ranges`].)
+    /// and activity row go with it: see [`entry_row_ranges`] and [`activity_row`].)
     pub fn holds_every_row_like(&self, key: &[u8]) -> bool {
-        self.complete || matches!(key.first(), Some(&REST) | Some(&CONNECTOR))
+        self.complete || held_whole_by_deltas(key)
     }
 }
 
@@ -390,6 +441,7 @@ impl Engine {
         }
         let mut gone = Vec::new();
         let mut entries = Vec::new();
+        let mut activities = Vec::new();
         let (machines, pools, user_sessions, connectors, complete) = match changed {
             (Some(m), Some(p), Some(u)) if entry_changes.len() == connectors.len() => {
                 let copies = connectors
@@ -397,6 +449,9 @@ impl Engine {
                     .zip(entry_changes)
                     .map(|((name, connector), (users, clients))| {
                         changed_entries(name, connector, &users, &clients, &mut entries, &mut gone);
+                        if connector.data.activity.take_changed() {
+                            activities.push((name.clone(), (*connector.data.activity).clone()));
+                        }
                         (name.clone(), bare_copy(connector))
                     })
                     .collect();
@@ -414,6 +469,7 @@ impl Engine {
                 for connector in connectors.values_mut() {
                     connector.data.recent_users.take_changed();
                     connector.data.clients.take_changed();
+                    connector.data.activity.take_changed();
                 }
                 (
                     machines.clone(),
@@ -445,6 +501,7 @@ impl Engine {
             gone,
             complete,
             entries,
+            activities,
         }
     }
 }
@@ -460,18 +517,22 @@ impl Engine {
         for connector in self.connectors.values_mut() {
             connector.data.recent_users.take_changed();
             connector.data.clients.take_changed();
+            connector.data.activity.take_changed();
         }
     }
 }
 
-/// A copy of `connector` without the entries of its R-DATA maps (they are copied as they
-/// change): the maps are moved out for the copy and back, so they keep recording.
+/// A copy of `connector` without the entries of its R-DATA maps and without its activity
+/// (they are copied as they change): they are moved out for the copy and back, so they
+/// keep recording.
 fn bare_copy(connector: &mut Connector) -> Connector {
     let users = std::mem::take(&mut connector.data.recent_users);
     let clients = std::mem::take(&mut connector.data.clients);
+    let activity = std::mem::take(&mut connector.data.activity);
     let copy = connector.clone();
     connector.data.recent_users = users;
     connector.data.clients = clients;
+    connector.data.activity = activity;
     copy
 }
 
@@ -580,6 +641,8 @@ pub struct StateRows {
     /// Entry rows (the store's layout), put in their connectors by `finish`, which
     /// may come after them.
     entries: Vec<(String, CompactString, EntryValue)>,
+    /// Activity rows (the store's layout), by connector, put in them by `finish`.
+    activities: BTreeMap<String, VecDeque<Activity>>,
 }
 
 /// A row that does not belong to an engine state: what is wrong with it.
@@ -637,6 +700,7 @@ impl StateRows {
             (REST, "pending_expiry") => field(&mut self.pending_expiry, value).map_err(bad)?,
             (REST, "record_ids") => field(&mut self.record_ids, value).map_err(bad)?,
             (CONNECTOR, name) => object(&mut self.connectors, name, value).map_err(bad)?,
+            (ACTIVITY, name) => object(&mut self.activities, name, value).map_err(bad)?,
             (MACHINE, name) => object(&mut self.machines, name, value).map_err(bad)?,
             (POOL, name) => object(&mut self.pools, name, value).map_err(bad)?,
             (USER, name) => object(&mut self.user_sessions, name, value).map_err(bad)?,
@@ -665,16 +729,35 @@ impl StateRows {
             pools,
             user_sessions,
             entries,
+            activities,
         } = self;
         if params.is_none()
             && now.is_none()
             && connectors.is_empty()
             && machines.is_empty()
             && entries.is_empty()
+            && activities.is_empty()
         {
             return Ok(None);
         }
         let mut connectors = connectors;
+        for (connector, lines) in activities {
+            let fail = |detail: &str| RowError {
+                key: format!("activity of connector {connector:?}"),
+                detail: detail.into(),
+            };
+            let activity = connectors
+                .get_mut(&connector)
+                .ok_or_else(|| fail("its connector has no row"))?
+                .data
+                .activity
+                .get_mut();
+            if !activity.is_empty() {
+                // (A store of format 2 kept it in the connector's row.)
+                return Err(fail("given twice (in its connector's row too)"));
+            }
+            *activity = lines;
+        }
         for (connector, entry, value) in entries {
             let fail = |detail: &str| RowError {
                 key: format!("entry {entry:?} of connector {connector:?}"),

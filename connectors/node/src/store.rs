@@ -96,11 +96,14 @@ const FORMAT_KEY: &[u8] = b"store_format";
 /// The layout this build writes: state rows, outputs by (offset, index) with a record's
 /// catch-up steps continuing its indices (format 1); since format 2 each entry of a
 /// connector's R-DATA maps is a state row of its own ([`Engine::for_each_store_row`]; a
-/// store of format 1 is read as it is and rewritten at its first commit). A store of a
-/// later format is refused at open, so a downgraded build never folds on in a layout it
-/// does not know (a build of format 1 would take the entry rows for corruption; an older
-/// one would write a part-way record's outputs from index 0 again, losing the steps').
-pub const STORE_FORMAT: u32 = 2;
+/// store of format 1 is read as it is and rewritten at its first commit); since format 3 a
+/// connector's recent activity is a row of its own, written only when it changed (a store
+/// of format 2 is read as it is and rewritten at its first commit). A store of a later
+/// format is refused at open, so a downgraded build never folds on in a layout it does not
+/// know (a build of format 2 would take the activity rows for corruption, one of format 1
+/// the entry rows; an older one would write a part-way record's outputs from index 0
+/// again, losing the steps').
+pub const STORE_FORMAT: u32 = 3;
 
 /// Errors of the node store; each names what to check.
 #[derive(Debug, thiserror::Error)]
@@ -215,7 +218,7 @@ struct Written {
     /// Hash of every state row the store holds but the R-DATA entry rows, by key: a row
     /// whose hash is unchanged is not written again. 128 bits, so that a collision (a
     /// change not written) is not a risk worth naming.
-    rows: HashMap<Box<[u8]>, RowMark>,
+    rows: RowMarks,
     /// Commits prepared so far (see [`RowMark::pass`]).
     pass: u64,
     /// `rows` was read from the store (by a load or the first commit).
@@ -301,6 +304,55 @@ struct RowMark {
     /// The last commit preparation that found it in the state: rows not found by the
     /// current one are objects gone, to delete.
     pass: u64,
+}
+
+/// The marks of the state rows a store holds (all but the R-DATA entry rows), with the
+/// keys of the kinds a delta holds whole apart: a delta's commit looks for those of them
+/// gone among a score of keys, not among every row (hundreds of thousands at a big site,
+/// scanned at every commit).
+#[derive(Default)]
+struct RowMarks {
+    marks: HashMap<Box<[u8]>, RowMark>,
+    /// Keys of the rows a delta always holds ([`lhc_engine::rows::held_whole_by_deltas`]).
+    whole: BTreeSet<Box<[u8]>>,
+}
+
+impl RowMarks {
+    fn get_mut(&mut self, key: &[u8]) -> Option<&mut RowMark> {
+        self.marks.get_mut(key)
+    }
+
+    fn contains_key(&self, key: &[u8]) -> bool {
+        self.marks.contains_key(key)
+    }
+
+    fn len(&self) -> usize {
+        self.marks.len()
+    }
+
+    fn insert(&mut self, key: Box<[u8]>, mark: RowMark) {
+        if lhc_engine::rows::held_whole_by_deltas(&key) {
+            self.whole.insert(key.clone());
+        }
+        self.marks.insert(key, mark);
+    }
+
+    fn remove(&mut self, key: &[u8]) {
+        self.whole.remove(key);
+        self.marks.remove(key);
+    }
+
+    /// Every row, in no order.
+    fn iter(&self) -> impl Iterator<Item = (&Box<[u8]>, &RowMark)> {
+        self.marks.iter()
+    }
+
+    /// The rows of the kinds a delta holds whole, in key order.
+    fn whole(&self) -> impl Iterator<Item = (&Box<[u8]>, &RowMark)> {
+        self.whole
+            .iter()
+            .map(|key| (key, self.marks.get(key).expect("kept with the marks")))
+    }
 }
 
 /// The state rows a commit puts and deletes.
@@ -576,9 +628,9 @@ impl Store {
 
     /// The state rows: the engine they make (`None` when there are none) and their hashes.
     #[allow(clippy::type_complexity)]
-    fn read_rows(&self) -> Result<(Option<Engine>, HashMap<Box<[u8]>, RowMark>), NodeError> {
+    fn read_rows(&self) -> Result<(Option<Engine>, RowMarks), NodeError> {
         let mut builder = lhc_engine::rows::StateRows::new();
-        let mut hashes = HashMap::new();
+        let mut hashes = RowMarks::default();
         for item in self.db.iterator_cf(&self.cf(STATE), IteratorMode::Start) {
             let (key, value) = item.map_err(|e| self.error(e))?;
             builder.add(&key, &value).map_err(|e| NodeError::Corrupt {
@@ -1102,7 +1154,7 @@ impl Store {
             // Only a pass over every row knows which rows no object holds any more.
             _ if complete => {
                 if seen < written.rows.len() {
-                    for (key, mark) in &written.rows {
+                    for (key, mark) in written.rows.iter() {
                         if mark.pass != pass {
                             batch.delete(key);
                             changed.deletes.push(key.clone());
@@ -1121,14 +1173,20 @@ impl Store {
                         changed.deletes.push(key.as_slice().into());
                     }
                 }
-                for (key, mark) in &written.rows {
-                    if mark.pass != pass && delta.holds_every_row_like(key) {
+                for (key, mark) in written.rows.whole() {
+                    if mark.pass != pass {
+                        debug_assert!(delta.holds_every_row_like(key));
                         batch.delete(key);
                         changed.deletes.push(key.clone());
-                        // A connector gone: its entry rows go with it.
+                        // A connector gone: its entry rows and activity row go with it.
                         if let Some(name) = lhc_engine::rows::connector_of_row(key) {
                             for (from, to) in lhc_engine::rows::entry_row_ranges(Some(name)) {
                                 batch.delete_range(&from, &to);
+                            }
+                            let activity = lhc_engine::rows::activity_row(name);
+                            if written.rows.contains_key(activity.as_slice()) {
+                                batch.delete(&activity);
+                                changed.deletes.push(activity.into());
                             }
                         }
                     }
@@ -2104,6 +2162,91 @@ mod tests {
         engine.for_each_store_row(|key, _| keys.push(Box::<[u8]>::from(key)));
         keys.sort();
         assert_eq!(store.state_row_keys().unwrap(), keys);
+        let reader = Store::open_read_only(dir.path()).unwrap();
+        let (loaded, next) = reader.load().unwrap();
+        assert_eq!(next, half as u64 + 3);
+        assert_eq!(loaded.digest(), engine.digest());
+    }
+
+    /// A store of format 2 (each connector's recent activity in the connector's row, no
+    /// activity rows) is read as it is; the first commit rewrites it with the activity in
+    /// rows of their own, and the state survives.
+    #[test]
+    fn a_store_of_format_2_is_rewritten_with_activity_rows_by_its_first_commit() {
+        let example = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../docs/examples/site-outage.jsonl"
+        ))
+        .unwrap();
+        let lines: Vec<&str> = example.lines().collect();
+        let entry = |offset: usize| LogEntry {
+            offset: offset as u64,
+            bytes: lines[offset].as_bytes().to_vec(),
+        };
+        let half = lines.len() / 2;
+        let dir = tempfile::tempdir().unwrap();
+        let activity_rows = |keys: &[Box<[u8]>]| keys.iter().filter(|k| k[0] == b'a').count();
+        {
+            let store = Store::open(dir.path(), &StoreOptions::default()).unwrap();
+            let mut folder = Folder::open(&store).unwrap();
+            for offset in 0..half {
+                folder.apply(&entry(offset));
+            }
+            folder.commit().unwrap();
+            assert!(activity_rows(&store.state_row_keys().unwrap()) > 0);
+            // Rewrite the state in format 2: each activity row back in its connector's.
+            let engine = folder.engine().read().unwrap().clone();
+            let with_activity = engine
+                .lhc_data("ddc1.corp.example")
+                .is_some_and(|d| !d.activity.is_empty());
+            assert!(
+                with_activity,
+                "the example's first half has LHC-mode activity"
+            );
+            let mut rows = BTreeMap::new();
+            engine.for_each_store_row(|key, value| {
+                rows.insert(key.to_vec(), value.to_vec());
+            });
+            let activities: Vec<(Vec<u8>, Vec<u8>)> = rows
+                .iter()
+                .filter(|(key, _)| key[0] == b'a')
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            for (key, lines) in activities {
+                rows.remove(&key);
+                let mut connector_key = key.clone();
+                connector_key[0] = b'c';
+                let row = rows.get_mut(&connector_key).expect("its connector's row");
+                let mut value: serde_json::Value = serde_json::from_slice(row).unwrap();
+                value["data"]["activity"] = serde_json::from_slice(&lines).unwrap();
+                *row = serde_json::to_vec(&value).unwrap();
+            }
+            let cf = store.cf(STATE);
+            let mut batch = WriteBatch::default();
+            for key in store.state_row_keys().unwrap() {
+                batch.delete_cf(&cf, key);
+            }
+            for (key, value) in &rows {
+                batch.put_cf(&cf, key, value);
+            }
+            batch.put_cf(&store.cf(META), FORMAT_KEY, 2u32.to_be_bytes());
+            store.db.write(batch).unwrap();
+        }
+        let store = Store::open(dir.path(), &StoreOptions::default()).unwrap();
+        assert_eq!(store.format().unwrap(), Some(2));
+        assert_eq!(activity_rows(&store.state_row_keys().unwrap()), 0);
+        let mut folder = Folder::open(&store).unwrap();
+        for offset in half..half + 3 {
+            folder.apply(&entry(offset));
+        }
+        folder.commit().unwrap();
+        assert_eq!(store.format().unwrap(), Some(STORE_FORMAT));
+        let engine = folder.engine().read().unwrap().clone();
+        let mut keys = Vec::new();
+        engine.for_each_store_row(|key, _| keys.push(Box::<[u8]>::from(key)));
+        keys.sort();
+        assert_eq!(store.state_row_keys().unwrap(), keys);
+        assert!(activity_rows(&keys) > 0);
         let reader = Store::open_read_only(dir.path()).unwrap();
         let (loaded, next) = reader.load().unwrap();
         assert_eq!(next, half as u64 + 3);

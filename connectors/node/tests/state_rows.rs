@@ -440,3 +440,54 @@ fn a_store_of_a_later_format_is_refused() {
         "{error}"
     );
 }
+
+/// Each connector's recent activity (its LHC-mode lines, up to a thousand) is a row of its
+/// own in the store's layout, and a delta holds it exactly when it changed since the
+/// previous delta: after an outage it is not rewritten with every commit.
+#[test]
+fn a_delta_holds_a_connectors_activity_exactly_when_it_changed() {
+    let example = lines(repo("docs/examples/site-outage.jsonl"));
+    let activities = |engine: &Engine| {
+        let mut all = std::collections::BTreeMap::new();
+        engine.for_each_state_row(|key, _| {
+            if let Some(name) = lhc_engine::rows::connector_of_row(key) {
+                let lines = engine.lhc_data(name).unwrap().activity.clone();
+                all.insert(name.to_string(), (*lines).clone());
+            }
+        });
+        all
+    };
+    let mut engine = Engine::new();
+    let (mut held, mut kept_out) = (0, 0);
+    for (offset, bytes) in example.iter().enumerate() {
+        let before = activities(&engine);
+        engine.apply(
+            offset as u64,
+            lhc_engine::decode_record_at(bytes, offset as u64),
+            &mut Vec::new(),
+        );
+        let after = activities(&engine);
+        let delta = engine.take_delta();
+        let mut rows = std::collections::BTreeSet::new();
+        delta.for_each_row(|key, _| {
+            if key[0] == b'a' {
+                rows.insert(String::from_utf8(key[1..].to_vec()).unwrap());
+            }
+        });
+        if delta.complete() {
+            // Every row (the first delta, a new connector): every connector's activity.
+            assert_eq!(rows.len(), after.len(), "offset {offset}");
+            continue;
+        }
+        let changed: std::collections::BTreeSet<String> = after
+            .iter()
+            .filter(|(name, lines)| before.get(*name) != Some(lines))
+            .map(|(name, _)| name.clone())
+            .collect();
+        assert_eq!(rows, changed, "offset {offset}");
+        held += rows.len();
+        kept_out += after.len() - rows.len();
+    }
+    assert!(held > 0, "the outage's launches changed some activity");
+    assert!(kept_out > held, "most deltas leave the activity out");
+}

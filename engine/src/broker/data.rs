@@ -58,10 +58,11 @@ impl crate::engine::Connector {
         if !self.in_lhc() {
             return;
         }
-        if self.data.activity.len() == ACTIVITY_KEPT {
-            self.data.activity.pop_front();
+        let activity = self.data.activity.get_mut();
+        if activity.len() == ACTIVITY_KEPT {
+            activity.pop_front();
         }
-        self.data.activity.push_back(Activity {
+        activity.push_back(Activity {
             ts,
             kind: kind.to_string(),
             detail,

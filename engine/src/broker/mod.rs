@@ -23,7 +23,7 @@ use std::sync::Arc;
 use compact_str::CompactString;
 use serde::{Deserialize, Serialize};
 
-use crate::detmap::Tracked;
+use crate::detmap::{Tracked, Watched};
 use crate::engine::{Engine, Holder, Registrar};
 use crate::record::SessionState;
 use crate::snapshot::{self, Snapshot};
@@ -94,8 +94,10 @@ pub struct LhcData {
     pub recent_users: Tracked<CompactString, Ts>,
     /// Client machines: name → (IP, last seen). Tracked, as `recent_users`.
     pub clients: Tracked<CompactString, (CompactString, Ts)>,
-    /// Recent activity during LHC mode, oldest first, at most `ACTIVITY_KEPT`.
-    pub activity: VecDeque<Activity>,
+    /// Recent activity during LHC mode, oldest first, at most `ACTIVITY_KEPT`. Watched,
+    /// so that a node's commit writes it only when it changed (it changes only in LHC
+    /// mode, and is up to a thousand lines).
+    pub activity: Watched<VecDeque<Activity>>,
     /// Launches rejected `cloud_unreachable` (the detection gap before LHC mode).
     pub cloud_unreachable: u64,
 }
