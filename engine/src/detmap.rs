@@ -72,7 +72,8 @@ impl<'de, K: Eq + Hash + Deserialize<'de>, V: Deserialize<'de>> Deserialize<'de>
 ///
 /// Invariant: every key whose value differs from the last [`Tracked::take_changed`] is in
 /// the set it returns next, or the set is `None` (anything may have changed). Changing the
-/// map is only possible through the methods below, which record the key; reading goes
+/// map is only possible through the methods below, which record the key (but
+/// [`Tracked::get_mut_unrecorded`], whose caller records what it changes); reading goes
 /// through `Deref`. Until the first `take_changed` (and after a change of many entries at
 /// once, [`Tracked::all_mut`]) nothing is recorded, so an engine nobody asks (a replay)
 /// pays one branch per change.
@@ -143,6 +144,25 @@ impl<K: Eq + Hash + Clone, V> Tracked<K, V> {
             }
         }
         Some(value)
+    }
+
+    /// The value of `key`, to change or not, NOT recorded as changed: a caller that changes
+    /// it must say so with [`Tracked::record`] (the VDA heartbeat, which most often
+    /// changes nothing that is saved: recorded, every machine that heartbeated was copied,
+    /// serialized and hashed at the next commit for nothing).
+    pub fn get_mut_unrecorded<Q: Hash + Eq + ?Sized>(&mut self, key: &Q) -> Option<&mut V>
+    where
+        K: Borrow<Q>,
+    {
+        self.map.get_mut(key)
+    }
+
+    /// Records `key` as changed (see [`Tracked::get_mut_unrecorded`]).
+    pub fn record<Q: Hash + Eq + ?Sized>(&mut self, key: &Q)
+    where
+        K: Borrow<Q> + for<'a> From<&'a Q>,
+    {
+        self.mark(key);
     }
 
     /// The value of `key`, inserted as `V::default()` if absent; recorded as changed.

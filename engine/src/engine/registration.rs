@@ -67,8 +67,10 @@ impl Engine {
             ..
         } = self;
         // One map lookup on the hot path: the runtime found here serves the whole heartbeat
-        // (each lookup of a 40,000-entry map costs a cache miss on the key's bytes).
-        let mut found = machines.get_mut(hb.machine.as_str());
+        // (each lookup of a 40,000-entry map costs a cache miss on the key's bytes). Not
+        // recorded as changed: most heartbeats change nothing saved, and a node's commit
+        // copies only what changed; what does change is recorded below.
+        let mut found = machines.get_mut_unrecorded(hb.machine.as_str());
         let cached = found
             .as_ref()
             .and_then(|rt| rt.resolved)
@@ -81,16 +83,20 @@ impl Engine {
             if id != hb.machine {
                 // Named in another case than the configuration's id: the runtime is keyed
                 // by the id.
-                found = machines.get_mut(id);
+                found = machines.get_mut_unrecorded(id);
             }
         }
         let Some((machine, zone_index)) = resolved else {
             // Not in the site configuration: the cloud broker refuses it.
+            let name = CompactString::from(hb.machine.as_str());
             let runtime = match found {
                 Some(r) => r,
-                None => machines.or_default(hb.machine.as_str().into()),
+                None => machines.or_default(name.clone()),
             };
-            return unknown_machine(runtime, connectors, site.version, hb, ts, out);
+            let change = unknown_machine(runtime, connectors, site.version, hb, ts, out);
+            // (Rare: recorded whether it changed anything or not.)
+            machines.record(name.as_str());
+            return change;
         };
         let zone: &str = site.zone_name(zone_index);
         // R-REG-1: the zone offers the cloud path through a connector in working_normally
@@ -127,6 +133,9 @@ impl Engine {
         {
             runtime.resolved = Some((site.version, Some(zone_index)));
         }
+        // What a row of the machine holds changed: its sessions, a refusal (perhaps: one
+        // already reported changes nothing, but is rare enough to count), its registrar.
+        let changed = !same || !refusals.is_empty();
         for (name, reason, epoch) in refusals {
             refuse(
                 runtime,
@@ -146,6 +155,9 @@ impl Engine {
         };
         if unchanged {
             follow_sessions(connectors, &runtime.registrar, old_sessions, new_sessions);
+            if changed {
+                machines.record(machine);
+            }
             return dirty.then(|| SessionsChange {
                 machine: machine.to_string(),
                 old,
@@ -159,6 +171,7 @@ impl Engine {
         };
         let sessions = (old_sessions as u64, new_sessions as u64);
         move_registration(connectors, runtime, machine, new, sessions, ts, out);
+        machines.record(machine);
         Some(SessionsChange {
             machine: machine.to_string(),
             old,

@@ -34,8 +34,11 @@ pub enum ConnectorCommand {
         /// continues a fold's.
         #[arg(long, value_name = "DIR", default_value = "lhc-data/node")]
         data: PathBuf,
-        /// Records per commit.
-        #[arg(long, default_value_t = 1000)]
+        /// Records per commit (and a commit whenever the fold reaches the end of the log).
+        /// Each commit writes what changed since the previous one, so fewer, larger
+        /// commits fold faster (a 12-hour, 40,000-VDA log: 44 s with 1,000, 24 s with
+        /// 10,000); a fold killed part-way folds again at most this many records.
+        #[arg(long, default_value_t = 10_000)]
         batch: usize,
         /// Keep folding records as they are appended (stop with Ctrl-C).
         #[arg(long)]
