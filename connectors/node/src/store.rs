@@ -1670,7 +1670,13 @@ impl<S: Deref<Target = Store>> Folder<S> {
     /// A hash per record (xxh3, tens of nanoseconds for a record of a few hundred bytes)
     /// rather than a copy of its bytes, so a big `config.change` is not kept.
     pub fn note_bytes(&mut self, offset: u64, bytes: &[u8]) {
-        self.last_hash = Some((offset, xxh3_128(bytes)));
+        self.note_hash(offset, xxh3_128(bytes));
+    }
+
+    /// [`Folder::note_bytes`] with the bytes' xxh3-128 taken already (by a thread that
+    /// read and decoded the record ahead of the fold).
+    pub fn note_hash(&mut self, offset: u64, hash: u128) {
+        self.last_hash = Some((offset, hash));
     }
 
     /// The hash of the last record applied whole, if its bytes were noted.
@@ -1963,7 +1969,71 @@ pub fn fold(
     })
 }
 
-/// [`fold`] proper, handing checkpoints to `checkpoints` when given.
+/// What the reading thread of a fold hands over, in log order.
+enum Ahead {
+    /// A record, with the xxh3-128 of its bytes and its decoding.
+    Record {
+        offset: u64,
+        hash: u128,
+        record: Result<lhc_engine::Record, lhc_engine::DecodeError>,
+    },
+    /// The reader reached the end of the log (for now, when following).
+    End,
+    /// The log cannot be read on: the records before it were handed over.
+    Failed(LogError),
+}
+
+/// Records a fold's reading thread hands over at once (a channel send per record cost
+/// more than decoding a heartbeat).
+const AHEAD_BATCH: usize = 1024;
+
+/// The reading thread of a fold: reads, hashes and decodes records ahead of the fold (on
+/// the other core, so the fold thread applies and commits), in log order, in batches;
+/// every end of the log it meets is handed over in its place, so the fold commits where it
+/// did when it read for itself. Stops at the end (unless `follow`), at a read error, or
+/// when the fold stops listening.
+fn read_ahead(
+    mut reader: Box<dyn lhc_log::LogReader>,
+    wait: Duration,
+    follow: bool,
+    to: SyncSender<Vec<Ahead>>,
+) {
+    let mut batch = Vec::with_capacity(AHEAD_BATCH);
+    loop {
+        let last = match reader.next(wait) {
+            Ok(Some(entry)) => {
+                batch.push(Ahead::Record {
+                    offset: entry.offset,
+                    hash: xxh3_128(&entry.bytes),
+                    record: decode_record_at(&entry.bytes, entry.offset),
+                });
+                if batch.len() < AHEAD_BATCH {
+                    continue;
+                }
+                false
+            }
+            Ok(None) => {
+                batch.push(Ahead::End);
+                !follow
+            }
+            Err(e) => {
+                batch.push(Ahead::Failed(e));
+                true
+            }
+        };
+        let full = std::mem::replace(&mut batch, Vec::with_capacity(AHEAD_BATCH));
+        if to.send(full).is_err() || last {
+            return;
+        }
+    }
+}
+
+/// [`fold`] proper, handing checkpoints to `checkpoints` when given. Three threads share
+/// the work: one reads and decodes records ahead ([`read_ahead`]), this one applies them
+/// one by one in log order and copies what each commit must write (`commit_job`), and a
+/// committer serializes and writes the commits, in order. The first commit that fails
+/// stops the fold with its error (a later job, holding only what changed since, would
+/// miss its changes); every commit written is whole, so a rerun resumes from the last.
 fn fold_with(
     store: &Store,
     log: &dyn Log,
@@ -1976,43 +2046,45 @@ fn fold_with(
         folder.take_checkpoints(every, to);
     }
     let resumed_at = folder.next();
-    let mut reader = log.reader(resumed_at.max(log.start_offset()?))?;
+    let reader = log.reader(resumed_at.max(log.start_offset()?))?;
     let mut applied = 0u64;
     let wait = if follow.is_some() {
         Duration::from_millis(200)
     } else {
         Duration::ZERO
     };
-    loop {
-        let entry = match reader.next(wait) {
-            Ok(entry) => entry,
-            Err(e) => {
-                // A damaged record stops the fold, after the good records read before it
-                // are committed (they waited for the batch to fill: up to --batch of them
-                // were lost at every run, so a rerun never got past them). Said first, so
-                // a commit that fails too does not hide it.
-                tracing::error!(error = %e, "the log cannot be read on; committing what was folded before");
-                folder.commit()?;
-                return Err(e.into());
-            }
-        };
-        let Some(entry) = entry else {
-            folder.commit()?;
-            match follow {
-                Some(stop) if !stop() => continue,
-                _ => break,
-            }
-        };
-        folder.apply(&entry);
-        while folder.in_progress() {
-            folder.commit()?;
-            folder.resume();
+    std::thread::scope(|scope| -> Result<(), NodeError> {
+        // A few batches ahead: enough to keep the threads busy, bounded memory.
+        let (to, batches) = std::sync::mpsc::sync_channel(4);
+        let following = follow.is_some();
+        std::thread::Builder::new()
+            .name("lhc-read".into())
+            .spawn_scoped(scope, move || read_ahead(reader, wait, following, to))
+            .map_err(|e| NodeError::Commit(format!("starting the reading thread: {e}")))?;
+        // One commit prepared while the one before is written.
+        let (jobs, pending) = std::sync::mpsc::sync_channel::<CommitJob>(1);
+        let committer = std::thread::Builder::new()
+            .name("lhc-commit".into())
+            .spawn_scoped(scope, move || -> Result<(), NodeError> {
+                for job in pending {
+                    store.write_job(&job)?;
+                }
+                Ok(())
+            })
+            .map_err(|e| NodeError::Commit(format!("starting the committer: {e}")))?;
+        let folded = fold_ahead(&mut folder, batches, &jobs, batch, follow, &mut applied);
+        // Every job handed over is written (or the first failure stops the committer)
+        // before the fold says how it went.
+        drop(jobs);
+        let committed = committer
+            .join()
+            .unwrap_or_else(|_| Err(NodeError::Commit("the committer panicked".into())));
+        match (folded, committed) {
+            // The committer's failure is the cause: the fold only saw that it stopped.
+            (_, Err(cause)) => Err(cause),
+            (folded, Ok(())) => folded,
         }
-        applied += 1;
-        if folder.uncommitted() >= batch.max(1) {
-            folder.commit()?;
-        }
-    }
+    })?;
     let summary = FoldSummary {
         resumed_at,
         applied,
@@ -2020,6 +2092,66 @@ fn fold_with(
         commits: folder.commits(),
     };
     Ok((summary, folder.into_engine()))
+}
+
+/// The fold thread of [`fold_with`]: applies what the reading thread hands over and hands
+/// commits to the committer (`jobs`).
+fn fold_ahead(
+    folder: &mut Folder<&Store>,
+    batches: std::sync::mpsc::Receiver<Vec<Ahead>>,
+    jobs: &SyncSender<CommitJob>,
+    batch: usize,
+    follow: Option<&dyn Fn() -> bool>,
+    applied: &mut u64,
+) -> Result<(), NodeError> {
+    let commit = |folder: &mut Folder<&Store>| -> Result<(), NodeError> {
+        match folder.commit_job() {
+            Some(job) => jobs
+                .send(job)
+                .map_err(|_| NodeError::Commit("the committer stopped (its error follows)".into())),
+            None => Ok(()),
+        }
+    };
+    for ahead in batches.iter().flatten() {
+        match ahead {
+            Ahead::Record {
+                offset,
+                hash,
+                record,
+            } => {
+                folder.note_hash(offset, hash);
+                folder.apply_decoded(offset, record);
+                while folder.in_progress() {
+                    commit(folder)?;
+                    folder.resume();
+                }
+                *applied += 1;
+                if folder.uncommitted() >= batch.max(1) {
+                    commit(folder)?;
+                }
+            }
+            Ahead::End => {
+                commit(folder)?;
+                match follow {
+                    Some(stop) if !stop() => continue,
+                    _ => return Ok(()),
+                }
+            }
+            Ahead::Failed(e) => {
+                // A damaged record stops the fold, after the good records read before it
+                // are committed (they waited for the batch to fill: up to --batch of them
+                // were lost at every run, so a rerun never got past them). Said first, so a
+                // commit that fails too does not hide it.
+                tracing::error!(error = %e, "the log cannot be read on; committing what was folded before");
+                commit(folder)?;
+                return Err(e.into());
+            }
+        }
+    }
+    // The reading thread always ends its last batch with an end or a failure.
+    Err(NodeError::Commit(
+        "the reading thread stopped before the end of the log".into(),
+    ))
 }
 
 /// A new instance id for a data directory: 8 hex digits from the directory, the process and
