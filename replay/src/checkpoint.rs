@@ -642,6 +642,8 @@ struct Writer {
     written: Vec<u64>,
     /// Checkpoints already there and usable, not written again.
     keep: std::collections::BTreeSet<u64>,
+    /// Keeps the last configuration part compressed (it rarely changes).
+    encoder: format::Encoder,
 }
 
 impl Writer {
@@ -672,7 +674,10 @@ impl Writer {
             last_record,
             samples,
         };
-        let bytes = format::encode(engine, covered).map_err(io(&self.dir))?;
+        let bytes = self
+            .encoder
+            .encode(engine, covered)
+            .map_err(io(&self.dir))?;
         let dir = self.dir.join(DIR);
         std::fs::create_dir_all(&dir).map_err(io(&dir))?;
         let path = dir.join(format!("{:020}.ckpt", self.next_offset));

@@ -111,9 +111,10 @@ pub fn run(
     jobs: Receiver<CheckpointJob>,
     no_more_commits: &dyn Fn() -> bool,
 ) {
+    let mut encoder = format::Encoder::default();
     for job in jobs {
         let next = job.next;
-        match write(store, policy, records, job, no_more_commits) {
+        match write(store, policy, records, job, no_more_commits, &mut encoder) {
             Ok(true) => tracing::info!(next_offset = next, "checkpoint written"),
             Ok(false) => {}
             Err(e) => tracing::warn!(next_offset = next, error = %e, "checkpoint not written"),
@@ -129,6 +130,7 @@ fn write(
     records: &Records<'_>,
     job: CheckpointJob,
     no_more_commits: &dyn Fn() -> bool,
+    encoder: &mut format::Encoder,
 ) -> Result<bool, NodeError> {
     if let Records::Journal = records {
         while store.committed_next() < job.next {
@@ -160,7 +162,8 @@ fn write(
         last_record,
         samples,
     };
-    let bytes = format::encode(&job.engine, covered)
+    let bytes = encoder
+        .encode(&job.engine, covered)
         .map_err(|e| NodeError::Checkpoint(format!("compressing the state: {e}")))?;
     // The engine is let go on this thread, not the fold's.
     drop(job.engine);
