@@ -546,33 +546,51 @@ fn changed_entries(
     entries: &mut Vec<EntryRow>,
     gone: &mut Vec<Vec<u8>>,
 ) {
-    let mut gone_key = |tag: u8, entry: &str| {
-        let mut key = Vec::new();
-        entry_key(&mut key, tag, name, entry);
-        gone.push(key);
-    };
-    let mut keys: Vec<&CompactString> = users.iter().collect();
+    changed_in(
+        name,
+        RECENT_USER,
+        &connector.data.recent_users,
+        users,
+        |ts| EntryValue::RecentUser(*ts),
+        entries,
+        gone,
+    );
+    changed_in(
+        name,
+        CLIENT,
+        &connector.data.clients,
+        clients,
+        |seen| EntryValue::Client(seen.clone()),
+        entries,
+        gone,
+    );
+}
+
+/// [`changed_entries`] for one R-DATA map of connector `name`: each key in `changed`, in
+/// key order, as an entry row (`value` of what the map holds) or, gone, a row to delete.
+fn changed_in<V>(
+    name: &str,
+    tag: u8,
+    map: &Tracked<CompactString, V>,
+    changed: &std::collections::HashSet<CompactString, rustc_hash::FxBuildHasher>,
+    value: impl Fn(&V) -> EntryValue,
+    entries: &mut Vec<EntryRow>,
+    gone: &mut Vec<Vec<u8>>,
+) {
+    let mut keys: Vec<&CompactString> = changed.iter().collect();
     keys.sort_unstable();
     for key in keys {
-        match connector.data.recent_users.get(key) {
-            Some(ts) => entries.push(EntryRow {
+        match map.get(key) {
+            Some(held) => entries.push(EntryRow {
                 connector: name.to_string(),
                 key: key.clone(),
-                value: EntryValue::RecentUser(*ts),
+                value: value(held),
             }),
-            None => gone_key(RECENT_USER, key),
-        }
-    }
-    let mut keys: Vec<&CompactString> = clients.iter().collect();
-    keys.sort_unstable();
-    for key in keys {
-        match connector.data.clients.get(key) {
-            Some(seen) => entries.push(EntryRow {
-                connector: name.to_string(),
-                key: key.clone(),
-                value: EntryValue::Client(seen.clone()),
-            }),
-            None => gone_key(CLIENT, key),
+            None => {
+                let mut row = Vec::new();
+                entry_key(&mut row, tag, name, key);
+                gone.push(row);
+            }
         }
     }
 }
