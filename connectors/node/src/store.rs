@@ -737,10 +737,13 @@ impl Store {
     /// that shares its first records.
     pub fn refuse_other_log(&self, log: &dyn Log) -> Result<(), NodeError> {
         // Asked once for every record checked below (on Kafka each ask is a round trip).
-        let holds = log
-            .start_offset()
-            .and_then(|start| Ok(start..log.end_offset()?));
-        self.refuse_other_last_record(log, holds.as_ref().ok().cloned())?;
+        let (start, end) = (log.start_offset(), log.end_offset());
+        self.refuse_other_last_record(
+            log,
+            start.as_ref().ok().copied(),
+            end.as_ref().ok().copied(),
+        )?;
+        let holds = start.and_then(|start| Ok(start..end?));
         let Some(&(offset, _)) = self.checkpoints()?.last() else {
             return Ok(());
         };
@@ -780,12 +783,13 @@ impl Store {
     }
 
     /// The first half of [`Store::refuse_other_log`]: the log's record at the offset of the
-    /// last record the store applied whole against that record's hash. `holds`: the
-    /// offsets the log holds, `None` when it could not say.
+    /// last record the store applied whole against that record's hash. `start`, `end`: the
+    /// offsets the log holds, `None` where it could not say.
     fn refuse_other_last_record(
         &self,
         log: &dyn Log,
-        holds: Option<std::ops::Range<u64>>,
+        start: Option<u64>,
+        end: Option<u64>,
     ) -> Result<(), NodeError> {
         let Some(value) = self
             .db
@@ -807,12 +811,7 @@ impl Store {
                 path: self.path.clone(),
                 detail: format!("the last record's hash is {} bytes, not 24", value.len()),
             })?;
-        let Some(holds) = holds else {
-            // A log that cannot say what it holds (brokers down): the fold's own reading
-            // says so.
-            return Ok(());
-        };
-        if holds.end <= offset {
+        if let Some(end) = end.filter(|end| *end <= offset) {
             return Err(NodeError::OtherSource(format!(
                 "{} has applied {} records, more than {} holds ({}): it was folded from \
                  another log (give each log its own --data), or from this one before it \
@@ -821,12 +820,17 @@ impl Store {
                 self.path.display(),
                 offset + 1,
                 log.describe(),
-                holds.end,
+                end,
             )));
         }
+        let (Some(start), Some(end)) = (start, end) else {
+            // A log that cannot say what it holds (brokers down): the fold's own reading
+            // says so.
+            return Ok(());
+        };
         // A log that cannot be read there (a damaged segment): the fold's own reading says
         // so, after folding what it can.
-        let Ok(Some(bytes)) = lhc_log::checkpoint::record_bytes_in(log, offset, holds) else {
+        let Ok(Some(bytes)) = lhc_log::checkpoint::record_bytes_in(log, offset, start..end) else {
             return Ok(());
         };
         if xxh3_128(&bytes) == held {
@@ -1542,7 +1546,11 @@ impl<S: Deref<Target = Store>> Folder<S> {
     pub fn open(store: S) -> Result<Folder<S>, NodeError> {
         let (mut engine, next) = store.load()?;
         let (sent_site_version, current) = {
-            let written = store.written.lock().expect("written");
+            let mut written = store.written.lock().expect("written");
+            // This folder's engine is what the store holds: what it changes from here is
+            // all a commit must write, whatever a commit of an earlier folder on this
+            // store left unfinished (a library caller folding again after a failed fold).
+            written.unfinished = false;
             (written.site_version, written.loaded_current)
         };
         if current {
@@ -2000,7 +2008,21 @@ fn read_ahead(
 ) {
     let mut batch = Vec::with_capacity(AHEAD_BATCH);
     loop {
-        let last = match reader.next(wait) {
+        // What was read goes over as soon as nothing more is ready, not only once a batch
+        // is full: a fold that follows a log written a few records a second applies and
+        // commits them as they come.
+        let next = match reader.next(Duration::ZERO) {
+            Ok(None) if !batch.is_empty() => {
+                let ready = std::mem::replace(&mut batch, Vec::with_capacity(AHEAD_BATCH));
+                if to.send(ready).is_err() {
+                    return;
+                }
+                reader.next(wait)
+            }
+            Ok(None) => reader.next(wait),
+            other => other,
+        };
+        let last = match next {
             Ok(Some(entry)) => {
                 batch.push(Ahead::Record {
                     offset: entry.offset,
@@ -2442,6 +2464,59 @@ mod tests {
         loaded.take_config();
         let mut folded = folder.engine().read().unwrap().clone();
         folded.take_config();
+        assert_eq!(loaded.digest(), folded.digest());
+    }
+
+    /// A fold on a store whose last commit failed (in this process: a library caller
+    /// folding again) starts from what the store holds and writes what changes from there,
+    /// instead of being refused as if it continued the failed commit's engine.
+    #[test]
+    fn a_fold_after_a_failed_commit_on_the_same_store_goes_on() {
+        let example = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../docs/examples/site-outage.jsonl"
+        ))
+        .unwrap();
+        let lines: Vec<&str> = example.lines().collect();
+        let dir = tempfile::tempdir().unwrap();
+        let log =
+            lhc_log::EmbeddedLog::open(dir.path().join("log"), lhc_log::EmbeddedOptions::default())
+                .unwrap();
+        let records: Vec<&[u8]> = lines.iter().map(|l| l.as_bytes()).collect();
+        log.append(&records).unwrap();
+        let store = Store::open(dir.path().join("data"), &StoreOptions::default()).unwrap();
+        {
+            let mut folder = Folder::open(&store).unwrap();
+            for offset in 0..60 {
+                folder.apply(&LogEntry {
+                    offset,
+                    bytes: lines[offset as usize].as_bytes().to_vec(),
+                });
+            }
+            store.write_job(&folder.commit_job().unwrap()).unwrap();
+            for offset in 60..80 {
+                folder.apply(&LogEntry {
+                    offset,
+                    bytes: lines[offset as usize].as_bytes().to_vec(),
+                });
+            }
+            // A commit that fails part-way (as in the test above).
+            let mut failing = folder.commit_job().unwrap();
+            failing.site = None;
+            store.written.lock().unwrap().site_version = Some(u64::MAX);
+            assert!(store.write_job(&failing).is_err());
+            store.written.lock().unwrap().site_version = Some(failing.site_version);
+        }
+        let policy = crate::checkpoints::CheckpointPolicy::off();
+        let (summary, engine) = fold(&store, &log, 7, None, &policy).unwrap();
+        assert_eq!(summary.resumed_at, 60);
+        assert_eq!(summary.next, lines.len() as u64);
+        let reader = Store::open_read_only(dir.path().join("data")).unwrap();
+        let (mut loaded, next) = reader.load().unwrap();
+        assert_eq!(next, lines.len() as u64);
+        let mut folded = engine;
+        folded.take_config();
+        loaded.take_config();
         assert_eq!(loaded.digest(), folded.digest());
     }
 

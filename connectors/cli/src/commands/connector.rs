@@ -23,9 +23,9 @@ use crate::args::LogArgs;
 pub enum ConnectorCommand {
     /// Fold the site log into the node's cache snapshot, from where it stopped.
     ///
-    /// State, applied offset and outputs are committed together every --batch records, so
-    /// the fold can be killed at any instant and resumed without losing or repeating
-    /// anything.
+    /// State, applied offset and outputs are committed together every --batch records (and
+    /// whenever the fold reaches the end of the log), so the fold can be killed at any
+    /// instant and resumed without losing or repeating anything.
     Fold {
         #[command(flatten)]
         target: LogArgs,
@@ -37,7 +37,9 @@ pub enum ConnectorCommand {
         /// Records per commit (and a commit whenever the fold reaches the end of the log).
         /// Each commit writes what changed since the previous one, so fewer, larger
         /// commits fold faster (a 12-hour, 40,000-VDA log: 44 s with 1,000, 24 s with
-        /// 10,000); a fold killed part-way folds again at most this many records.
+        /// 10,000). Commits are written on a thread of their own while the fold goes on,
+        /// so a fold killed part-way folds again what its last commits had not written:
+        /// up to about three times this many records.
         #[arg(long, default_value_t = 10_000)]
         batch: usize,
         /// Keep folding records as they are appended (stop with Ctrl-C).
