@@ -524,3 +524,50 @@ fn probes_say_not_ready_while_a_record_is_applied_in_steps() {
         "the node's first record follows the log's {records}: {detail}"
     );
 }
+
+/// A second fold on a data directory a running fold holds is refused with what to do (not
+/// RocksDB's lock-file message), and a fold of a log that does not open leaves no empty
+/// store behind.
+#[test]
+fn a_fold_on_a_store_in_use_or_of_a_missing_log_says_so_and_leaves_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = import(tmp.path(), &site_log(10, 1));
+    let data = tmp.path().join("node").display().to_string();
+    let mut following = Command::new(env!("CARGO_BIN_EXE_lhc"))
+        .args([
+            "connector",
+            "fold",
+            "--log",
+            &log,
+            "--data",
+            &data,
+            "--follow",
+            "-q",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !tmp.path().join("node/snapshot/CURRENT").is_file() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let second = lhc(&["connector", "fold", "--log", &log, "--data", &data]);
+    following.kill().unwrap();
+    following.wait().unwrap();
+    assert!(!second.status.success());
+    let said = String::from_utf8_lossy(&second.stderr).to_string();
+    assert!(
+        said.contains("in use by another process") && !said.contains("lock file"),
+        "{said}"
+    );
+
+    let missing = tmp.path().join("no-such-log").display().to_string();
+    let other = tmp.path().join("other").display().to_string();
+    let refused = lhc(&["connector", "fold", "--log", &missing, "--data", &other]);
+    assert!(!refused.status.success());
+    assert!(
+        !tmp.path().join("other").exists(),
+        "a fold of a log that does not open made {other}"
+    );
+}

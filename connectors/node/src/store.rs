@@ -116,6 +116,15 @@ pub enum NodeError {
         /// RocksDB's error.
         source: rocksdb::Error,
     },
+    /// Another process holds the store open for writing.
+    #[error(
+        "cache snapshot {path} is in use by another process (a running node, or another \
+         fold on the same --data): stop it first, or give this one its own --data"
+    )]
+    InUse {
+        /// The store directory.
+        path: PathBuf,
+    },
     /// The stored state does not decode (written by another version?).
     #[error("cache snapshot {path}: stored state unreadable: {detail}; delete the directory to refold from the log")]
     Corrupt {
@@ -443,7 +452,15 @@ impl Store {
         } else {
             DB::open_cf_descriptors(&db_options, &path, families)
         }
-        .map_err(error)?;
+        .map_err(|source| {
+            // RocksDB's own words ("While lock file: .../LOCK: Resource temporarily
+            // unavailable") do not say what to do.
+            if source.to_string().contains("lock file") {
+                NodeError::InUse { path: path.clone() }
+            } else {
+                error(source)
+            }
+        })?;
         let store = Store {
             db,
             path,

@@ -218,8 +218,9 @@ pub fn run(command: ConnectorCommand, quiet: bool) -> anyhow::Result<ExitCode> {
         } => {
             let options = store_args.options();
             let dir = fold_store_dir(&data);
-            let store = Store::open(&dir, &options)?;
+            // The log first: a log that does not open leaves no empty store behind.
             let log = target.open_for_read()?;
+            let store = Store::open(&dir, &options)?;
             // Following runs until the process is stopped (Ctrl-C); nothing else ends it.
             let never = || false;
             // Checkpoints name records by offset: a topic partition shared by sites has
