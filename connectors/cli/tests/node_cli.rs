@@ -570,4 +570,18 @@ fn a_fold_on_a_store_in_use_or_of_a_missing_log_says_so_and_leaves_nothing() {
         !tmp.path().join("other").exists(),
         "a fold of a log that does not open made {other}"
     );
+    // No commit every 0 records either (it meant 1 before).
+    let zero = lhc(&[
+        "connector",
+        "fold",
+        "--log",
+        &log,
+        "--data",
+        &other,
+        "--batch",
+        "0",
+    ]);
+    assert!(!zero.status.success());
+    assert!(String::from_utf8_lossy(&zero.stderr).contains("--batch"));
+    assert!(!tmp.path().join("other").exists());
 }

@@ -39,9 +39,9 @@ pub enum ConnectorCommand {
         /// commits fold faster (a 12-hour, 40,000-VDA log: 44 s with 1,000, 24 s with
         /// 10,000). Commits are written on a thread of their own while the fold goes on,
         /// so a fold killed part-way folds again what its last commits had not written:
-        /// up to about three times this many records.
-        #[arg(long, default_value_t = 10_000)]
-        batch: usize,
+        /// up to about three times this many records. At least 1.
+        #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+        batch: u64,
         /// Keep folding records as they are appended (stop with Ctrl-C).
         #[arg(long)]
         follow: bool,
@@ -232,7 +232,7 @@ pub fn run(command: ConnectorCommand, quiet: bool) -> anyhow::Result<ExitCode> {
             let (summary, engine) = lhc_node::fold(
                 &store,
                 &*log,
-                batch,
+                usize::try_from(batch).unwrap_or(usize::MAX),
                 follow.then_some(&never as &dyn Fn() -> bool),
                 &checkpoints,
             )
