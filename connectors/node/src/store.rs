@@ -2280,12 +2280,18 @@ mod tests {
         assert_eq!(reloaded.digest(), folded.digest());
     }
 
-    /// A store of format 1 (each connector's row holding its whole R-DATA maps, no entry
-    /// rows) is read as it is; the first commit rewrites it in this build's layout, every
-    /// entry included (were changes tracked from the load, as for a store of this format,
-    /// the entries would be lost), and the state survives.
-    #[test]
-    fn a_store_of_format_1_is_rewritten_whole_by_its_first_commit() {
+    /// A store's state row keys, in key order.
+    type RowKeys = Vec<Box<[u8]>>;
+
+    /// Folds the first half of the outage example into a store, then rewrites its state
+    /// rows as `old_layout` makes them from the folded engine (an earlier build's layout)
+    /// and marks the store of `format`. Reopened, the store reads that format; its first
+    /// commit (after three more records) rewrites it in this build's layout, and the state
+    /// survives. Returns the state row keys before and after that commit.
+    fn rewritten_by_first_commit(
+        format: u32,
+        old_layout: impl Fn(&Engine) -> BTreeMap<Vec<u8>, Vec<u8>>,
+    ) -> (RowKeys, RowKeys) {
         let example = std::fs::read_to_string(concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/../../docs/examples/site-outage.jsonl"
@@ -2305,23 +2311,21 @@ mod tests {
                 folder.apply(&entry(offset));
             }
             folder.commit().unwrap();
-            // Rewrite the state in format 1: connectors whole, no entry rows.
             let engine = folder.engine().read().unwrap().clone();
-            let with_entries = engine
-                .lhc_data("ddc1.corp.example")
-                .is_some_and(|d| !d.recent_users.is_empty());
-            assert!(with_entries, "the example's first half has launches");
             let cf = store.cf(STATE);
             let mut batch = WriteBatch::default();
             for key in store.state_row_keys().unwrap() {
                 batch.delete_cf(&cf, key);
             }
-            engine.for_each_state_row(|key, value| batch.put_cf(&cf, key, value));
-            batch.put_cf(&store.cf(META), FORMAT_KEY, 1u32.to_be_bytes());
+            for (key, value) in old_layout(&engine) {
+                batch.put_cf(&cf, key, value);
+            }
+            batch.put_cf(&store.cf(META), FORMAT_KEY, format.to_be_bytes());
             store.db.write(batch).unwrap();
         }
         let store = Store::open(dir.path(), &StoreOptions::default()).unwrap();
-        assert_eq!(store.format().unwrap(), Some(1));
+        assert_eq!(store.format().unwrap(), Some(format));
+        let before = store.state_row_keys().unwrap();
         let mut folder = Folder::open(&store).unwrap();
         for offset in half..half + 3 {
             folder.apply(&entry(offset));
@@ -2337,6 +2341,27 @@ mod tests {
         let (loaded, next) = reader.load().unwrap();
         assert_eq!(next, half as u64 + 3);
         assert_eq!(loaded.digest(), engine.digest());
+        (before, keys)
+    }
+
+    /// A store of format 1 (each connector's row holding its whole R-DATA maps, no entry
+    /// rows) is read as it is; the first commit rewrites it in this build's layout, every
+    /// entry included (were changes tracked from the load, as for a store of this format,
+    /// the entries would be lost), and the state survives.
+    #[test]
+    fn a_store_of_format_1_is_rewritten_whole_by_its_first_commit() {
+        rewritten_by_first_commit(1, |engine| {
+            let with_entries = engine
+                .lhc_data("ddc1.corp.example")
+                .is_some_and(|d| !d.recent_users.is_empty());
+            assert!(with_entries, "the example's first half has launches");
+            // Format 1: connectors whole, no entry rows.
+            let mut rows = BTreeMap::new();
+            engine.for_each_state_row(|key, value| {
+                rows.insert(key.to_vec(), value.to_vec());
+            });
+            rows
+        });
     }
 
     /// A store of format 2 (each connector's recent activity in the connector's row, no
@@ -2344,29 +2369,8 @@ mod tests {
     /// rows of their own, and the state survives.
     #[test]
     fn a_store_of_format_2_is_rewritten_with_activity_rows_by_its_first_commit() {
-        let example = std::fs::read_to_string(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../docs/examples/site-outage.jsonl"
-        ))
-        .unwrap();
-        let lines: Vec<&str> = example.lines().collect();
-        let entry = |offset: usize| LogEntry {
-            offset: offset as u64,
-            bytes: lines[offset].as_bytes().to_vec(),
-        };
-        let half = lines.len() / 2;
-        let dir = tempfile::tempdir().unwrap();
-        let activity_rows = |keys: &[Box<[u8]>]| keys.iter().filter(|k| k[0] == b'a').count();
-        {
-            let store = Store::open(dir.path(), &StoreOptions::default()).unwrap();
-            let mut folder = Folder::open(&store).unwrap();
-            for offset in 0..half {
-                folder.apply(&entry(offset));
-            }
-            folder.commit().unwrap();
-            assert!(activity_rows(&store.state_row_keys().unwrap()) > 0);
-            // Rewrite the state in format 2: each activity row back in its connector's.
-            let engine = folder.engine().read().unwrap().clone();
+        let activity_rows = |keys: &RowKeys| keys.iter().filter(|k| k[0] == b'a').count();
+        let (before, after) = rewritten_by_first_commit(2, |engine| {
             let with_activity = engine
                 .lhc_data("ddc1.corp.example")
                 .is_some_and(|d| !d.activity.is_empty());
@@ -2374,6 +2378,7 @@ mod tests {
                 with_activity,
                 "the example's first half has LHC-mode activity"
             );
+            // Format 2: this build's rows, each activity row back in its connector's.
             let mut rows = BTreeMap::new();
             engine.for_each_store_row(|key, value| {
                 rows.insert(key.to_vec(), value.to_vec());
@@ -2383,6 +2388,7 @@ mod tests {
                 .filter(|(key, _)| key[0] == b'a')
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect();
+            assert!(!activities.is_empty());
             for (key, lines) in activities {
                 rows.remove(&key);
                 let mut connector_key = key.clone();
@@ -2392,36 +2398,10 @@ mod tests {
                 value["data"]["activity"] = serde_json::from_slice(&lines).unwrap();
                 *row = serde_json::to_vec(&value).unwrap();
             }
-            let cf = store.cf(STATE);
-            let mut batch = WriteBatch::default();
-            for key in store.state_row_keys().unwrap() {
-                batch.delete_cf(&cf, key);
-            }
-            for (key, value) in &rows {
-                batch.put_cf(&cf, key, value);
-            }
-            batch.put_cf(&store.cf(META), FORMAT_KEY, 2u32.to_be_bytes());
-            store.db.write(batch).unwrap();
-        }
-        let store = Store::open(dir.path(), &StoreOptions::default()).unwrap();
-        assert_eq!(store.format().unwrap(), Some(2));
-        assert_eq!(activity_rows(&store.state_row_keys().unwrap()), 0);
-        let mut folder = Folder::open(&store).unwrap();
-        for offset in half..half + 3 {
-            folder.apply(&entry(offset));
-        }
-        folder.commit().unwrap();
-        assert_eq!(store.format().unwrap(), Some(STORE_FORMAT));
-        let engine = folder.engine().read().unwrap().clone();
-        let mut keys = Vec::new();
-        engine.for_each_store_row(|key, _| keys.push(Box::<[u8]>::from(key)));
-        keys.sort();
-        assert_eq!(store.state_row_keys().unwrap(), keys);
-        assert!(activity_rows(&keys) > 0);
-        let reader = Store::open_read_only(dir.path()).unwrap();
-        let (loaded, next) = reader.load().unwrap();
-        assert_eq!(next, half as u64 + 3);
-        assert_eq!(loaded.digest(), engine.digest());
+            rows
+        });
+        assert_eq!(activity_rows(&before), 0);
+        assert!(activity_rows(&after) > 0);
     }
 
     /// A commit job holds only what changed since the previous job, so once a commit has
