@@ -4,8 +4,9 @@
 //!
 //! Each connector, machine, brokering pool and user's session tally is one row, and each
 //! other field one row of its own; in a node store's layout ([`Engine::for_each_store_row`])
-//! each entry of a connector's R-DATA maps is a row too, and its recent activity one row. The configuration part (site and
-//! validations) is not in the rows: stores keep it apart (see [`Engine::take_config`]).
+//! each entry of a connector's R-DATA maps is a row too, and its recent activity one row.
+//! The configuration part (site and validations) is not in the rows: stores keep it apart
+//! (see [`Engine::take_config`]).
 //!
 //! Invariant: rebuilding an engine from the rows of `e` (then restoring `e`'s configuration
 //! part) gives an engine equal to `e`, with the same digest. Both directions destructure
