@@ -19,6 +19,12 @@ pub trait Records {
 
     /// Told that the record last handed out was quarantined by the engine.
     fn note_quarantined(&mut self) {}
+
+    /// Records already decoded that come next, if the source holds any (for
+    /// [`Engine::warm`]); none by default.
+    fn upcoming(&self) -> &[Decoded] {
+        &[]
+    }
 }
 
 impl Records for Source {
@@ -28,6 +34,10 @@ impl Records for Source {
 
     fn note_quarantined(&mut self) {
         Source::note_quarantined(self);
+    }
+
+    fn upcoming(&self) -> &[Decoded] {
+        Source::upcoming(self)
     }
 }
 
@@ -79,6 +89,10 @@ pub trait Observer {
     fn during(&mut self, step: After<'_>) -> Result<(), Self::Error>;
 }
 
+/// Records warmed at once ([`Engine::warm`]): enough for the processor to wait for many
+/// lookups together, few enough that what they bring stays in the cache until used.
+const WARM_RUN: usize = 32;
+
 /// Applies every record of `source` to `engine`, showing each to `observer`; returns the
 /// records applied.
 pub fn drive<R: Records + ?Sized, O: Observer>(
@@ -88,7 +102,16 @@ pub fn drive<R: Records + ?Sized, O: Observer>(
 ) -> Result<u64, O::Error> {
     let mut outputs = Vec::new();
     let mut applied = 0;
+    let mut warmed = 0usize;
     while let Some((offset, decoded)) = source.next_record()? {
+        if warmed == 0 {
+            let next = source.upcoming();
+            let run = next.len().min(WARM_RUN);
+            engine.warm(next[..run].iter().filter_map(|(_, r)| r.as_ref().ok()));
+            warmed = run;
+        } else {
+            warmed -= 1;
+        }
         let before = Before {
             engine,
             offset,

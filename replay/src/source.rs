@@ -236,6 +236,15 @@ impl Source {
         self
     }
 
+    /// The records already decoded that [`Source::next_record`] hands out next (the rest
+    /// of the batch in hand; possibly none though more follow).
+    pub fn upcoming(&self) -> &[Decoded] {
+        match &self.state {
+            State::Ahead(ahead) => ahead.batch.as_slice(),
+            _ => &[],
+        }
+    }
+
     /// The next record decoded, or the decode error located at its offset; `None` at the
     /// end. An error reading the source ends it.
     pub fn next_record(&mut self) -> Result<Option<Decoded>, SourceError> {
@@ -470,6 +479,31 @@ mod tests {
         let mut source = Source::open(&spec).unwrap();
         assert_eq!(source.next_record().unwrap().unwrap().0, 0);
         drop(source);
+    }
+
+    #[test]
+    fn upcoming_shows_the_records_handed_out_next() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("x.jsonl");
+        let n = BATCH * 2 + 5;
+        std::fs::write(&path, format!("{TICK}\n").repeat(n)).unwrap();
+        let mut source = Source::open(&SourceSpec::Path(path)).unwrap();
+        assert!(source.upcoming().is_empty(), "nothing read yet");
+        let mut shown = 0;
+        let mut expected: Vec<u64> = Vec::new();
+        while let Some((offset, _)) = source.next_record().unwrap() {
+            if let Some(next) = expected.first() {
+                assert_eq!(offset, *next, "upcoming said {next} came next");
+                expected.remove(0);
+            }
+            if expected.is_empty() {
+                expected = source.upcoming().iter().map(|(o, _)| *o).collect();
+                shown += expected.len();
+            }
+        }
+        assert!(expected.is_empty());
+        // Each batch's records but its first are shown before they are handed out.
+        assert_eq!(shown, n - n.div_ceil(BATCH));
     }
 
     #[test]
