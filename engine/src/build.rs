@@ -239,7 +239,7 @@ pub mod records {
 
     /// A launch of `resource` for `user` sent to `connector` from one client.
     pub fn launch(ts: Ts, request: &str, connector: &str, user: &str, resource: &str) -> Record {
-        Record::LaunchRequest(LaunchRequest {
+        Record::LaunchRequest(Box::new(LaunchRequest {
             record_id: None,
             ts,
             request: request.into(),
@@ -251,7 +251,7 @@ pub mod records {
                 ip: "10.0.0.1".into(),
             },
             retry_of: None,
-        })
+        }))
     }
 }
 

@@ -172,7 +172,7 @@ fn decode_tag_first(bytes: &[u8]) -> Option<Record> {
     Some(match &rest[..end] {
         b"vda.heartbeat" => Record::VdaHeartbeat(de::<VdaHeartbeat>(&body)?),
         b"session.event" => Record::SessionEvent(de::<SessionEvent>(&body)?),
-        b"launch.request" => Record::LaunchRequest(de::<LaunchRequest>(&body)?),
+        b"launch.request" => Record::LaunchRequest(Box::new(de::<LaunchRequest>(&body)?)),
         b"health.check" => Record::HealthCheck(de::<HealthCheck>(&body)?),
         b"peer.probe" => Record::PeerProbe(de::<PeerProbe>(&body)?),
         b"storefront.heartbeat" => Record::StorefrontHeartbeat(de::<StorefrontHeartbeat>(&body)?),

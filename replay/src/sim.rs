@@ -557,7 +557,7 @@ impl Simulator {
         let mut tried = vec![connector.clone()];
         let mut request = root.clone();
         let decision = loop {
-            let record = Record::LaunchRequest(LaunchRequest {
+            let record = Record::LaunchRequest(Box::new(LaunchRequest {
                 record_id: None,
                 ts,
                 request: request.clone(),
@@ -566,7 +566,7 @@ impl Simulator {
                 resource: resource_id.clone(),
                 client: client.clone(),
                 retry_of: (request != root).then(|| root.clone()),
-            });
+            }));
             self.emit(record, sink)?;
             let decision = self.out.iter().find_map(|o| match o {
                 Output::LaunchDecision(d) if d.request == request => Some(d.clone()),

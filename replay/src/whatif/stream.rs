@@ -152,7 +152,7 @@ impl<'a, R: Records> Modified<'a, R> {
         for s in &self.plan.params {
             params = with_setting(&params, s).expect("checked when the plan was made");
         }
-        Record::EngineParams(params)
+        Record::EngineParams(Box::new(params))
     }
 
     /// A source record with the plan's rewrites.

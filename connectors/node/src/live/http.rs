@@ -459,7 +459,7 @@ async fn launch(
         };
         let forget = || shared.waiters.lock().expect("waiters").remove(&request);
         if let Err(e) = append(&shared, move |ts| {
-            Record::LaunchRequest(LaunchRequest { ts, ..record })
+            Record::LaunchRequest(Box::new(LaunchRequest { ts, ..record }))
         })
         .await
         {
