@@ -26,7 +26,7 @@ pub mod ts;
 pub mod view;
 
 pub use decode::{decode_record, decode_record_at, encode_record, DecodeError, DecodeErrorKind};
-pub use engine::{Admitted, ConfigPart, Engine, Validation, CATCH_UP_STEP};
+pub use engine::{Admitted, ConfigPart, Engine, Validation, CATCH_UP_STEP, WARM_RUN};
 pub use output::Output;
 pub use record::Record;
 pub use ts::Ts;

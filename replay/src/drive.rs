@@ -7,7 +7,7 @@
 //! part-way through a record only to take the outputs of a long gap's timers
 //! ([`Observer::during`]), so no replay holds more than a bounded number of outputs.
 
-use lhc_engine::{DecodeError, Engine, Output, Record, CATCH_UP_STEP};
+use lhc_engine::{DecodeError, Engine, Output, Record, CATCH_UP_STEP, WARM_RUN};
 
 use crate::source::{Decoded, Source, SourceError};
 
@@ -88,10 +88,6 @@ pub trait Observer {
     /// with the rest. No default: an observer that ignored these would lose outputs.
     fn during(&mut self, step: After<'_>) -> Result<(), Self::Error>;
 }
-
-/// Records warmed at once ([`Engine::warm`]): enough for the processor to wait for many
-/// lookups together, few enough that what they bring stays in the cache until used.
-const WARM_RUN: usize = 32;
 
 /// Applies every record of `source` to `engine`, showing each to `observer`; returns the
 /// records applied.
