@@ -364,4 +364,11 @@ impl<R: Records> Records for Modified<'_, R> {
         self.seen.quarantined += 1;
         self.source.note_quarantined();
     }
+
+    /// The source's next records, unmodified: a hint for [`lhc_engine::Engine::warm`],
+    /// which reads what they name and changes nothing, so rewrites and added records that
+    /// it does not see only leave those records' lookups cold.
+    fn upcoming(&self) -> &[Decoded] {
+        self.source.upcoming()
+    }
 }

@@ -67,6 +67,10 @@ impl<R: Records> Records for Tee<R> {
     fn note_quarantined(&mut self) {
         self.inner.note_quarantined();
     }
+
+    fn upcoming(&self) -> &[Decoded] {
+        self.inner.upcoming()
+    }
 }
 
 /// The records a [`Tee`] copies, on the follower's side.
@@ -96,5 +100,9 @@ impl Records for Follow {
                 Err(_) => return Ok(None),
             }
         }
+    }
+
+    fn upcoming(&self) -> &[Decoded] {
+        self.batch.as_slice()
     }
 }
