@@ -411,19 +411,31 @@ fn open_segment(path: &Path, base: u64) -> Result<File, LogError> {
     Ok(file)
 }
 
+/// Checks a segment's header against its file name.
+///
+/// A bad first segment (base 0) means the directory is not an lhc log (`NotALog`). A bad
+/// later one is damage in a log whose earlier segments read fine: `Corrupt` at the
+/// segment's base offset, so readers read every record before it and then name the
+/// offset, and a writer refuses with it (it said "not an lhc log segment" and named no
+/// offset, and a damaged last segment hid every record of the log from readers).
 fn check_header(file: &File, path: &Path, base: u64) -> Result<(), LogError> {
     let header = read_range(file, path, 0, SEGMENT_HEADER_BYTES)?;
-    match parse_segment_header(&header) {
-        Ok(b) if b == base => Ok(()),
-        Ok(b) => Err(LogError::NotALog {
-            path: path.to_path_buf(),
-            detail: format!("header says base offset {b}, file name says {base}"),
-        }),
-        Err(detail) => Err(LogError::NotALog {
+    let detail = match parse_segment_header(&header) {
+        Ok(b) if b == base => return Ok(()),
+        Ok(b) => format!("header says base offset {b}, file name says {base}"),
+        Err(detail) => detail,
+    };
+    if base == 0 {
+        return Err(LogError::NotALog {
             path: path.to_path_buf(),
             detail,
-        }),
+        });
     }
+    Err(LogError::Corrupt {
+        segment: path.to_path_buf(),
+        offset: base,
+        detail: format!("the segment's header is damaged ({detail})"),
+    })
 }
 
 /// The offset the next append will get, read without the lock (a racing append may add more).

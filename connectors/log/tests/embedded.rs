@@ -584,3 +584,49 @@ fn a_damaged_segment_sequence_is_an_error_for_readers_writers_and_check() {
         }
     }
 }
+
+/// A damaged header in a later segment (the last one or one between) is damage at that
+/// segment's base offset: a reader reads every record before it, then fails naming that
+/// offset; `check` names it; an appender refuses naming it. (It was "not an lhc log
+/// segment" with no offset, and a damaged last segment hid every record from readers.)
+#[test]
+fn a_damaged_header_in_a_later_segment_is_corruption_at_its_base_offset() {
+    let tmp = tempfile::tempdir().unwrap();
+    let original = tmp.path().join("original");
+    write(&original, 40, 512);
+    let bases = list_segments(&original).unwrap();
+    assert!(bases.len() >= 4, "{bases:?}");
+    for (what, base) in [("middle", bases[1]), ("last", *bases.last().unwrap())] {
+        let dir = tmp.path().join(what);
+        copy_dir(&original, &dir);
+        let seg = segment(&dir, base);
+        let mut bytes = std::fs::read(&seg).unwrap();
+        bytes[..4].copy_from_slice(b"XXXX");
+        std::fs::write(&seg, &bytes).unwrap();
+        let named = |e: &LogError| {
+            matches!(e, LogError::Corrupt { segment, offset, .. }
+                if *offset == base && *segment == seg)
+        };
+        let log = EmbeddedLog::open_read_only(&dir).unwrap();
+        let mut reader = log.reader(0).unwrap();
+        let mut read = 0;
+        let error = loop {
+            match reader.next(Duration::ZERO) {
+                Ok(Some(entry)) => {
+                    assert_eq!(entry.offset, read);
+                    read += 1;
+                }
+                Ok(None) => panic!("{what}: the reader ended at {read} instead of failing"),
+                Err(e) => break e,
+            }
+        };
+        assert_eq!(read, base, "{what}: every record before the damage is read");
+        assert!(named(&error), "{what}: {error}");
+        assert!(error.to_string().contains("header is damaged"), "{error}");
+        assert!(named(&check(&dir).unwrap_err()), "{what}: check");
+        let refused = EmbeddedLog::open(&dir, options(512))
+            .map(|_| ())
+            .unwrap_err();
+        assert!(named(&refused), "{what}: an appender: {refused}");
+    }
+}
