@@ -1634,11 +1634,22 @@ impl<S: Deref<Target = Store>> Folder<S> {
             );
             return;
         }
+        // A checkpoint due before the resume point that the store does not hold (handed to
+        // the writer when the last fold was killed, or none taken then) is taken at the
+        // first record applied, so a kill never leaves a gap of more than `every` records
+        // behind it for `query --at` to replay (a checkpoint at any offset serves).
+        let last_due = self.next / every * every;
+        let newest = self
+            .store
+            .checkpoints()
+            .ok()
+            .and_then(|held| held.last().map(|&(next, _)| next))
+            .unwrap_or(0);
         self.checkpoints = Some(Feed {
             every,
             to,
             busy,
-            due: false,
+            due: last_due > 0 && newest < last_due,
         });
     }
 

@@ -47,7 +47,9 @@ fn coverage_goes_on_across_restarts_and_a_stale_one_stops_checkpoints() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path(), &StoreOptions::default()).unwrap();
     assert_eq!(fold(&store, &lines, 13, 5), 2, "after 5 and 10");
-    assert_eq!(fold(&store, &lines, 26, 5), 3, "after 15, 20 and 25");
+    // (The jobs handed over are never written to the store here, as when a fold is killed
+    // before its writer wrote them: the one due at 10 is taken again at the first record.)
+    assert_eq!(fold(&store, &lines, 26, 5), 4, "after 14, 15, 20 and 25");
     let (at, coverage) = store.coverage().unwrap().unwrap();
     assert_eq!(at, 26);
     let last: serde_json::Value = serde_json::from_slice(&lines[25]).unwrap();
