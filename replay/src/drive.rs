@@ -100,13 +100,13 @@ pub fn drive<R: Records + ?Sized, O: Observer>(
     let mut applied = 0;
     let mut warmed = 0usize;
     while let Some((offset, decoded)) = source.next_record()? {
+        // `warmed`: how many of the records from this one on were warmed.
+        warmed = warmed.saturating_sub(1);
         if warmed == 0 {
             let next = source.upcoming();
             let run = next.len().min(WARM_RUN);
             engine.warm(next[..run].iter().filter_map(|(_, r)| r.as_ref().ok()));
             warmed = run;
-        } else {
-            warmed -= 1;
         }
         let before = Before {
             engine,

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use crate::frame::{
     encode_frame, frame_size, looks_torn, parse_frame, parse_segment_header, segment_header,
-    valid_frame_follows, Parsed, SEGMENT_HEADER_BYTES,
+    valid_frame_follows, Parsed, SEGMENT_HEADER_BYTES, SEGMENT_MAGIC_V1,
 };
 use crate::{Log, LogEntry, LogError, LogReader, MAX_RECORD_BYTES};
 
@@ -413,11 +413,13 @@ fn open_segment(path: &Path, base: u64) -> Result<File, LogError> {
 
 /// Checks a segment's header against its file name.
 ///
-/// A bad first segment (base 0) means the directory is not an lhc log (`NotALog`). A bad
-/// later one is damage in a log whose earlier segments read fine: `Corrupt` at the
-/// segment's base offset, so readers read every record before it and then name the
-/// offset, and a writer refuses with it (it said "not an lhc log segment" and named no
-/// offset, and a damaged last segment hid every record of the log from readers).
+/// A bad header in a later segment of a log whose first segment is an lhc segment of
+/// this format is damage: `Corrupt` at the segment's base offset, so readers read every
+/// record before it and then name the offset, and a writer refuses with it (it said "not
+/// an lhc log segment" and named no offset, and a damaged last segment hid every record
+/// of the log from readers). Otherwise the directory is not an lhc log of this format
+/// (`NotALog`): a bad first segment, a directory of other files named like segments (a
+/// Kafka partition's), or an old-format (LHCSEG01) log.
 fn check_header(file: &File, path: &Path, base: u64) -> Result<(), LogError> {
     let header = read_range(file, path, 0, SEGMENT_HEADER_BYTES)?;
     let detail = match parse_segment_header(&header) {
@@ -425,7 +427,10 @@ fn check_header(file: &File, path: &Path, base: u64) -> Result<(), LogError> {
         Ok(b) => format!("header says base offset {b}, file name says {base}"),
         Err(detail) => detail,
     };
-    if base == 0 {
+    let damaged_in_a_log = base > 0
+        && !header.starts_with(SEGMENT_MAGIC_V1)
+        && path.parent().is_some_and(first_segment_is_lhc);
+    if !damaged_in_a_log {
         return Err(LogError::NotALog {
             path: path.to_path_buf(),
             detail,
@@ -436,6 +441,23 @@ fn check_header(file: &File, path: &Path, base: u64) -> Result<(), LogError> {
         offset: base,
         detail: format!("the segment's header is damaged ({detail})"),
     })
+}
+
+/// Whether `dir`'s first segment (base 0) has a header of this format.
+fn first_segment_is_lhc(dir: &Path) -> bool {
+    let path = segment_path(dir, 0);
+    File::open(&path)
+        .ok()
+        .and_then(|file| read_range(&file, &path, 0, SEGMENT_HEADER_BYTES).ok())
+        .is_some_and(|header| parse_segment_header(&header) == Ok(0))
+}
+
+/// Whether `base` is the last segment of `bases` and shorter than a header: a writer
+/// creating it (at a roll, or a crash while it did) has not written its header yet, so it
+/// holds no record. A writer opening the log recreates it; readers see the end there.
+fn being_created(dir: &Path, bases: &[u64], base: u64) -> bool {
+    bases.last() == Some(&base)
+        && std::fs::metadata(segment_path(dir, base)).is_ok_and(|m| m.len() < SEGMENT_HEADER_BYTES)
 }
 
 /// The offset the next append will get, read without the lock (a racing append may add more).
@@ -1131,7 +1153,7 @@ impl EmbeddedReader {
             if self.cursor.is_none() {
                 let bases = list_segments(&self.dir)?;
                 let i = bases.partition_point(|&b| b <= self.next);
-                if i == 0 {
+                if i == 0 || being_created(&self.dir, &bases, bases[i - 1]) {
                     return Ok(None);
                 }
                 self.cursor = Some(Cursor::open(&self.dir, bases[i - 1], self.next)?);
@@ -1246,6 +1268,11 @@ pub fn check(dir: &Path) -> Result<CheckReport, LogError> {
     for (i, &base) in bases.iter().enumerate() {
         let path = segment_path(dir, base);
         let last = i + 1 == bases.len();
+        if base == expected && being_created(dir, &bases, base) {
+            // No record yet (a roll in progress, or a crash during one): the end.
+            report.segments += 1;
+            break;
+        }
         let file = open_segment(&path, base)?;
         let len = file.metadata().map_err(|e| LogError::io(&path, e))?.len();
         if base != expected {

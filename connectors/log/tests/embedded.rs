@@ -630,3 +630,61 @@ fn a_damaged_header_in_a_later_segment_is_corruption_at_its_base_offset() {
         assert!(named(&refused), "{what}: an appender: {refused}");
     }
 }
+
+/// Not every bad header is damage in a log: a directory of other files named like
+/// segments, or a format-1 log, is "not a log" whichever segment is looked at first; and
+/// a last segment shorter than its header (a roll in progress, or a crash during one) is
+/// the end of the log for readers and `check`, and a writer recreates it.
+#[test]
+fn foreign_files_old_logs_and_a_segment_being_created_are_not_damage() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Other files named like segments (a Kafka partition directory's names).
+    let foreign = tmp.path().join("foreign");
+    std::fs::create_dir_all(&foreign).unwrap();
+    std::fs::write(segment(&foreign, 0), b"some other program's data file").unwrap();
+    std::fs::write(segment(&foreign, 100), b"and another one of them, longer").unwrap();
+    assert!(matches!(
+        EmbeddedLog::open(&foreign, options(512)),
+        Err(LogError::NotALog { .. })
+    ));
+    assert!(matches!(check(&foreign), Err(LogError::NotALog { .. })));
+    let log = EmbeddedLog::open_read_only(&foreign).unwrap();
+    assert!(matches!(log.end_offset(), Err(LogError::NotALog { .. })));
+
+    // A format-1 log of several segments: its old magic everywhere.
+    let old = tmp.path().join("old");
+    write(&old, 40, 512);
+    let bases = list_segments(&old).unwrap();
+    for &base in &bases {
+        let seg = segment(&old, base);
+        let mut bytes = std::fs::read(&seg).unwrap();
+        bytes[..8].copy_from_slice(lhc_log::frame::SEGMENT_MAGIC_V1);
+        std::fs::write(&seg, &bytes).unwrap();
+    }
+    let refused = EmbeddedLog::open(&old, options(512))
+        .map(|_| ())
+        .unwrap_err();
+    assert!(
+        matches!(&refused, LogError::NotALog { detail, .. } if detail.contains("format-1")),
+        "{refused}"
+    );
+
+    // A last segment being created: 0 and 9 bytes.
+    for len in [0usize, 9] {
+        let dir = tmp.path().join(format!("rolling-{len}"));
+        write(&dir, 40, 512);
+        let end = check(&dir).unwrap().end_offset;
+        let header = lhc_log::frame::segment_header(end);
+        std::fs::write(segment(&dir, end), &header[..len]).unwrap();
+        let report = check(&dir).unwrap();
+        assert_eq!(report.end_offset, end, "check ends there ({len} bytes)");
+        let log = EmbeddedLog::open_read_only(&dir).unwrap();
+        assert_eq!(log.end_offset().unwrap(), end);
+        let read = read_all(&log).unwrap();
+        assert_eq!(read.len() as u64, end, "readers end there ({len} bytes)");
+        drop(log);
+        let log = EmbeddedLog::open(&dir, options(512)).unwrap();
+        assert_eq!(log.append(&[&record(end as usize)]).unwrap(), vec![end]);
+        assert_eq!(read_all(&log).unwrap().len() as u64, end + 1);
+    }
+}

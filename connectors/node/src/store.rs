@@ -720,6 +720,25 @@ impl Store {
         self.db.write_opt(batch, &write).map_err(|e| self.error(e))
     }
 
+    /// The next offset of the newest checkpoint held, if any (reads one entry).
+    pub fn newest_checkpoint(&self) -> Result<Option<u64>, NodeError> {
+        let Some(cf) = self.db.cf_handle(CHECKPOINTS) else {
+            return Ok(None);
+        };
+        let mut read = rocksdb::ReadOptions::default();
+        read.fill_cache(false);
+        let Some(item) = self.db.iterator_cf_opt(&cf, read, IteratorMode::End).next() else {
+            return Ok(None);
+        };
+        let (key, _) = item.map_err(|e| self.error(e))?;
+        <[u8; 8]>::try_from(&*key)
+            .map(|k| Some(u64::from_be_bytes(k)))
+            .map_err(|_| NodeError::Corrupt {
+                path: self.path.clone(),
+                detail: format!("a checkpoint key of {} bytes", key.len()),
+            })
+    }
+
     /// The checkpoints held: (next offset, bytes), ascending.
     pub fn checkpoints(&self) -> Result<Vec<(u64, usize)>, NodeError> {
         let mut found = Vec::new();
@@ -761,7 +780,7 @@ impl Store {
             end.as_ref().ok().copied(),
         )?;
         let holds = start.and_then(|start| Ok(start..end?));
-        let Some(&(offset, _)) = self.checkpoints()?.last() else {
+        let Some(offset) = self.newest_checkpoint()? else {
             return Ok(());
         };
         let Some(bytes) = self.checkpoint(offset)? else {
@@ -1639,12 +1658,7 @@ impl<S: Deref<Target = Store>> Folder<S> {
         // first record applied, so a kill never leaves a gap of more than `every` records
         // behind it for `query --at` to replay (a checkpoint at any offset serves).
         let last_due = self.next / every * every;
-        let newest = self
-            .store
-            .checkpoints()
-            .ok()
-            .and_then(|held| held.last().map(|&(next, _)| next))
-            .unwrap_or(0);
+        let newest = self.store.newest_checkpoint().ok().flatten().unwrap_or(0);
         self.checkpoints = Some(Feed {
             every,
             to,
