@@ -452,12 +452,19 @@ fn first_segment_is_lhc(dir: &Path) -> bool {
         .is_some_and(|header| parse_segment_header(&header) == Ok(0))
 }
 
-/// Whether `base` is the last segment of `bases` and shorter than a header: a writer
-/// creating it (at a roll, or a crash while it did) has not written its header yet, so it
-/// holds no record. A writer opening the log recreates it; readers see the end there.
+/// Whether `base` is the last segment of `bases`, shorter than a header, and named where
+/// the segment before it ends: a writer creating it (at a roll, or a crash while it did)
+/// has not written its header yet, so it holds no record. A writer opening the log
+/// recreates it; readers see the end there. (Named anywhere else it is a stray file, and
+/// taking it for the end would hide the records after its name.)
 fn being_created(dir: &Path, bases: &[u64], base: u64) -> bool {
-    bases.last() == Some(&base)
-        && std::fs::metadata(segment_path(dir, base)).is_ok_and(|m| m.len() < SEGMENT_HEADER_BYTES)
+    let short = bases.last() == Some(&base)
+        && std::fs::metadata(segment_path(dir, base)).is_ok_and(|m| m.len() < SEGMENT_HEADER_BYTES);
+    short
+        && match bases.len() {
+            1 => base == 0,
+            n => closed_segment_ends_at(dir, bases[n - 2], base).is_ok(),
+        }
 }
 
 /// The offset the next append will get, read without the lock (a racing append may add more).
@@ -513,38 +520,43 @@ fn starts_at_zero(dir: &Path, first: u64) -> Result<(), LogError> {
 fn check_closed_segments(dir: &Path, bases: &[u64]) -> Result<(), LogError> {
     starts_at_zero(dir, bases.first().copied().unwrap_or(0))?;
     for pair in bases.windows(2) {
-        let (base, next) = (pair[0], pair[1]);
-        let path = segment_path(dir, base);
-        let file = open_segment(&path, base)?;
-        let (offset, position) = seek_hint(dir, base, u64::MAX);
-        let len = file.metadata().map_err(|e| LogError::io(&path, e))?.len();
-        let mut scan = if position <= len {
-            scan_segment(&file, &path, offset, position, |_, _, _| {})?
-        } else {
-            scan_segment(&file, &path, base, SEGMENT_HEADER_BYTES, |_, _, _| {})?
-        };
-        let fine = |s: &Scan| matches!(s.end, ScanEnd::Clean) && s.next_offset == next;
-        if !fine(&scan) && position != SEGMENT_HEADER_BYTES {
-            // The index is only a hint: judge from the segment's start.
-            scan = scan_segment(&file, &path, base, SEGMENT_HEADER_BYTES, |_, _, _| {})?;
-        }
-        if fine(&scan) {
-            continue;
-        }
-        let detail = match scan.end {
-            ScanEnd::Clean => format!(
-                "the segment ends at offset {} but the next one starts at {next}",
-                scan.next_offset
-            ),
-            ScanEnd::Torn { detail, .. } | ScanEnd::Corrupt { detail } => detail,
-        };
-        return Err(LogError::Corrupt {
-            segment: path,
-            offset: scan.next_offset,
-            detail,
-        });
+        closed_segment_ends_at(dir, pair[0], pair[1])?;
     }
     Ok(())
+}
+
+/// Checks that the closed segment `base` ends whole exactly where the segment `next`
+/// begins (see [`check_closed_segments`]).
+fn closed_segment_ends_at(dir: &Path, base: u64, next: u64) -> Result<(), LogError> {
+    let path = segment_path(dir, base);
+    let file = open_segment(&path, base)?;
+    let (offset, position) = seek_hint(dir, base, u64::MAX);
+    let len = file.metadata().map_err(|e| LogError::io(&path, e))?.len();
+    let mut scan = if position <= len {
+        scan_segment(&file, &path, offset, position, |_, _, _| {})?
+    } else {
+        scan_segment(&file, &path, base, SEGMENT_HEADER_BYTES, |_, _, _| {})?
+    };
+    let fine = |s: &Scan| matches!(s.end, ScanEnd::Clean) && s.next_offset == next;
+    if !fine(&scan) && position != SEGMENT_HEADER_BYTES {
+        // The index is only a hint: judge from the segment's start.
+        scan = scan_segment(&file, &path, base, SEGMENT_HEADER_BYTES, |_, _, _| {})?;
+    }
+    if fine(&scan) {
+        return Ok(());
+    }
+    let detail = match scan.end {
+        ScanEnd::Clean => format!(
+            "the segment ends at offset {} but the next one starts at {next}",
+            scan.next_offset
+        ),
+        ScanEnd::Torn { detail, .. } | ScanEnd::Corrupt { detail } => detail,
+    };
+    Err(LogError::Corrupt {
+        segment: path,
+        offset: scan.next_offset,
+        detail,
+    })
 }
 
 /// The appending side: owned by one thread, serialized across processes by the lock file.
@@ -636,8 +648,11 @@ impl Writer {
             .map_err(|e| LogError::io(&path, e))?;
         let len = file.metadata().map_err(|e| LogError::io(&path, e))?.len();
         if len < SEGMENT_HEADER_BYTES {
-            // A crash while creating the segment: it holds no record yet.
+            // A crash while creating the segment: it holds no record yet, and it must be
+            // named where the closed segments end (a stray short file named below that
+            // end was taken for it, and appends landed on offsets already used).
             drop(file);
+            check_closed_segments(&self.dir, &bases)?;
             self.active = Some(self.create_segment(base)?);
             return Ok(());
         }

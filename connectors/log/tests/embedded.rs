@@ -687,4 +687,31 @@ fn foreign_files_old_logs_and_a_segment_being_created_are_not_damage() {
         assert_eq!(log.append(&[&record(end as usize)]).unwrap(), vec![end]);
         assert_eq!(read_all(&log).unwrap().len() as u64, end + 1);
     }
+
+    // A short last file named below where the log ends is a stray, not a segment being
+    // created: readers fail instead of ending before the records after its name, and
+    // a writer refuses instead of appending on offsets already used.
+    let dir = tmp.path().join("stray");
+    write(&dir, 40, 512);
+    let end = check(&dir).unwrap().end_offset;
+    let last = *list_segments(&dir).unwrap().last().unwrap();
+    let stray = last + 1;
+    assert!(stray < end, "{last} {end}");
+    std::fs::write(segment(&dir, stray), b"LHCSEG02").unwrap();
+    assert!(matches!(check(&dir), Err(LogError::Corrupt { .. })));
+    let log = EmbeddedLog::open_read_only(&dir).unwrap();
+    assert!(matches!(read_all(&log), Err(LogError::Corrupt { .. })));
+    // Also a reader that starts at the stray's name (`log cat --from`).
+    let from_stray = log
+        .reader(stray)
+        .and_then(|mut reader| reader.next(Duration::ZERO));
+    assert!(
+        matches!(from_stray, Err(LogError::Corrupt { .. })),
+        "{from_stray:?}"
+    );
+    drop(log);
+    assert!(matches!(
+        EmbeddedLog::open(&dir, options(512)),
+        Err(LogError::Corrupt { .. })
+    ));
 }
