@@ -1655,8 +1655,9 @@ impl<S: Deref<Target = Store>> Folder<S> {
         }
         // A checkpoint due before the resume point that the store does not hold (handed to
         // the writer when the last fold was killed, or none taken then) is taken at the
-        // first record applied, so a kill never leaves a gap of more than `every` records
-        // behind it for `query --at` to replay (a checkpoint at any offset serves).
+        // first record applied (a checkpoint at any offset serves `query --at`). The
+        // ones handed over and lost in a kill still leave a gap (up to ~3 x `every` seen
+        // in hostile testing) until the commit waits for them: see docs/node.md.
         let last_due = self.next / every * every;
         let newest = self.store.newest_checkpoint().ok().flatten().unwrap_or(0);
         self.checkpoints = Some(Feed {
