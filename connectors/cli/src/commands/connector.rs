@@ -179,7 +179,8 @@ pub struct StoreArgs {
     /// folded (0: none), so `lhc query --at T --data DIR` starts near T. Written on a
     /// thread of its own: `connector fold` waits for each (exactly every N), a running
     /// node never does (one due while the previous is being written is taken a few
-    /// records later). A fold of --kafka takes none.
+    /// records later). A process killed while checkpoints wait to be written loses them;
+    /// the next fold takes one at its first record. A fold of --kafka takes none.
     #[arg(long, value_name = "N", default_value_t = lhc_node::checkpoints::DEFAULT_EVERY)]
     checkpoint_every: u64,
     /// How many checkpoints to keep (the newest; older ones are deleted).
