@@ -731,8 +731,13 @@ impl Store {
             return Ok(None);
         };
         let (key, _) = item.map_err(|e| self.error(e))?;
-        <[u8; 8]>::try_from(&*key)
-            .map(|k| Some(u64::from_be_bytes(k)))
+        self.checkpoint_offset(&key).map(Some)
+    }
+
+    /// The next offset a checkpoint's key names (8 bytes, big-endian).
+    fn checkpoint_offset(&self, key: &[u8]) -> Result<u64, NodeError> {
+        <[u8; 8]>::try_from(key)
+            .map(u64::from_be_bytes)
             .map_err(|_| NodeError::Corrupt {
                 path: self.path.clone(),
                 detail: format!("a checkpoint key of {} bytes", key.len()),
@@ -751,13 +756,7 @@ impl Store {
         read.fill_cache(false);
         for item in self.db.iterator_cf_opt(&cf, read, IteratorMode::Start) {
             let (key, value) = item.map_err(|e| self.error(e))?;
-            let offset = <[u8; 8]>::try_from(&*key)
-                .map(u64::from_be_bytes)
-                .map_err(|_| NodeError::Corrupt {
-                    path: self.path.clone(),
-                    detail: format!("a checkpoint key of {} bytes", key.len()),
-                })?;
-            found.push((offset, value.len()));
+            found.push((self.checkpoint_offset(&key)?, value.len()));
         }
         Ok(found)
     }
@@ -2241,15 +2240,20 @@ fn new_instance_id(path: &Path) -> String {
 mod tests {
     use super::*;
 
+    /// The outage example's records, one per line.
+    fn outage_example() -> String {
+        std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../docs/examples/site-outage.jsonl"
+        ))
+        .unwrap()
+    }
+
     /// A store written before the `state` family holds the whole engine in `meta`: it
     /// loads, and its first commit replaces it by rows.
     #[test]
     fn a_store_with_the_whole_engine_in_meta_loads_and_moves_to_rows() {
-        let example = std::fs::read_to_string(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../docs/examples/site-outage.jsonl"
-        ))
-        .unwrap();
+        let example = outage_example();
         let lines: Vec<&str> = example.lines().collect();
         let mut engine = Engine::new();
         for (i, line) in lines[..200].iter().enumerate() {
@@ -2318,11 +2322,7 @@ mod tests {
         format: u32,
         old_layout: impl Fn(&Engine) -> BTreeMap<Vec<u8>, Vec<u8>>,
     ) -> (RowKeys, RowKeys) {
-        let example = std::fs::read_to_string(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../docs/examples/site-outage.jsonl"
-        ))
-        .unwrap();
+        let example = outage_example();
         let lines: Vec<&str> = example.lines().collect();
         let entry = |offset: usize| LogEntry {
             offset: offset as u64,
@@ -2435,11 +2435,7 @@ mod tests {
     /// the failed commit's changes); a whole commit heals the store, and jobs go on.
     #[test]
     fn after_a_failed_commit_a_job_of_what_changed_is_refused_until_a_whole_commit() {
-        let example = std::fs::read_to_string(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../docs/examples/site-outage.jsonl"
-        ))
-        .unwrap();
+        let example = outage_example();
         let lines: Vec<&str> = example.lines().collect();
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path(), &StoreOptions::default()).unwrap();
@@ -2495,11 +2491,7 @@ mod tests {
     /// instead of being refused as if it continued the failed commit's engine.
     #[test]
     fn a_fold_after_a_failed_commit_on_the_same_store_goes_on() {
-        let example = std::fs::read_to_string(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../docs/examples/site-outage.jsonl"
-        ))
-        .unwrap();
+        let example = outage_example();
         let lines: Vec<&str> = example.lines().collect();
         let dir = tempfile::tempdir().unwrap();
         let log =
@@ -2547,11 +2539,7 @@ mod tests {
     /// reducer never writes) is refused as corrupt at load, not folded on.
     #[test]
     fn a_stored_state_that_breaks_an_engine_invariant_is_refused() {
-        let example = std::fs::read_to_string(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../docs/examples/site-outage.jsonl"
-        ))
-        .unwrap();
+        let example = outage_example();
         let mut engine = Engine::new();
         for (i, line) in example.lines().take(300).enumerate() {
             engine.apply(
