@@ -27,6 +27,15 @@ fn write(dir: &Path, n: usize, segment_bytes: u64) {
     log.append(&refs).unwrap();
 }
 
+/// Writes 40 records in segments of 512 bytes into `dir`: at least four segments, whose
+/// bases it returns.
+fn segmented(dir: &Path) -> Vec<u64> {
+    write(dir, 40, 512);
+    let bases = list_segments(dir).unwrap();
+    assert!(bases.len() >= 4, "small segments roll: {bases:?}");
+    bases
+}
+
 fn read_all(log: &dyn Log) -> Result<Vec<(u64, Vec<u8>)>, LogError> {
     let mut reader = log.reader(log.start_offset()?)?;
     let mut out = Vec::new();
@@ -196,9 +205,7 @@ fn corruption_of_the_last_record_is_an_error_and_nothing_is_cut() {
 fn every_flipped_length_bit_is_detected_and_nothing_is_cut() {
     let tmp = tempfile::tempdir().unwrap();
     let original = tmp.path().join("original");
-    write(&original, 40, 512);
-    let bases = list_segments(&original).unwrap();
-    assert!(bases.len() > 3);
+    let bases = segmented(&original);
     let last = *bases.last().unwrap();
     let last_count = {
         let log = EmbeddedLog::open_read_only(&original).unwrap();
@@ -290,9 +297,7 @@ fn a_follower_racing_a_cutting_writer_reads_the_new_records() {
 #[test]
 fn corruption_in_a_closed_segment_is_an_error() {
     let tmp = tempfile::tempdir().unwrap();
-    write(tmp.path(), 40, 512);
-    let bases = list_segments(tmp.path()).unwrap();
-    assert!(bases.len() > 3, "small segments roll: {bases:?}");
+    let bases = segmented(tmp.path());
     let seg = segment(tmp.path(), bases[1]);
     let mut bytes = std::fs::read(&seg).unwrap();
     bytes[16 + 20] ^= 0xff; // inside the first record of the second segment
@@ -524,9 +529,7 @@ fn a_refused_append_leaves_the_index_alone() {
 fn a_damaged_segment_sequence_is_an_error_for_readers_writers_and_check() {
     let tmp = tempfile::tempdir().unwrap();
     let original = tmp.path().join("original");
-    write(&original, 40, 512);
-    let bases = list_segments(&original).unwrap();
-    assert!(bases.len() >= 4, "{bases:?}");
+    let bases = segmented(&original);
     type Damage = fn(&Path, &[u64]);
     let cases: [(&str, Damage); 4] = [
         ("closed segment truncated", |dir, bases| {
@@ -593,9 +596,7 @@ fn a_damaged_segment_sequence_is_an_error_for_readers_writers_and_check() {
 fn a_damaged_header_in_a_later_segment_is_corruption_at_its_base_offset() {
     let tmp = tempfile::tempdir().unwrap();
     let original = tmp.path().join("original");
-    write(&original, 40, 512);
-    let bases = list_segments(&original).unwrap();
-    assert!(bases.len() >= 4, "{bases:?}");
+    let bases = segmented(&original);
     for (what, base) in [("middle", bases[1]), ("last", *bases.last().unwrap())] {
         let dir = tmp.path().join(what);
         copy_dir(&original, &dir);
