@@ -95,6 +95,7 @@ impl fmt::Display for ObjectKind {
 #[serde(deny_unknown_fields)]
 pub struct ObjectRef {
     /// Object kind.
+    #[serde(deserialize_with = "crate::strict::form")]
     pub kind: ObjectKind,
     /// Exact object id.
     pub id: String,
@@ -110,6 +111,7 @@ pub enum ConfigObject {
         id: String,
         /// Settings.
         #[serde(default)]
+        #[serde(deserialize_with = "crate::strict::form")]
         data: SiteData,
     },
     /// A zone.
@@ -117,6 +119,7 @@ pub enum ConfigObject {
         /// Zone id.
         id: String,
         /// Settings.
+        #[serde(deserialize_with = "crate::strict::form")]
         data: ZoneData,
     },
     /// A connector.
@@ -124,6 +127,7 @@ pub enum ConfigObject {
         /// Connector FQDN.
         id: String,
         /// Settings.
+        #[serde(deserialize_with = "crate::strict::form")]
         data: ConnectorData,
     },
     /// A delivery group.
@@ -131,6 +135,7 @@ pub enum ConfigObject {
         /// Group id.
         id: String,
         /// Settings.
+        #[serde(deserialize_with = "crate::strict::form")]
         data: DeliveryGroupData,
     },
     /// A VDA.
@@ -138,6 +143,7 @@ pub enum ConfigObject {
         /// Machine FQDN.
         id: String,
         /// Settings.
+        #[serde(deserialize_with = "crate::strict::form")]
         data: MachineData,
     },
     /// A published resource.
@@ -145,6 +151,7 @@ pub enum ConfigObject {
         /// Resource id.
         id: String,
         /// Settings.
+        #[serde(deserialize_with = "crate::strict::form")]
         data: ResourceData,
     },
     /// A user.
@@ -153,6 +160,7 @@ pub enum ConfigObject {
         id: String,
         /// Settings.
         #[serde(default)]
+        #[serde(deserialize_with = "crate::strict::form")]
         data: UserData,
     },
     /// A user group.
@@ -161,6 +169,7 @@ pub enum ConfigObject {
         id: String,
         /// Settings (none today).
         #[serde(default)]
+        #[serde(deserialize_with = "crate::strict::form")]
         data: GroupData,
     },
     /// An entitlement.
@@ -168,6 +177,7 @@ pub enum ConfigObject {
         /// Entitlement id.
         id: String,
         /// Settings.
+        #[serde(deserialize_with = "crate::strict::form")]
         data: EntitlementData,
     },
     /// A static assignment.
@@ -175,6 +185,7 @@ pub enum ConfigObject {
         /// Assignment id.
         id: String,
         /// Settings.
+        #[serde(deserialize_with = "crate::strict::form")]
         data: AssignmentData,
     },
 }
@@ -249,7 +260,7 @@ pub struct SiteData {
     #[serde(default = "default_heartbeat_period_ms")]
     pub heartbeat_period_ms: u64,
     /// Deployment profile ("daas").
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::strict::form")]
     pub profile: Profile,
     /// Service Continuity enabled (false): lifts the StoreFront-traffic condition of the
     /// "daas" profile (R-STATE-4).
@@ -303,6 +314,7 @@ pub enum DeliveryGroupKind {
 #[serde(deny_unknown_fields)]
 pub struct DeliveryGroupData {
     /// Group kind.
+    #[serde(deserialize_with = "crate::strict::form")]
     pub kind: DeliveryGroupKind,
     /// Whether the broker controls machine power (true).
     #[serde(default = "yes")]
@@ -358,6 +370,7 @@ pub enum ResourceKind {
 #[serde(deny_unknown_fields)]
 pub struct ResourceData {
     /// Application or desktop.
+    #[serde(deserialize_with = "crate::strict::form")]
     pub kind: ResourceKind,
     /// Delivery groups that deliver it.
     pub delivery_groups: Vec<String>,

@@ -242,7 +242,8 @@ impl<'de> serde::de::Visitor<'de> for OrderedOpVisitor {
         if map.next_key::<&str>()? != Some("kind") {
             return Err(A::Error::custom("`kind` is not the second key"));
         }
-        let kind: ObjectKind = map.next_value()?;
+        // Strict forms, as the derived types read them (see `strict`).
+        let kind: ObjectKind = map.next_value_seed(crate::strict::Seed::default())?;
         if !upsert {
             let mut id = None;
             while let Some(key) = map.next_key::<&str>()? {
@@ -263,7 +264,9 @@ impl<'de> serde::de::Visitor<'de> for OrderedOpVisitor {
             while let Some(key) = map.next_key::<&str>()? {
                 match key {
                     "id" if id.is_none() => id = Some(map.next_value::<String>()?),
-                    "data" if data.is_none() => data = Some(map.next_value::<T>()?),
+                    "data" if data.is_none() => {
+                        data = Some(map.next_value_seed(crate::strict::Seed::<T>::default())?)
+                    }
                     _ => return Err(A::Error::custom("unexpected key")),
                 }
             }
@@ -387,8 +390,10 @@ fn explain_config_change(value: Value) -> Result<(), DecodeError> {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 #[allow(dead_code)]
+#[serde(bound(deserialize = "D: Deserialize<'de>"))]
 struct Upsert<D> {
     id: String,
+    #[serde(deserialize_with = "crate::strict::form")]
     data: D,
 }
 
@@ -396,9 +401,10 @@ struct Upsert<D> {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 #[allow(dead_code)]
+#[serde(bound(deserialize = "D: Deserialize<'de> + Default"))]
 struct UpsertDefaulted<D: Default> {
     id: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::strict::form")]
     data: D,
 }
 

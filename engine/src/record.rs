@@ -282,6 +282,7 @@ record_struct! {
         /// FQDN of the connector.
         pub connector: String,
         /// Which service.
+        #[serde(deserialize_with = "crate::strict::form")]
         pub service: Service,
         /// Whether it runs now.
         pub running: bool,
@@ -305,6 +306,7 @@ record_struct! {
         /// FQDN of the connector.
         pub connector: String,
         /// What happened.
+        #[serde(deserialize_with = "crate::strict::form")]
         pub event: LifecycleEvent,
     }
 }
@@ -344,6 +346,7 @@ pub struct SessionReport {
     /// User who owns the session.
     pub user: CompactString,
     /// Active or disconnected.
+    #[serde(deserialize_with = "crate::strict::form")]
     pub state: SessionState,
 }
 
@@ -355,23 +358,10 @@ record_struct! {
         // Compact: inline up to 24 bytes, so the most frequent record allocates less.
         pub machine: CompactString,
         /// Every session on the machine now.
-        #[serde(deserialize_with = "exact_vec")]
+        #[serde(deserialize_with = "crate::strict::objects")]
         #[schemars(with = "Vec<SessionReport>")]
         pub sessions: Vec<SessionReport>,
     }
-}
-
-/// A vector without spare capacity: a heartbeat's session list is kept for its machine
-/// until the next one, and serde's growth by doubling left up to half of 40,000 lists
-/// unused. Trimmed here, on the thread that decodes.
-fn exact_vec<'de, D, T>(deserializer: D) -> Result<Vec<T>, D::Error>
-where
-    D: serde::Deserializer<'de>,
-    T: Deserialize<'de>,
-{
-    let mut list = Vec::<T>::deserialize(deserializer)?;
-    list.shrink_to_fit();
-    Ok(list)
 }
 
 /// Kinds of session events a VDA reports.
@@ -399,6 +389,7 @@ record_struct! {
         /// Session owner.
         pub user: String,
         /// What happened.
+        #[serde(deserialize_with = "crate::strict::form")]
         pub event: SessionEventKind,
     }
 }
@@ -426,6 +417,7 @@ record_struct! {
         /// Resource id.
         pub resource: String,
         /// Client device.
+        #[serde(deserialize_with = "crate::strict::form")]
         pub client: Client,
         /// The request id of this launch's first attempt, when StoreFront tries the next
         /// Delivery Controller after a refusal (`not_elected`, `connector_stopped`); absent on
@@ -465,6 +457,7 @@ record_struct! {
         /// FQDN of the connector.
         pub connector: String,
         /// Which command.
+        #[serde(deserialize_with = "crate::strict::form")]
         pub command: AdminCommandName,
         /// Argument of `set_config_sync_interval`.
         #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -278,3 +278,88 @@ fn config_changes_decode_the_same_in_any_key_order() {
         ("ops[0].colour", DecodeErrorKind::UnknownField)
     );
 }
+
+/// serde's derived types also read a struct from an array of its fields and a unit enum
+/// from a one-key object; the schemas refuse both, and so does the decoder, on the fast
+/// path (type first, lhc's key order) and the general one alike, naming the field.
+#[test]
+fn nested_objects_and_enum_names_only_in_their_schema_form() {
+    let cases = [
+        (
+            r#""type":"launch.request","ts":"2026-01-05T09:00:00.000Z","request":"r1","connector":"c","user":"u","resource":"d","client":["pc1","10.0.0.5"]"#,
+            "client",
+        ),
+        (
+            r#""type":"vda.heartbeat","ts":"2026-01-05T09:00:00.000Z","machine":"m","sessions":[["s1","alice","active"]]"#,
+            "sessions[0]",
+        ),
+        (
+            r#""type":"vda.heartbeat","ts":"2026-01-05T09:00:00.000Z","machine":"m","sessions":[{"id":"s1","user":"alice","state":{"active":null}}]"#,
+            "sessions[0].state",
+        ),
+        (
+            r#""type":"session.event","ts":"2026-01-05T09:00:00.000Z","machine":"m","session":"s","user":"u","event":{"logon":null}"#,
+            "event",
+        ),
+        (
+            r#""type":"service.status","ts":"2026-01-05T09:00:00.000Z","connector":"c","service":{"config_sync":null},"running":true"#,
+            "service",
+        ),
+        (
+            r#""type":"connector.lifecycle","ts":"2026-01-05T09:00:00.000Z","connector":"c","event":{"stop":[]}"#,
+            "event",
+        ),
+        (
+            r#""type":"admin.command","ts":"2026-01-05T09:00:00.000Z","connector":"c","command":{"enable_ha_sdk":null}"#,
+            "command",
+        ),
+        (
+            r#""type":"config.change","ts":"2026-01-05T09:00:00.000Z","version":1,"ops":[{"op":"upsert","kind":"zone","id":"z","data":["Zone 1"]}]"#,
+            "ops[0].data",
+        ),
+        (
+            r#""type":"config.change","ts":"2026-01-05T09:00:00.000Z","version":1,"ops":[{"op":"upsert","kind":"group","id":"g","data":[]}]"#,
+            "ops[0].data",
+        ),
+        (
+            r#""type":"config.change","ts":"2026-01-05T09:00:00.000Z","version":1,"ops":[{"op":"upsert","kind":"delivery_group","id":"g","data":{"kind":{"multi_session":null}}}]"#,
+            "ops[0].data.kind",
+        ),
+        (
+            r#""type":"config.change","ts":"2026-01-05T09:00:00.000Z","version":1,"ops":[{"op":"upsert","kind":"resource","id":"r","data":{"kind":{"desktop":null},"delivery_groups":["g"]}}]"#,
+            "ops[0].data.kind",
+        ),
+        (
+            r#""type":"config.change","ts":"2026-01-05T09:00:00.000Z","version":1,"ops":[{"op":"upsert","kind":"site","id":"site","data":{"profile":{"onprem":null}}}]"#,
+            "ops[0].data.profile",
+        ),
+        (
+            r#""type":"config.change","ts":"2026-01-05T09:00:00.000Z","version":1,"ops":[{"op":"delete","kind":{"zone":null},"id":"z"}]"#,
+            "ops[0].kind",
+        ),
+    ];
+    for (fields, path) in cases {
+        // Type first (the fast path), and with a key in front of `type` (the general one).
+        for json in [
+            format!("{{{fields}}}"),
+            format!("{{\"record_id\":null,{fields}}}"),
+        ] {
+            let (got, kind, shown) = err(&json);
+            assert_eq!(
+                (got.as_str(), kind),
+                (path, DecodeErrorKind::WrongType),
+                "{json}: {shown}"
+            );
+            assert!(shown.contains("invalid type"), "{shown}");
+        }
+    }
+    // The schema's forms still decode, on both paths.
+    for json in [
+        r#"{"type":"launch.request","ts":"2026-01-05T09:00:00.000Z","request":"r1","connector":"c","user":"u","resource":"d","client":{"name":"pc1","ip":"10.0.0.5"}}"#,
+        r#"{"type":"config.change","ts":"2026-01-05T09:00:00.000Z","version":1,"ops":[{"op":"upsert","kind":"site","id":"site","data":{"profile":"onprem"}},{"op":"upsert","kind":"group","id":"g"},{"op":"delete","kind":"zone","id":"z"}]}"#,
+        r#"{"ts":"2026-01-05T09:00:00.000Z","type":"vda.heartbeat","machine":"m","sessions":[{"id":"s1","user":"alice","state":"active"}]}"#,
+    ] {
+        let record = decode_record(json.as_bytes()).unwrap_or_else(|e| panic!("{json}: {e}"));
+        assert_eq!(decode_record(&encode_record(&record)).unwrap(), record);
+    }
+}

@@ -102,6 +102,25 @@ fn the_schema_and_the_decoder_agree_on_generated_records() {
             m["ops"][0]["surprise"] = json!(true);
             mutants.push((m, "an unknown key in an op"));
         }
+        // serde's other forms, which the schema refuses: a nested object as the array of
+        // its values (`"client":["pc","10.0.0.1"]`), a string (an enum's name among them)
+        // as a one-key object (`"event":{"logon":null}`). At most 8 places per record.
+        let (mut objects, mut strings) = (Vec::new(), Vec::new());
+        places(record, String::new(), &mut objects, &mut strings);
+        for pointer in objects.iter().take(8) {
+            let mut m = record.clone();
+            let target = m.pointer_mut(pointer).unwrap();
+            let values: Vec<Value> = target.as_object().unwrap().values().cloned().collect();
+            *target = Value::Array(values);
+            mutants.push((m, "a nested object as an array of its values"));
+        }
+        for pointer in strings.iter().take(8) {
+            let mut m = record.clone();
+            let target = m.pointer_mut(pointer).unwrap();
+            let name = target.as_str().unwrap().to_string();
+            *target = json!({ name: null });
+            mutants.push((m, "a string as a one-key object"));
+        }
         for (mutant, what) in mutants {
             if !agree(&mutant, what) {
                 refused += 1;
@@ -109,4 +128,32 @@ fn the_schema_and_the_decoder_agree_on_generated_records() {
         }
     }
     assert!(refused > 3000, "mutants refused: {refused}");
+}
+
+/// JSON pointers of the objects nested in `value` (not `value` itself when it is the
+/// record) and of its strings, in document order.
+fn places(
+    value: &serde_json::Value,
+    at: String,
+    objects: &mut Vec<String>,
+    strings: &mut Vec<String>,
+) {
+    use serde_json::Value;
+    match value {
+        Value::Object(map) => {
+            if !at.is_empty() {
+                objects.push(at.clone());
+            }
+            for (key, item) in map {
+                places(item, format!("{at}/{key}"), objects, strings);
+            }
+        }
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                places(item, format!("{at}/{i}"), objects, strings);
+            }
+        }
+        Value::String(_) => strings.push(at),
+        _ => {}
+    }
 }
