@@ -7,9 +7,16 @@
 //!   quarantined, never silently dropped;
 //! - lines are bytes: invalid UTF-8 is the record's problem (a decode error naming its
 //!   line), not a read error that ends the command;
-//! - line numbers are 1-based and count every line, blank ones included.
+//! - line numbers are 1-based and count every line, blank ones included;
+//! - a UTF-8 byte order mark at the very start (Windows PowerShell 5's `Out-File` and
+//!   Notepad's "UTF-8 with BOM" write one) is not part of the first record: JSON allows a
+//!   reader to ignore it (RFC 8259 §8.1), and taken as a record's bytes it made the
+//!   file's first record (typically the site's configuration) invalid.
 
 use std::io::BufRead;
+
+/// The UTF-8 byte order mark.
+const BOM: &[u8] = b"\xef\xbb\xbf";
 
 /// Whether a line holds nothing but JSON whitespace.
 pub fn is_blank(line: &[u8]) -> bool {
@@ -41,6 +48,9 @@ impl<R: BufRead> Iterator for JsonlLines<R> {
                     self.number += 1;
                     if line.last() == Some(&b'\n') {
                         line.pop();
+                    }
+                    if self.number == 1 && line.starts_with(BOM) {
+                        line.drain(..BOM.len());
                     }
                     if is_blank(&line) {
                         continue;
@@ -75,5 +85,17 @@ mod tests {
             "invalid UTF-8 kept as bytes"
         );
         assert_eq!(lines[5].1, b"last".to_vec());
+    }
+
+    #[test]
+    fn a_byte_order_mark_at_the_start_only_is_not_part_of_the_record() {
+        let input: &[u8] = b"\xef\xbb\xbf{\"a\":1}\r\n\xef\xbb\xbf{\"b\":2}\n";
+        let lines: Vec<(usize, Vec<u8>)> = JsonlLines::new(input).map(Result::unwrap).collect();
+        assert_eq!(lines[0], (1, b"{\"a\":1}\r".to_vec()));
+        // Anywhere else it is the record's (an invalid one, quarantined or refused).
+        assert_eq!(lines[1], (2, b"\xef\xbb\xbf{\"b\":2}".to_vec()));
+        // A file of a BOM alone holds no record.
+        let lines: Vec<_> = JsonlLines::new(&b"\xef\xbb\xbf\n"[..]).collect();
+        assert!(lines.is_empty());
     }
 }

@@ -254,6 +254,9 @@ impl Plan {
     pub fn add_patch(&mut self, name: &str, text: &str, at: Option<Ts>) -> Result<(), WhatIfError> {
         let mut added = Vec::new();
         let mut last: Option<(Ts, usize)> = None;
+        // A byte order mark at the start (Notepad's "UTF-8 with BOM") is not JSON's, as
+        // for every JSONL file lhc reads (`lhc_log::jsonl`).
+        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
         for (i, line) in text.lines().enumerate() {
             if line.trim().is_empty() {
                 continue;
@@ -502,5 +505,13 @@ mod tests {
         )
         .unwrap();
         assert_eq!(plan.patch[0].record.ts(), at);
+        // A patch saved with a byte order mark reads as one without.
+        plan.add_patch(
+            "p.jsonl",
+            "\u{feff}{\"ts\":\"2026-01-05T09:40:00Z\",\"type\":\"clock.tick\"}\r\n",
+            None,
+        )
+        .unwrap();
+        assert_eq!(plan.patch.len(), 2);
     }
 }
