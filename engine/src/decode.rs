@@ -309,8 +309,20 @@ pub fn encode_record(record: &Record) -> Vec<u8> {
     serde_json::to_vec(record).expect("records always serialize")
 }
 
+/// The UTF-8 byte order mark.
+const BYTE_ORDER_MARK: &[u8] = b"\xef\xbb\xbf";
+
+/// Why a record that begins with a byte order mark is refused.
+pub const BOM_INSIDE: &str = "the record starts with a UTF-8 byte order mark (EF BB BF), which is \
+     skipped only at the very start of a file: remove it (files joined together keep the \
+     marks their parts began with)";
+
 /// Walks a record that failed the fast path and returns the first error with its path.
 fn explain(bytes: &[u8]) -> Option<DecodeError> {
+    if bytes.starts_with(BYTE_ORDER_MARK) {
+        // serde would say "expected value at line 1 column 1" of a line that looks fine.
+        return Some(DecodeError::new("", DecodeErrorKind::Syntax, BOM_INSIDE));
+    }
     let value: Value = match serde_json::from_slice(bytes) {
         Ok(v) => v,
         Err(e) => return Some(DecodeError::new("", DecodeErrorKind::Syntax, e.to_string())),

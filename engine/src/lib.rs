@@ -21,7 +21,7 @@ pub mod rows;
 pub mod schema;
 pub mod site;
 pub mod snapshot;
-mod strict;
+pub mod strict;
 mod string_form;
 pub mod ts;
 pub mod view;

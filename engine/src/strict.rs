@@ -8,7 +8,8 @@
 //! objects and enum names through these helpers (`#[serde(deserialize_with = "crate::strict::form")]`).
 //! Invariant: what they accept decodes to the value the derived impl gives; they only
 //! refuse the other forms, with serde's "invalid type" message (located by the decoder's
-//! error walk like any other).
+//! error walk like any other). The node's HTTP API reads its request bodies through them
+//! too, so that what it takes is what its OpenAPI description says.
 
 use std::fmt;
 use std::marker::PhantomData;
@@ -18,7 +19,7 @@ use serde::Deserialize;
 
 /// A struct-typed field from a JSON object only; a unit-enum-typed one from a JSON string
 /// (its name) only.
-pub(crate) fn form<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+pub fn form<'de, D, T>(deserializer: D) -> Result<T, D::Error>
 where
     D: Deserializer<'de>,
     T: Deserialize<'de>,
@@ -29,7 +30,7 @@ where
 /// A list of structs, each from a JSON object, without spare capacity: a heartbeat's
 /// session list is kept for its machine until the next one, and serde's growth by doubling
 /// left up to half of 40,000 lists unused. Trimmed here, on the thread that decodes.
-pub(crate) fn objects<'de, D, T>(deserializer: D) -> Result<Vec<T>, D::Error>
+pub fn objects<'de, D, T>(deserializer: D) -> Result<Vec<T>, D::Error>
 where
     D: Deserializer<'de>,
     T: Deserialize<'de>,
@@ -53,7 +54,7 @@ where
 }
 
 /// [`form`] as a seed, for hand-written visitors (the decoder's fast path).
-pub(crate) struct Seed<T>(PhantomData<T>);
+pub struct Seed<T>(PhantomData<T>);
 
 impl<T> Default for Seed<T> {
     fn default() -> Self {

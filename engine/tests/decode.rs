@@ -363,3 +363,13 @@ fn nested_objects_and_enum_names_only_in_their_schema_form() {
         assert_eq!(decode_record(&encode_record(&record)).unwrap(), record);
     }
 }
+
+/// A byte order mark inside a file (files joined together) is named as what is wrong,
+/// not "expected value at line 1 column 1".
+#[test]
+fn a_byte_order_mark_in_front_of_a_record_is_named() {
+    let (path, kind, shown) =
+        err("\u{feff}{\"type\":\"clock.tick\",\"ts\":\"2026-01-05T09:00:00Z\"}");
+    assert_eq!((path.as_str(), kind), ("", DecodeErrorKind::Syntax));
+    assert!(shown.contains("byte order mark"), "{shown}");
+}

@@ -585,3 +585,94 @@ fn a_fold_on_a_store_in_use_or_of_a_missing_log_says_so_and_leaves_nothing() {
     assert!(String::from_utf8_lossy(&zero.stderr).contains("--batch"));
     assert!(!tmp.path().join("other").exists());
 }
+
+/// Ctrl-C (SIGINT) stops a fold after the record being applied: what was folded is
+/// committed, the fold says where it stopped and exits 130, and running it again continues
+/// from there to a store equal to an uninterrupted fold's. Following, Ctrl-C is how a fold
+/// ends: exit 0, everything read committed.
+#[test]
+fn ctrl_c_stops_a_fold_between_records_and_commits_what_it_folded() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = import(tmp.path(), &site_log(100, 2));
+    let data = tmp.path().join("node").display().to_string();
+    let total = expected_records(&log);
+    // One synced commit per record, so the fold lasts long enough to be interrupted.
+    let child = Command::new(env!("CARGO_BIN_EXE_lhc"))
+        .args([
+            "connector",
+            "fold",
+            "--log",
+            &log,
+            "--data",
+            &data,
+            "--batch",
+            "1",
+            "--sync",
+            "-q",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while next_offset(&data) < 50 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let out = child.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(130), "{said}");
+    let stopped = next_offset(&data);
+    assert!(
+        stopped >= 50 && stopped < total,
+        "stopped at {stopped} of {total}"
+    );
+    // What it says is what the store holds: the offset and the digest committed.
+    let status = ok(lhc(&["connector", "status", "--data", &data]));
+    let digest = status.lines().nth(1).unwrap().trim_start_matches("digest ");
+    assert!(
+        said.contains("interrupted before the end of the log")
+            && said.contains(&format!("next offset {stopped}; digest {digest}"))
+            && said.contains(&format!("continue from offset {stopped}")),
+        "{said}"
+    );
+    // Run again: it continues from there, and the store is an uninterrupted fold's.
+    let again = lhc(&["connector", "fold", "--log", &log, "--data", &data]);
+    let again = String::from_utf8_lossy(&again.stderr).to_string();
+    assert!(
+        again.contains(&format!(
+            "folded {} record(s) from offset {stopped}",
+            total - stopped
+        )),
+        "{again}"
+    );
+    assert_eq!(
+        ok(lhc(&["connector", "outputs", "--data", &data])),
+        ok(lhc(&["replay", &log, "-q"]))
+    );
+
+    // Following: Ctrl-C ends it with status 0, everything read committed.
+    let followed = tmp.path().join("followed").display().to_string();
+    let child = Command::new(env!("CARGO_BIN_EXE_lhc"))
+        .args([
+            "connector",
+            "fold",
+            "--log",
+            &log,
+            "--data",
+            &followed,
+            "--follow",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    while next_offset(&followed) < total && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let out = child.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    assert!(said.contains(&format!("next offset {total}")), "{said}");
+}

@@ -362,6 +362,24 @@ fn zone_of_three_nodes(dir: &tempfile::TempDir, log: &Backend) {
             400,
         ),
         ("/storefront/heartbeat", &"x".repeat(300 << 10), 413),
+        // serde's other forms, which the OpenAPI description refuses: an object as the
+        // array of its values, an enum name as a one-key object.
+        (
+            "/storefront/launch",
+            r#"{"user":"alice","resource":"app","client":["pc","10.0.0.1"]}"#,
+            400,
+        ),
+        (
+            "/vda/heartbeat",
+            r#"{"machine":"vda1.z1.test","sessions":[["s1","alice","active"]]}"#,
+            400,
+        ),
+        (
+            "/vda/session",
+            r#"{"machine":"vda1.z1.test","session":"s","user":"u","event":{"logon":null}}"#,
+            400,
+        ),
+        ("/storefront/heartbeat", r#"["sf1"]"#, 400),
     ] {
         let (got, answer) = b.post(path, body).unwrap();
         assert_eq!(

@@ -12,5 +12,6 @@ pub mod live;
 pub mod store;
 
 pub use store::{
-    fold, CommitJob, FoldSummary, Folder, JournalChanges, NodeError, Store, StoreOptions,
+    fold, fold_until, CommitJob, FoldSummary, Folder, JournalChanges, NodeError, Store,
+    StoreOptions, Until,
 };

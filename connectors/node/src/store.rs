@@ -1981,6 +1981,8 @@ pub struct FoldSummary {
     pub next: u64,
     /// Commits written.
     pub commits: u64,
+    /// Stopped by `stop` before the end of the log (what was applied is committed).
+    pub interrupted: bool,
 }
 
 /// Folds `log` into the store from where it stopped, committing every `batch` records.
@@ -1996,10 +1998,50 @@ pub fn fold(
     follow: Option<&dyn Fn() -> bool>,
     checkpoints: &crate::checkpoints::CheckpointPolicy,
 ) -> Result<(FoldSummary, Engine), NodeError> {
+    let until = match follow {
+        Some(stop) => Until::Stopped(stop),
+        None => Until::End(&|| false),
+    };
+    fold_until(store, log, batch, until, checkpoints)
+}
+
+/// When a fold ends.
+#[derive(Clone, Copy)]
+pub enum Until<'a> {
+    /// At the end of the log, or earlier when this returns true (Ctrl-C): the records
+    /// applied are committed and the summary says it was interrupted.
+    End(&'a dyn Fn() -> bool),
+    /// When this returns true (following the log as it grows until then).
+    Stopped(&'a dyn Fn() -> bool),
+}
+
+impl Until<'_> {
+    /// Whether the fold should stop now.
+    fn stop(&self) -> bool {
+        match self {
+            Until::End(stop) | Until::Stopped(stop) => stop(),
+        }
+    }
+
+    /// Whether the fold waits for new records at the end of the log.
+    fn follows(&self) -> bool {
+        matches!(self, Until::Stopped(_))
+    }
+}
+
+/// [`fold`], told when to end: with [`Until::End`] a stop request (asked after each
+/// record) commits what was applied and returns, the summary saying it was interrupted.
+pub fn fold_until(
+    store: &Store,
+    log: &dyn Log,
+    batch: usize,
+    until: Until<'_>,
+    checkpoints: &crate::checkpoints::CheckpointPolicy,
+) -> Result<(FoldSummary, Engine), NodeError> {
     store.refuse_kafka_node("a fold of a log")?;
     store.refuse_other_log(log)?;
     if checkpoints.every == 0 {
-        return fold_with(store, log, batch, follow, None);
+        return fold_with(store, log, batch, until, None);
     }
     let (to, jobs) = std::sync::mpsc::sync_channel(1);
     std::thread::scope(|scope| {
@@ -2010,7 +2052,7 @@ pub fn fold(
                 crate::checkpoints::run(store, checkpoints, &records, jobs, &|| true);
             })
             .map_err(|e| NodeError::Commit(e.to_string()))?;
-        let folded = fold_with(store, log, batch, follow, Some((checkpoints.every, to)));
+        let folded = fold_with(store, log, batch, until, Some((checkpoints.every, to)));
         // The last checkpoint handed over is written before the fold returns.
         writer
             .join()
@@ -2102,7 +2144,7 @@ fn fold_with(
     store: &Store,
     log: &dyn Log,
     batch: usize,
-    follow: Option<&dyn Fn() -> bool>,
+    until: Until<'_>,
     checkpoints: Option<(u64, SyncSender<CheckpointJob>)>,
 ) -> Result<(FoldSummary, Engine), NodeError> {
     let mut folder = Folder::open(store)?;
@@ -2112,7 +2154,8 @@ fn fold_with(
     let resumed_at = folder.next();
     let reader = log.reader(resumed_at.max(log.start_offset()?))?;
     let mut applied = 0u64;
-    let wait = if follow.is_some() {
+    let mut interrupted = false;
+    let wait = if until.follows() {
         Duration::from_millis(200)
     } else {
         Duration::ZERO
@@ -2120,7 +2163,7 @@ fn fold_with(
     std::thread::scope(|scope| -> Result<(), NodeError> {
         // A few batches ahead: enough to keep the threads busy, bounded memory.
         let (to, batches) = std::sync::mpsc::sync_channel(4);
-        let following = follow.is_some();
+        let following = until.follows();
         std::thread::Builder::new()
             .name("lhc-read".into())
             .spawn_scoped(scope, move || read_ahead(reader, wait, following, to))
@@ -2136,7 +2179,8 @@ fn fold_with(
                 Ok(())
             })
             .map_err(|e| NodeError::Commit(format!("starting the committer: {e}")))?;
-        let folded = fold_ahead(&mut folder, batches, &jobs, batch, follow, &mut applied);
+        let folded = fold_ahead(&mut folder, batches, &jobs, batch, until, &mut applied)
+            .map(|stopped| interrupted = stopped);
         // Every job handed over is written (or the first failure stops the committer)
         // before the fold says how it went.
         drop(jobs);
@@ -2154,20 +2198,22 @@ fn fold_with(
         applied,
         next: folder.next(),
         commits: folder.commits(),
+        interrupted,
     };
     Ok((summary, folder.into_engine()))
 }
 
 /// The fold thread of [`fold_with`]: applies what the reading thread hands over and hands
-/// commits to the committer (`jobs`).
+/// commits to the committer (`jobs`). True when a stop request ended it before the end of
+/// the log (`Until::End`).
 fn fold_ahead(
     folder: &mut Folder<&Store>,
     batches: std::sync::mpsc::Receiver<Vec<Ahead>>,
     jobs: &SyncSender<CommitJob>,
     batch: usize,
-    follow: Option<&dyn Fn() -> bool>,
+    until: Until<'_>,
     applied: &mut u64,
-) -> Result<(), NodeError> {
+) -> Result<bool, NodeError> {
     let commit = |folder: &mut Folder<&Store>| -> Result<(), NodeError> {
         match folder.commit_job() {
             Some(job) => jobs
@@ -2193,13 +2239,19 @@ fn fold_ahead(
                 if folder.uncommitted() >= batch.max(1) {
                     commit(folder)?;
                 }
+                // Asked between whole records only: a record applied in steps is finished
+                // first. (Following, the end of the log is where it is asked.)
+                if !until.follows() && until.stop() {
+                    commit(folder)?;
+                    return Ok(true);
+                }
             }
             Ahead::End => {
                 commit(folder)?;
-                match follow {
-                    Some(stop) if !stop() => continue,
-                    _ => return Ok(()),
+                if until.follows() && !until.stop() {
+                    continue;
                 }
+                return Ok(false);
             }
             Ahead::Failed(e) => {
                 // A damaged record stops the fold, after the good records read before it

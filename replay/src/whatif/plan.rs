@@ -262,6 +262,12 @@ impl Plan {
                 continue;
             }
             let origin = format!("{name} line {}", i + 1);
+            if line.starts_with('\u{feff}') {
+                return Err(WhatIfError::bad(
+                    &origin,
+                    lhc_engine::decode::BOM_INSIDE.into(),
+                ));
+            }
             let mut value: Value = serde_json::from_str(line)
                 .map_err(|e| WhatIfError::bad(&origin, format!("not JSON: {e}")))?;
             let Value::Object(map) = &mut value else {
@@ -513,5 +519,15 @@ mod tests {
         )
         .unwrap();
         assert_eq!(plan.patch.len(), 2);
+        // Anywhere else one is named as what is wrong.
+        let e = plan
+            .add_patch(
+                "p.jsonl",
+                "{\"ts\":\"2026-01-05T09:50:00Z\",\"type\":\"clock.tick\"}\n\u{feff}{}",
+                None,
+            )
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("line 2") && e.contains("byte order mark"), "{e}");
     }
 }

@@ -25,7 +25,10 @@ pub enum ConnectorCommand {
     ///
     /// State, applied offset and outputs are committed together every --batch records (and
     /// whenever the fold reaches the end of the log), so the fold can be killed at any
-    /// instant and resumed without losing or repeating anything.
+    /// instant and resumed without losing or repeating anything. Ctrl-C (or SIGTERM) stops
+    /// it after the record being applied, commits what was folded and says where it
+    /// stopped (exit status 130; 0 with --follow, which Ctrl-C ends); a second Ctrl-C quits
+    /// at once, keeping what was committed.
     Fold {
         #[command(flatten)]
         target: LogArgs,
@@ -42,7 +45,8 @@ pub enum ConnectorCommand {
         /// up to about three times this many records. At least 1.
         #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
         batch: u64,
-        /// Keep folding records as they are appended (stop with Ctrl-C).
+        /// Keep folding records as they are appended (stop with Ctrl-C: what was folded is
+        /// committed first).
         #[arg(long)]
         follow: bool,
         #[command(flatten)]
@@ -222,32 +226,48 @@ pub fn run(command: ConnectorCommand, quiet: bool) -> anyhow::Result<ExitCode> {
             // The log first: a log that does not open leaves no empty store behind.
             let log = target.open_for_read()?;
             let store = Store::open(&dir, &options)?;
-            // Following runs until the process is stopped (Ctrl-C); nothing else ends it.
-            let never = || false;
+            // Ctrl-C or SIGTERM: a following fold ends, another one stops early; either
+            // commits what it folded first.
+            let signalled = stop_on_signal(quiet)?;
+            let stop = || signalled.load(std::sync::atomic::Ordering::SeqCst);
+            let until = if follow {
+                lhc_node::Until::Stopped(&stop)
+            } else {
+                lhc_node::Until::End(&stop)
+            };
             // Checkpoints name records by offset: a topic partition shared by sites has
             // gaps in this site's offsets, so only an embedded log's fold takes them.
             let checkpoints = match target.kafka.kafka {
                 None => store_args.checkpoints(),
                 Some(_) => lhc_node::checkpoints::CheckpointPolicy::off(),
             };
-            let (summary, engine) = lhc_node::fold(
+            let (summary, engine) = lhc_node::fold_until(
                 &store,
                 &*log,
                 usize::try_from(batch).unwrap_or(usize::MAX),
-                follow.then_some(&never as &dyn Fn() -> bool),
+                until,
                 &checkpoints,
             )
             .with_context(|| format!("folding {} into {}", log.describe(), dir.display()))?;
-            if !quiet {
+            let said = format!(
+                "folded {} record(s) from offset {} into {} ({} commit(s)); next offset {}; digest {}",
+                summary.applied,
+                summary.resumed_at,
+                dir.display(),
+                summary.commits,
+                summary.next,
+                engine.digest()
+            );
+            if summary.interrupted {
+                // Said even with -q: the log was not folded to its end.
                 eprintln!(
-                    "folded {} record(s) from offset {} into {} ({} commit(s)); next offset {}; digest {}",
-                    summary.applied,
-                    summary.resumed_at,
-                    dir.display(),
-                    summary.commits,
-                    summary.next,
-                    engine.digest()
+                    "interrupted before the end of the log: {said}; run the same command to continue from offset {}",
+                    summary.next
                 );
+                return Ok(ExitCode::from(130));
+            }
+            if !quiet {
+                eprintln!("{said}");
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -469,6 +489,54 @@ fn parse_peer(text: &str) -> Result<(String, String), String> {
             "expected FQDN=URL, like ddc2.corp.example=http://10.0.0.12:8080; got {text:?}"
         )),
     }
+}
+
+/// A flag raised by the first Ctrl-C or SIGTERM (for work that stops between records and
+/// commits what it did); a second one ends the process at once with status 130, which
+/// loses nothing committed (every commit is whole).
+fn stop_on_signal(quiet: bool) -> anyhow::Result<Arc<std::sync::atomic::AtomicBool>> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use tokio::signal::unix::{signal, SignalKind};
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the signal handler")?;
+    // Installed here, before the work starts: a Ctrl-C from now on is seen.
+    let (mut interrupt, mut terminate) = runtime
+        .block_on(async {
+            Ok::<_, std::io::Error>((
+                signal(SignalKind::interrupt())?,
+                signal(SignalKind::terminate())?,
+            ))
+        })
+        .context("installing the Ctrl-C and SIGTERM handlers")?;
+    let flag = Arc::new(AtomicBool::new(false));
+    let raised = Arc::clone(&flag);
+    std::thread::Builder::new()
+        .name("lhc-signals".into())
+        .spawn(move || {
+            runtime.block_on(async move {
+                let mut first = true;
+                loop {
+                    tokio::select! {
+                        _ = interrupt.recv() => {}
+                        _ = terminate.recv() => {}
+                    }
+                    if !first {
+                        std::process::exit(130);
+                    }
+                    first = false;
+                    raised.store(true, Ordering::SeqCst);
+                    if !quiet {
+                        eprintln!(
+                            "stopping: committing what was folded (Ctrl-C again to quit at once)"
+                        );
+                    }
+                }
+            })
+        })
+        .context("starting the signal handler")?;
+    Ok(flag)
 }
 
 /// Resolves on Ctrl-C or SIGTERM. The handlers are installed when this is called (inside

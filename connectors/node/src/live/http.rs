@@ -278,9 +278,13 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Body<T> {
                 ApiError::new(status, message)
             })?;
         let mut de = serde_json::Deserializer::from_slice(&bytes);
-        let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
-            let path = e.path().to_string();
-            let inner = clip(&e.inner().to_string());
+        // The body and its nested objects only as JSON objects, enum names only as
+        // strings: the forms the OpenAPI description gives (`lhc_engine::strict`).
+        let mut track = serde_path_to_error::Track::new();
+        let tracked = serde_path_to_error::Deserializer::new(&mut de, &mut track);
+        let value = lhc_engine::strict::form(tracked).map_err(|e| {
+            let path = track.path().to_string();
+            let inner = clip(&e.to_string());
             if path == "." {
                 ApiError::bad(format!("body: {inner}"))
             } else {
@@ -409,6 +413,7 @@ pub(crate) struct LaunchBody {
     #[schemars(length(min = 1))]
     resource: String,
     /// The client device (a non-empty name).
+    #[serde(deserialize_with = "lhc_engine::strict::form")]
     client: Client,
     /// The first attempt's request id when StoreFront retries on this controller.
     #[serde(default)]
@@ -522,7 +527,8 @@ pub(crate) struct VdaHeartbeatBody {
     #[schemars(length(min = 1))]
     machine: String,
     /// Its sessions (non-empty ids and users).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lhc_engine::strict::objects")]
+    #[schemars(with = "Vec<SessionReport>")]
     sessions: Vec<SessionReport>,
 }
 
@@ -561,6 +567,7 @@ pub(crate) struct SessionBody {
     #[schemars(length(min = 1))]
     user: String,
     /// What happened.
+    #[serde(deserialize_with = "lhc_engine::strict::form")]
     event: SessionEventKind,
 }
 
