@@ -430,3 +430,25 @@ fn cat_follows_as_a_kafka_consumer_group() {
     cat.kill().unwrap();
     cat.wait().unwrap();
 }
+
+/// `log import` reads its file twice (validate all, then append): a pipe is refused at
+/// once, pointing at `log append`, instead of "changed while it was imported"; and a file
+/// saved with a byte order mark imports as the same records.
+#[test]
+fn import_refuses_a_pipe_and_takes_a_file_with_a_byte_order_mark() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = log_arg(tmp.path());
+    let out = run_stdin(&["log", "import", "/dev/stdin", "--log", &log], EXAMPLE);
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("not a regular file") && err.contains("lhc log append"),
+        "{err}"
+    );
+    assert!(!tmp.path().join("log").exists() || end_offset(&log) == 0);
+    let marked = write(tmp.path(), "bom.jsonl", &format!("\u{feff}{EXAMPLE}"));
+    let out = run(&["log", "import", marked.to_str().unwrap(), "--log", &log]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let exported = run(&["log", "export", "--log", &log]);
+    assert_eq!(text(&exported.stdout), EXAMPLE);
+}

@@ -227,6 +227,19 @@ fn import(
         }
         crate::args::refuse_overwrite(path, &inputs)?;
     }
+    // Read twice (every line validated before any is appended, then appended streaming):
+    // a pipe would be empty the second time, and the import refused as "changed".
+    let kind = std::fs::metadata(file)
+        .with_context(|| format!("cannot open {}", file.display()))?
+        .file_type();
+    if !kind.is_file() {
+        bail!(
+            "{} is not a regular file (a pipe or a device): `log import` reads its file twice, \
+             validating every line before it appends any; save the records to a file first, \
+             or pipe them to `lhc log append`, which reads stdin",
+            file.display()
+        );
+    }
     let (mut next_offset, mut order) = target.prepare_append(append)?;
     // Where this import's first record must land: anything else means another writer
     // appended since the checks above, and the checks no longer hold.
