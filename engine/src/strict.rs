@@ -18,7 +18,8 @@ use serde::de::{self, DeserializeSeed, Deserializer, IntoDeserializer, Visitor};
 use serde::Deserialize;
 
 /// A struct-typed field from a JSON object only; a unit-enum-typed one from a JSON string
-/// (its name) only.
+/// (its name) only. For those two only: an `Option` or a newtype around them would be read
+/// by the inner deserializer's `deserialize_any` (use `form` on what they wrap instead).
 pub fn form<'de, D, T>(deserializer: D) -> Result<T, D::Error>
 where
     D: Deserializer<'de>,

@@ -593,7 +593,7 @@ fn a_fold_on_a_store_in_use_or_of_a_missing_log_says_so_and_leaves_nothing() {
 #[test]
 fn ctrl_c_stops_a_fold_between_records_and_commits_what_it_folded() {
     let tmp = tempfile::tempdir().unwrap();
-    let log = import(tmp.path(), &site_log(100, 2));
+    let log = import(tmp.path(), &site_log(100, 8));
     let data = tmp.path().join("node").display().to_string();
     let total = expected_records(&log);
     // One synced commit per record, so the fold lasts long enough to be interrupted.
@@ -614,8 +614,9 @@ fn ctrl_c_stops_a_fold_between_records_and_commits_what_it_folded() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    // Polled while the fold writes: a read that meets the store mid-change is retried.
     let deadline = Instant::now() + Duration::from_secs(60);
-    while next_offset(&data) < 50 && Instant::now() < deadline {
+    while polled_offset(&data).is_none_or(|next| next < 50) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
@@ -651,6 +652,38 @@ fn ctrl_c_stops_a_fold_between_records_and_commits_what_it_folded() {
         ok(lhc(&["replay", &log, "-q"]))
     );
 
+    // Following and still catching up: Ctrl-C ends it at once too (status 0: following,
+    // a stop is how it ends), what it folded committed.
+    let catching = tmp.path().join("catching").display().to_string();
+    let child = Command::new(env!("CARGO_BIN_EXE_lhc"))
+        .args([
+            "connector",
+            "fold",
+            "--log",
+            &log,
+            "--data",
+            &catching,
+            "--follow",
+            "--batch",
+            "1",
+            "--sync",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while polled_offset(&catching).is_none_or(|next| next < 50) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let out = child.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    let stopped = next_offset(&catching);
+    assert!(stopped < total, "stopped at {stopped} of {total}");
+    assert!(said.contains(&format!("next offset {stopped};")), "{said}");
+
     // Following: Ctrl-C ends it with status 0, everything read committed.
     let followed = tmp.path().join("followed").display().to_string();
     let child = Command::new(env!("CARGO_BIN_EXE_lhc"))
@@ -667,12 +700,33 @@ fn ctrl_c_stops_a_fold_between_records_and_commits_what_it_folded() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    while next_offset(&followed) < total && Instant::now() < deadline {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while polled_offset(&followed).is_none_or(|next| next < total) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
+    assert_eq!(
+        polled_offset(&followed),
+        Some(total),
+        "the follower caught up"
+    );
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     let out = child.wait_with_output().unwrap();
     let said = String::from_utf8_lossy(&out.stderr).to_string();
     assert_eq!(out.status.code(), Some(0), "{said}");
     assert!(said.contains(&format!("next offset {total}")), "{said}");
+}
+
+/// [`next_offset`] while a fold may be writing the store: `None` when the status cannot be
+/// read right now (no store yet, or a read that met it mid-change).
+fn polled_offset(data: &str) -> Option<u64> {
+    let out = lhc(&["connector", "status", "--data", data]);
+    if !out.status.success() {
+        return None;
+    }
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .next()?
+        .strip_prefix("next offset ")?
+        .parse()
+        .ok()
 }

@@ -2005,11 +2005,13 @@ pub fn fold(
     fold_until(store, log, batch, until, checkpoints)
 }
 
-/// When a fold ends.
+/// When a fold ends. The function is asked after each whole record (and, following, at
+/// each end of the log met); when it returns true the fold commits what it applied and
+/// returns.
 #[derive(Clone, Copy)]
 pub enum Until<'a> {
-    /// At the end of the log, or earlier when this returns true (Ctrl-C): the records
-    /// applied are committed and the summary says it was interrupted.
+    /// At the end of the log, or earlier when this returns true (Ctrl-C): the summary then
+    /// says it was interrupted, if records remained.
     End(&'a dyn Fn() -> bool),
     /// When this returns true (following the log as it grows until then).
     Stopped(&'a dyn Fn() -> bool),
@@ -2205,7 +2207,7 @@ fn fold_with(
 
 /// The fold thread of [`fold_with`]: applies what the reading thread hands over and hands
 /// commits to the committer (`jobs`). True when a stop request ended it before the end of
-/// the log (`Until::End`).
+/// the log (`Until::End`; following, a stop is how it ends).
 fn fold_ahead(
     folder: &mut Folder<&Store>,
     batches: std::sync::mpsc::Receiver<Vec<Ahead>>,
@@ -2222,7 +2224,8 @@ fn fold_ahead(
             None => Ok(()),
         }
     };
-    for ahead in batches.iter().flatten() {
+    let mut items = batches.iter().flatten();
+    while let Some(ahead) = items.next() {
         match ahead {
             Ahead::Record {
                 offset,
@@ -2239,11 +2242,16 @@ fn fold_ahead(
                 if folder.uncommitted() >= batch.max(1) {
                     commit(folder)?;
                 }
-                // Asked between whole records only: a record applied in steps is finished
-                // first. (Following, the end of the log is where it is asked.)
-                if !until.follows() && until.stop() {
+                // Asked between whole records only (a record applied in steps is finished
+                // first), following or not: a fold still catching up stops too.
+                if until.stop() {
                     commit(folder)?;
-                    return Ok(true);
+                    // Interrupted only if records remain: the next thing read says.
+                    return match items.next() {
+                        Some(Ahead::Failed(e)) => Err(e.into()),
+                        Some(Ahead::Record { .. }) => Ok(!until.follows()),
+                        Some(Ahead::End) | None => Ok(false),
+                    };
                 }
             }
             Ahead::End => {

@@ -27,8 +27,8 @@ pub enum ConnectorCommand {
     /// whenever the fold reaches the end of the log), so the fold can be killed at any
     /// instant and resumed without losing or repeating anything. Ctrl-C (or SIGTERM) stops
     /// it after the record being applied, commits what was folded and says where it
-    /// stopped (exit status 130; 0 with --follow, which Ctrl-C ends); a second Ctrl-C quits
-    /// at once, keeping what was committed.
+    /// stopped (exit status 130, 143 for SIGTERM; 0 with --follow, which Ctrl-C ends); a
+    /// second Ctrl-C quits at once, keeping what was committed.
     Fold {
         #[command(flatten)]
         target: LogArgs,
@@ -229,7 +229,7 @@ pub fn run(command: ConnectorCommand, quiet: bool) -> anyhow::Result<ExitCode> {
             // Ctrl-C or SIGTERM: a following fold ends, another one stops early; either
             // commits what it folded first.
             let signalled = stop_on_signal(quiet)?;
-            let stop = || signalled.load(std::sync::atomic::Ordering::SeqCst);
+            let stop = || signalled.load(std::sync::atomic::Ordering::SeqCst) != 0;
             let until = if follow {
                 lhc_node::Until::Stopped(&stop)
             } else {
@@ -259,12 +259,14 @@ pub fn run(command: ConnectorCommand, quiet: bool) -> anyhow::Result<ExitCode> {
                 engine.digest()
             );
             if summary.interrupted {
-                // Said even with -q: the log was not folded to its end.
+                // Said even with -q: the log was not folded to its end. The status is the
+                // shell's for the signal (130 Ctrl-C, 143 SIGTERM).
                 eprintln!(
                     "interrupted before the end of the log: {said}; run the same command to continue from offset {}",
                     summary.next
                 );
-                return Ok(ExitCode::from(130));
+                let signal = signalled.load(std::sync::atomic::Ordering::SeqCst);
+                return Ok(ExitCode::from(128 + signal as u8));
             }
             if !quiet {
                 eprintln!("{said}");
@@ -491,11 +493,12 @@ fn parse_peer(text: &str) -> Result<(String, String), String> {
     }
 }
 
-/// A flag raised by the first Ctrl-C or SIGTERM (for work that stops between records and
-/// commits what it did); a second one ends the process at once with status 130, which
-/// loses nothing committed (every commit is whole).
-fn stop_on_signal(quiet: bool) -> anyhow::Result<Arc<std::sync::atomic::AtomicBool>> {
-    use std::sync::atomic::{AtomicBool, Ordering};
+/// The number of the first Ctrl-C (SIGINT) or SIGTERM received, 0 before (for work that
+/// stops between records and commits what it did); a second one ends the process at once
+/// with the shell's status for it (128 + its number), which loses nothing committed (every
+/// commit is whole).
+fn stop_on_signal(quiet: bool) -> anyhow::Result<Arc<std::sync::atomic::AtomicI32>> {
+    use std::sync::atomic::{AtomicI32, Ordering};
     use tokio::signal::unix::{signal, SignalKind};
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -510,23 +513,23 @@ fn stop_on_signal(quiet: bool) -> anyhow::Result<Arc<std::sync::atomic::AtomicBo
             ))
         })
         .context("installing the Ctrl-C and SIGTERM handlers")?;
-    let flag = Arc::new(AtomicBool::new(false));
+    let flag = Arc::new(AtomicI32::new(0));
     let raised = Arc::clone(&flag);
     std::thread::Builder::new()
         .name("lhc-signals".into())
         .spawn(move || {
             runtime.block_on(async move {
-                let mut first = true;
                 loop {
-                    tokio::select! {
-                        _ = interrupt.recv() => {}
-                        _ = terminate.recv() => {}
+                    let signal = tokio::select! {
+                        _ = interrupt.recv() => libc::SIGINT,
+                        _ = terminate.recv() => libc::SIGTERM,
+                    };
+                    if raised.load(Ordering::SeqCst) != 0 {
+                        // `_exit`: no exit handlers while RocksDB's threads run (C++ static
+                        // destructors under live threads can crash on the way out).
+                        unsafe { libc::_exit(128 + signal) };
                     }
-                    if !first {
-                        std::process::exit(130);
-                    }
-                    first = false;
-                    raised.store(true, Ordering::SeqCst);
+                    raised.store(signal, Ordering::SeqCst);
                     if !quiet {
                         eprintln!(
                             "stopping: committing what was folded (Ctrl-C again to quit at once)"

@@ -234,7 +234,7 @@ fn import(
         .file_type();
     if !kind.is_file() {
         bail!(
-            "{} is not a regular file (a pipe or a device): `log import` reads its file twice, \
+            "{} is not a regular file (a pipe, a device or a directory): `log import` reads its file twice, \
              validating every line before it appends any; save the records to a file first, \
              or pipe them to `lhc log append`, which reads stdin",
             file.display()
