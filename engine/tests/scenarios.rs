@@ -788,6 +788,26 @@ fn r_elect_1_candidates_are_self_and_peers_with_fresh_ok_probes() {
     );
 }
 
+/// R-ELECT-2: "recomputed after every record" holds for an `engine.params` that raises
+/// `peer_timeout_s`: probes that had aged out (at 123 and 124 s) are within the new window
+/// again, so cc-c elects cc-a at once (180 s), and their expiry is due again at their time
+/// plus the new timeout (604 s). Before, the peer came back only at cc-c's next record.
+#[test]
+fn r_elect_2_a_raised_peer_timeout_brings_aged_probes_back_at_once() {
+    let out = run("r-elect-2-timeout-raised");
+    assert_eq!(
+        elected_views(&out, C),
+        vec![
+            (at(1.0), Some(C.to_string())),
+            (at(3.0), Some(B.to_string())),
+            (at(4.0), Some(A.to_string())),
+            (at(124.0), Some(C.to_string())),
+            (at(180.0), Some(A.to_string())),
+            (at(604.0), Some(C.to_string())),
+        ]
+    );
+}
+
 /// R-ELECT-2
 #[test]
 fn r_elect_2_the_first_fqdn_wins_and_views_change_with_3504() {

@@ -8,6 +8,25 @@ use crate::ts::Ts;
 use super::{fqdn_key, Engine};
 
 impl Engine {
+    /// R-ELECT-2 after `peer_timeout_s` was raised: a probe that had aged out may be
+    /// within the window again, so its expiry is due again (at its time plus the new
+    /// timeout), and every connector's view is recomputed now, in FQDN order — no record
+    /// naming a connector, nor a timer, would bring the peer back before its next check.
+    /// (A lowered timeout needs nothing here: the expiries it moves into the past fire at
+    /// once, stamped with the record's time.)
+    pub(super) fn peer_timeout_raised(&mut self, ts: Ts, out: &mut Vec<Output>) {
+        let timeout_ms = self.params.peer_timeout_s as i64 * 1000;
+        for name in self.connector_order.clone() {
+            let c = self.connector_mut(&name);
+            for (t, ok, handled) in c.probes.values_mut() {
+                if *ok && *handled && ts.millis() - t.millis() < timeout_ms {
+                    *handled = false;
+                }
+            }
+            self.update_view(&name, ts, out);
+        }
+    }
+
     /// Recomputes a connector's view of the election, with 3504 on change, 3502 when it
     /// starts brokering and registration drops when it stops (R-ELECT-1..5, R-REG-3).
     pub(super) fn update_view(&mut self, name: &str, ts: Ts, out: &mut Vec<Output>) {

@@ -429,8 +429,12 @@ impl Engine {
         let ts = record.ts();
         match &record {
             Record::EngineParams(p) => {
+                let timeout_before = self.params.peer_timeout_s;
                 self.params.apply(p).expect("checked by admissible");
                 self.quiet_until = None;
+                if self.params.peer_timeout_s > timeout_before {
+                    self.peer_timeout_raised(ts, out);
+                }
             }
             Record::ConfigChange(_) => {
                 let Record::ConfigChange(change) = record else {
