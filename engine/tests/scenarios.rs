@@ -788,6 +788,23 @@ fn r_elect_1_candidates_are_self_and_peers_with_fresh_ok_probes() {
     );
 }
 
+/// R-LAUNCH-5: "Remote PC machines follow the same rule", whatever their group's kind. In
+/// LHC mode (a pooled group of two Remote PC machines, r1 assigned to alice): alice gets
+/// her PC, bob (entitled, unassigned) is refused `assignment_required` although r2 is
+/// registered and idle; the static group beside it is unchanged.
+#[test]
+fn r_launch_5_remote_pc_machines_are_their_assigned_users_only() {
+    let out = run("r-launch-5-remote-pc");
+    assert_eq!(chose(&out, "q1").1, "r1.z1.example");
+    assert_eq!(refused(&out, "q2"), (Via::Lhc, Reason::AssignmentRequired));
+    assert_eq!(chose(&out, "q3").1, "st1.z1.example");
+    assert_eq!(refused(&out, "q5"), (Via::Lhc, Reason::AssignmentRequired));
+    // The cloud assigns the first free Remote PC machine to a user without one.
+    let cloud = run("r-launch-5-remote-pc-cloud");
+    assert_eq!(assigned(&cloud, "q1"), ("r1.z1.example", Some(false)));
+    assert_eq!(assigned(&cloud, "q2"), ("r2.z1.example", Some(true)));
+}
+
 /// R-ELECT-2: "recomputed after every record" holds for an `engine.params` that raises
 /// `peer_timeout_s`: probes that had aged out (at 123 and 124 s) are within the new window
 /// again, so cc-c elects cc-a at once (180 s), and their expiry is due again at their time

@@ -276,6 +276,12 @@ impl Engine {
         if group.kind == DeliveryGroupKind::SingleSessionStatic {
             return self.static_machine(ask, group_id).map(Found::Chosen);
         }
+        // R-LAUNCH-5: Remote PC machines follow the static rule whatever their group's
+        // kind: the one assigned to the user is theirs (usable in an outage: enrolled
+        // during normal operations), and the pools never offer one (`place`).
+        if self.assigned_remote_pc(catalog, group_id, user, lhc) {
+            return self.static_machine(ask, group_id).map(Found::Chosen);
+        }
         let pooled = group.kind == DeliveryGroupKind::SingleSessionPooled;
         if pooled && group.power_managed && lhc && !reuse_in_outage(catalog, group) {
             return Err(Reason::PooledUnavailableInOutage);
@@ -320,8 +326,42 @@ impl Engine {
             // Sorts first: in the preferred zone, then fewest sessions, then FQDN order.
             return Ok(Found::Candidate((!preferred, load, rank)));
         }
+        // Nothing in the pools: a user without a Remote PC machine of the group gets the
+        // static rule's answer (no new assignment in LHC mode; the cloud assigns the first
+        // free one).
+        if has_remote_pc(catalog, group_id) {
+            if lhc {
+                return Err(Reason::AssignmentRequired);
+            }
+            return self.static_machine(ask, group_id).map(Found::Chosen);
+        }
         let looked: Vec<&str> = zone.map_or(group_zones, |z| vec![z]);
         Err(self.no_machine_reason(holder, group_id, group, &looked, lhc))
+    }
+
+    /// Whether `user` is assigned a Remote PC machine of group `group_id` (in the catalog,
+    /// or for the cloud by an assignment it made).
+    fn assigned_remote_pc(
+        &self,
+        catalog: &Snapshot,
+        group_id: &str,
+        user: &str,
+        lhc: bool,
+    ) -> bool {
+        let configured = catalog.assignments.get(group_id).and_then(|u| u.get(user));
+        let cloud_made = || {
+            (!lhc)
+                .then(|| {
+                    self.cloud_assignments
+                        .get(group_id)
+                        .and_then(|u| u.get(user))
+                })
+                .flatten()
+        };
+        configured
+            .or_else(cloud_made)
+            .and_then(|m| catalog.machines.get(m.as_str()))
+            .is_some_and(|e| e.remote_pc)
     }
 
     /// Sessions of `user` in group `group_id` that `holder` knows: in LHC mode on the
@@ -453,13 +493,18 @@ impl Engine {
     /// across its zones (ids are lowercase: byte order is FQDN order), among the zones the
     /// cloud reaches; zone preference plays no part.
     fn first_free_machine(&self, catalog: &Snapshot, group_id: &str) -> Result<String, Reason> {
+        // Outside a static group only Remote PC machines are assigned.
+        let static_group = catalog
+            .groups
+            .get(group_id)
+            .is_some_and(|g| g.kind == DeliveryGroupKind::SingleSessionStatic);
         let taken = |m: &String| {
             catalog.assigned.contains(m)
                 || self.cloud_assigned.contains(m)
                 || catalog
                     .machines
                     .get(m.as_str())
-                    .is_none_or(|e| e.maintenance)
+                    .is_none_or(|e| e.maintenance || !(static_group || e.remote_pc))
         };
         let zones = || {
             catalog
@@ -517,6 +562,22 @@ impl Engine {
             new_assignment,
         }
     }
+}
+
+/// Whether group `group_id` holds a Remote PC machine (asked only when its pools offered
+/// nothing: it walks the group's machines).
+fn has_remote_pc(catalog: &Snapshot, group_id: &str) -> bool {
+    catalog
+        .group_zone_machines
+        .get(group_id)
+        .into_iter()
+        .flat_map(|zones| zones.values().flatten())
+        .any(|m| {
+            catalog
+                .machines
+                .get(m.as_str())
+                .is_some_and(|e| e.remote_pc)
+        })
 }
 
 /// R-LAUNCH-6: whether a pooled, power-managed group may be used in an outage. Reuse needs

@@ -46,6 +46,9 @@ impl Engine {
                 .and_then(|g| g.restrict_to_tag.as_ref())
                 .is_none_or(|tag| entry.tags.iter().any(|t| t.eq_ignore_ascii_case(tag)));
             let room = load < entry.max_sessions;
+            // R-LAUNCH-5: a Remote PC machine is only ever its assigned user's, never a
+            // pool's answer (it still counts as registered and tagged, for the reasons).
+            let offered = !entry.remote_pc;
             let available = if holder == Holder::Off {
                 // Powered off: the cloud powers on only idle pooled, power-managed machines;
                 // other kinds need no pool entry (a static machine is found by assignment).
@@ -55,9 +58,9 @@ impl Engine {
                 if !power_on {
                     return None;
                 }
-                (!maintenance && tagged && load == 0).then_some(0)
+                (offered && !maintenance && tagged && load == 0).then_some(0)
             } else {
-                (!maintenance && tagged && room).then_some(load)
+                (offered && !maintenance && tagged && room).then_some(load)
             };
             Some(Wanted {
                 group: entry.delivery_group.as_str(),
