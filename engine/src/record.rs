@@ -188,7 +188,7 @@ record_struct! {
         /// Age under which a peer's ok check keeps the zone out of LHC mode (120).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub peer_health_window_s: Option<u64>,
-        /// Age under which a StoreFront heartbeat makes a connector eligible (180).
+        /// Age under which a StoreFront heartbeat makes a connector eligible (259200: 3 days).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub storefront_window_s: Option<u64>,
         /// Length of initial_ha (300).
