@@ -178,6 +178,7 @@ impl Engine {
             record_ids,
             cloud: _,
             quiet_until: _,
+            remote_pc_groups: _,
         } = self;
         let (mut key, mut bytes) = (Vec::new(), Vec::new());
         // One row per field: the clock changes with every record, the parameters hardly
@@ -419,6 +420,7 @@ impl Engine {
             record_ids,
             cloud: _,
             quiet_until: _,
+            remote_pc_groups: _,
         } = self;
         let changed = (
             machines.take_changed(),
@@ -498,6 +500,7 @@ impl Engine {
                 record_ids: record_ids.clone(),
                 cloud: None,
                 quiet_until: None,
+                remote_pc_groups: Default::default(),
             },
             gone,
             complete,
@@ -815,6 +818,7 @@ impl StateRows {
             user_sessions,
             cloud: None,
             quiet_until: None,
+            remote_pc_groups: Default::default(),
         }))
     }
 }

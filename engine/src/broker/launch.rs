@@ -329,7 +329,7 @@ impl Engine {
         // Nothing in the pools: a user without a Remote PC machine of the group gets the
         // static rule's answer (no new assignment in LHC mode; the cloud assigns the first
         // free one).
-        if has_remote_pc(catalog, group_id) {
+        if self.remote_pc_groups.holds(catalog, group_id) {
             if lhc {
                 return Err(Reason::AssignmentRequired);
             }
@@ -562,22 +562,6 @@ impl Engine {
             new_assignment,
         }
     }
-}
-
-/// Whether group `group_id` holds a Remote PC machine (asked only when its pools offered
-/// nothing: it walks the group's machines).
-fn has_remote_pc(catalog: &Snapshot, group_id: &str) -> bool {
-    catalog
-        .group_zone_machines
-        .get(group_id)
-        .into_iter()
-        .flat_map(|zones| zones.values().flatten())
-        .any(|m| {
-            catalog
-                .machines
-                .get(m.as_str())
-                .is_some_and(|e| e.remote_pc)
-        })
 }
 
 /// R-LAUNCH-6: whether a pooled, power-managed group may be used in an outage. Reuse needs

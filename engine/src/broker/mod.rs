@@ -141,6 +141,43 @@ impl Tally {
     }
 }
 
+/// Delivery groups (lowercased) holding a Remote PC machine, by configuration version.
+/// A cache of what the catalogs say: engines that differ only in it are equal.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct RemotePcGroups(BTreeMap<u64, Arc<BTreeSet<String>>>);
+
+impl PartialEq for RemotePcGroups {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl RemotePcGroups {
+    /// Versions remembered at most (a replay uses one or two at a time: the cloud's and an
+    /// older snapshot of a connector in an outage).
+    const KEPT: usize = 8;
+
+    /// Whether group `group_id` of `catalog` holds a Remote PC machine.
+    pub(crate) fn holds(&mut self, catalog: &Snapshot, group_id: &str) -> bool {
+        if !self.0.contains_key(&catalog.version) && self.0.len() >= Self::KEPT {
+            self.0.clear();
+        }
+        self.0
+            .entry(catalog.version)
+            .or_insert_with(|| {
+                Arc::new(
+                    catalog
+                        .machines
+                        .values()
+                        .filter(|e| e.remote_pc)
+                        .map(|e| e.delivery_group.clone())
+                        .collect(),
+                )
+            })
+            .contains(group_id)
+    }
+}
+
 /// Key of the pool of `holder`, group and zone (see [`Holder::key`]).
 fn pool_key(holder: Holder<'_>, group: &str, zone: &str) -> String {
     // `join` sizes one allocation for the pieces: every heartbeat builds its machine's key,
