@@ -30,11 +30,7 @@ impl Ts {
 
     /// This instant plus `seconds` (saturating, so a huge parameter never wraps).
     pub fn plus_s(self, seconds: u64) -> Ts {
-        Ts(self.0.saturating_add(
-            i64::try_from(seconds)
-                .unwrap_or(i64::MAX)
-                .saturating_mul(1000),
-        ))
+        Ts(self.0.saturating_add(seconds_ms(seconds)))
     }
 
     /// Whole seconds from `earlier` to `self` (negative if `earlier` is later).
@@ -158,6 +154,14 @@ expecting: "an RFC 3339 UTC timestamp string", name: "Timestamp", schema: {
     "pattern": TIMESTAMP_PATTERN,
     "description": "RFC 3339 time in UTC with at most millisecond precision."
 });
+
+/// `seconds` in milliseconds, saturating: a window or delay set to an enormous value (an
+/// `engine.params` of `u64::MAX` seconds) means "for ever", never a negative or wrapped one.
+pub fn seconds_ms(seconds: u64) -> i64 {
+    i64::try_from(seconds)
+        .unwrap_or(i64::MAX)
+        .saturating_mul(1000)
+}
 
 #[cfg(test)]
 mod tests {

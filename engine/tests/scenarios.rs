@@ -805,6 +805,41 @@ fn r_launch_5_remote_pc_machines_are_their_assigned_users_only() {
     assert_eq!(assigned(&cloud, "q2"), ("r2.z1.example", Some(true)));
 }
 
+/// R-LAUNCH-5 with R-LAUNCH-6: an assigned Remote PC in a pooled group that shuts its
+/// machines down after use is its user's own PC: the user's logoff in LHC mode does not put
+/// it in maintenance, and the next launch gets it again.
+#[test]
+fn r_launch_5_a_remote_pc_is_not_put_in_maintenance_by_its_users_logoff() {
+    let out = run("r-launch-5-remote-pc-logoff");
+    assert!(
+        !out.iter()
+            .any(|o| matches!(o, Output::MachineMaintenance(_))),
+        "no maintenance"
+    );
+    assert_eq!(chose(&out, "q1").1, "r1.z1.example");
+    assert_eq!(chose(&out, "q2").1, "r1.z1.example");
+}
+
+/// R-LAUNCH-5 in a group of pooled machines and Remote PCs: the pooled machines keep
+/// their own answers (a full one: `machine_capacity`, not `assignment_required`).
+#[test]
+fn r_launch_5_a_mixed_group_keeps_its_pooled_reasons() {
+    let out = run("r-launch-5-remote-pc-mixed");
+    assert_eq!(chose(&out, "q1").1, "m1.z1.example");
+    assert_eq!(refused(&out, "q2"), (Via::Lhc, Reason::MachineCapacity));
+}
+
+/// R-ELECT-2 with `peer_timeout_s` raised to the largest value a record can hold: "for
+/// ever", not a window that wrapped around to nothing.
+#[test]
+fn r_elect_2_a_peer_timeout_raised_for_ever_keeps_peers() {
+    let out = run("r-elect-2-timeout-forever");
+    assert_eq!(
+        elected_views(&out, C).last(),
+        Some(&(at(180.0), Some(A.to_string())))
+    );
+}
+
 /// R-ELECT-2: "recomputed after every record" holds for an `engine.params` that raises
 /// `peer_timeout_s`: probes that had aged out (at 123 and 124 s) are within the new window
 /// again, so cc-c elects cc-a at once (180 s), and their expiry is due again at their time

@@ -605,13 +605,31 @@ fn answers_from_nothing_and_quarantines_are_said() {
         lhc(&["report", "outage", empty.to_str().unwrap()]),
         "holds no records",
     );
-    // A byte-order mark quarantines the first record (the configuration, so most of the
-    // rest name unknown connectors): said on stderr, the answer still given.
+    // A byte-order mark at the start of the file is skipped: the same answer as without.
+    let text = std::fs::read_to_string(example()).unwrap();
     let bom = tmp.path().join("bom.jsonl");
-    let mut bytes = vec![0xef, 0xbb, 0xbf];
-    bytes.extend(std::fs::read(example()).unwrap());
-    std::fs::write(&bom, bytes).unwrap();
+    std::fs::write(&bom, format!("\u{feff}{text}")).unwrap();
+    let ex = example();
+    let plain = lhc(&["report", "outage", ex.as_str()]);
     let out = lhc(&["report", "outage", bom.to_str().unwrap()]);
+    assert!(out.status.success());
+    // (The first line names the file.)
+    let body = |o: &std::process::Output| -> String {
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .skip(1)
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    assert!(out.stdout.starts_with(b"JSONL file"), "{}", body(&out));
+    assert_eq!(body(&out), body(&plain));
+    assert!(!stderr(&out).contains("quarantined"), "{}", stderr(&out));
+    // One in front of a later record (files joined together) quarantines that record:
+    // said on stderr, the answer still given.
+    let (first, rest) = text.split_once('\n').unwrap();
+    let joined = tmp.path().join("joined.jsonl");
+    std::fs::write(&joined, format!("{first}\n\u{feff}{rest}")).unwrap();
+    let out = lhc(&["report", "outage", joined.to_str().unwrap()]);
     assert!(out.status.success());
     let err = stderr(&out);
     assert!(

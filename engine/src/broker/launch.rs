@@ -326,17 +326,19 @@ impl Engine {
             // Sorts first: in the preferred zone, then fewest sessions, then FQDN order.
             return Ok(Found::Candidate((!preferred, load, rank)));
         }
-        // Nothing in the pools: a user without a Remote PC machine of the group gets the
-        // static rule's answer (no new assignment in LHC mode; the cloud assigns the first
-        // free one).
-        if self.remote_pc_groups.holds(catalog, group_id) {
+        let looked: Vec<&str> = zone.map_or(group_zones, |z| vec![z]);
+        let reason = self.no_machine_reason(holder, group_id, group, &looked, lhc);
+        // No machine registered in the pools (Remote PC machines are in none): a user
+        // without a Remote PC machine of the group gets the static rule's answer (no new
+        // assignment in LHC mode; the cloud assigns the first free one). Full or untagged
+        // pooled machines keep their own reason.
+        if reason == Reason::NoRegisteredMachine && self.remote_pc_groups.holds(catalog, group_id) {
             if lhc {
                 return Err(Reason::AssignmentRequired);
             }
             return self.static_machine(ask, group_id).map(Found::Chosen);
         }
-        let looked: Vec<&str> = zone.map_or(group_zones, |z| vec![z]);
-        Err(self.no_machine_reason(holder, group_id, group, &looked, lhc))
+        Err(reason)
     }
 
     /// Whether `user` is assigned a Remote PC machine of group `group_id` (in the catalog,

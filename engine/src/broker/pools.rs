@@ -46,8 +46,8 @@ impl Engine {
                 .and_then(|g| g.restrict_to_tag.as_ref())
                 .is_none_or(|tag| entry.tags.iter().any(|t| t.eq_ignore_ascii_case(tag)));
             let room = load < entry.max_sessions;
-            // R-LAUNCH-5: a Remote PC machine is only ever its assigned user's, never a
-            // pool's answer (it still counts as registered and tagged, for the reasons).
+            // R-LAUNCH-5: a Remote PC machine is only ever its assigned user's, never in a
+            // pool (neither offered nor counted: a pool's reasons are its own machines').
             let offered = !entry.remote_pc;
             let available = if holder == Holder::Off {
                 // Powered off: the cloud powers on only idle pooled, power-managed machines;
@@ -67,8 +67,8 @@ impl Engine {
                 zone: entry.zone.as_str(),
                 rank: entry.rank,
                 available,
-                registered: !maintenance && holder != Holder::Off,
-                tagged: !maintenance && holder != Holder::Off && tagged,
+                registered: offered && !maintenance && holder != Holder::Off,
+                tagged: offered && !maintenance && holder != Holder::Off && tagged,
             })
         });
         let runtime = self.machines.get_mut(machine).expect("found above");
@@ -204,7 +204,8 @@ impl Engine {
             let reported = sessions
                 .iter()
                 .any(|s| s.user.eq_ignore_ascii_case(&p.user));
-            let keep = !reported && ts.millis() - p.ts.millis() < PENDING_LAUNCH_S as i64 * 1000;
+            let keep =
+                !reported && ts.millis() - p.ts.millis() < crate::ts::seconds_ms(PENDING_LAUNCH_S);
             if !keep {
                 forget_pending(user_sessions, &p.user, machine);
             }
@@ -217,7 +218,7 @@ impl Engine {
     /// machines have not reported: from that instant they no longer count as load or toward
     /// session limits.
     pub(crate) fn expire_pending(&mut self, ts: Ts) {
-        let horizon = PENDING_LAUNCH_S as i64 * 1000;
+        let horizon = crate::ts::seconds_ms(PENDING_LAUNCH_S);
         while let Some((brokered, _)) = self.pending_expiry.first() {
             if ts.millis() - brokered.millis() < horizon {
                 return;
@@ -272,6 +273,10 @@ impl Engine {
         let Some(entry) = catalog.machines.get(machine.to_lowercase().as_str()) else {
             return;
         };
+        if entry.remote_pc {
+            // Its user's own PC (R-LAUNCH-5), not a pooled desktop shut down after use.
+            return;
+        }
         let Some(group) = catalog.groups.get(&entry.delivery_group) else {
             return;
         };

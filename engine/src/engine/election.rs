@@ -15,7 +15,7 @@ impl Engine {
     /// (A lowered timeout needs nothing here: the expiries it moves into the past fire at
     /// once, stamped with the record's time.)
     pub(super) fn peer_timeout_raised(&mut self, ts: Ts, out: &mut Vec<Output>) {
-        let timeout_ms = self.params.peer_timeout_s as i64 * 1000;
+        let timeout_ms = crate::ts::seconds_ms(self.params.peer_timeout_s);
         for name in self.connector_order.clone() {
             let c = self.connector_mut(&name);
             for (t, ok, handled) in c.probes.values_mut() {
@@ -34,7 +34,7 @@ impl Engine {
         if !c.started() {
             return;
         }
-        let timeout_ms = self.params.peer_timeout_s as i64 * 1000;
+        let timeout_ms = crate::ts::seconds_ms(self.params.peer_timeout_s);
         let mut candidates: Vec<String> = Vec::new();
         if c.ha_running && c.snapshot.is_some() {
             candidates.push(name.to_string());

@@ -194,7 +194,7 @@ impl Engine {
             }
             (ConnectorState::PendingHa, false) => {
                 let first = *c.first_failure.get_or_insert(ts);
-                if ts.millis() - first.millis() >= threshold as i64 * 1000
+                if ts.millis() - first.millis() >= crate::ts::seconds_ms(threshold)
                     && self.zone_rule_holds(name, ts)
                 {
                     self.try_enter_lhc(name, ts, TransitionCause::OutageConfirmed, out);
@@ -237,7 +237,7 @@ impl Engine {
         let Some(zone) = self.site.connector_zone(name) else {
             return false;
         };
-        let window_ms = self.params.peer_health_window_s as i64 * 1000;
+        let window_ms = crate::ts::seconds_ms(self.params.peer_health_window_s);
         self.site.zone_connectors(zone).filter(|p| *p != name).any(|peer| {
             self.connectors.get(peer).is_some_and(|p| {
                 p.started()
@@ -284,7 +284,7 @@ impl Engine {
         // (EN seed); the on-prem seeds set none.
         let needs_storefront =
             site.profile == crate::config::Profile::Daas && !site.service_continuity_enabled;
-        let window_ms = self.params.storefront_window_s as i64 * 1000;
+        let window_ms = crate::ts::seconds_ms(self.params.storefront_window_s);
         if needs_storefront
             && c.storefront_last
                 .is_none_or(|t| ts.millis() - t.millis() >= window_ms)
