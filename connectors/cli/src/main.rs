@@ -185,21 +185,27 @@ const MI_OPTION_PURGE_DELAY: std::ffi::c_int = 15;
 /// `MIMALLOC_PURGE_DELAY` says otherwise. A replay frees on its applying thread what its
 /// decoding thread allocated; held 10 ms, those pages raised the 12-hour replay's peak RSS
 /// by 6 to 11 MB (149-155 MB against 144-146 MB, issue 20's bar being 150) for no
-/// measurable speed (docs/benchmarks.md).
-fn tune_allocator() {
+/// measurable speed (docs/benchmarks.md). A query from a checkpoint is the exception: a
+/// second's burst of rebuilding and replaying, whose freed pages were given back and
+/// faulted in again (0.59-0.62 s against 0.56 s with them kept for a second).
+fn tune_allocator(command: &Command) {
     if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
+        let delay_ms = match command {
+            Command::Query(_) => 1000,
+            _ => 1,
+        };
         // SAFETY: sets an integer option of the allocator this binary links; mimalloc
         // documents options as settable at any time.
-        unsafe { mi_option_set(MI_OPTION_PURGE_DELAY, 1) };
+        unsafe { mi_option_set(MI_OPTION_PURGE_DELAY, delay_ms) };
     }
 }
 
 fn main() -> ExitCode {
-    tune_allocator();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => return usage_or_help(e),
     };
+    tune_allocator(&cli.command);
     // A running node logs what an operator reads (state changes, elections, imports) at
     // info; the one-shot commands keep to warnings.
     let node = matches!(
