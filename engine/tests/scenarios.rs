@@ -840,6 +840,19 @@ fn r_elect_2_a_peer_timeout_raised_for_ever_keeps_peers() {
     );
 }
 
+/// R-LAUNCH-2: "resource only in other zones → cross_zone; none registered →
+/// no_registered_machine". A resource whose group holds no machine at all is in no other
+/// zone: no registered machine, in LHC mode as for the cloud.
+#[test]
+fn r_launch_2_a_resource_with_no_machine_anywhere_is_not_cross_zone() {
+    let out = run("r-launch-2-no-machines");
+    assert_eq!(
+        refused(&out, "e0"),
+        (Via::Cloud, Reason::NoRegisteredMachine)
+    );
+    assert_eq!(refused(&out, "e1"), (Via::Lhc, Reason::NoRegisteredMachine));
+}
+
 /// R-ELECT-2: "recomputed after every record" holds for an `engine.params` that raises
 /// `peer_timeout_s`: probes that had aged out (at 123 and 124 s) are within the new window
 /// again, so cc-c elects cc-a at once (180 s), and their expiry is due again at their time

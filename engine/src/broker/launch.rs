@@ -164,7 +164,17 @@ impl Engine {
                     .get(g)
                     .is_some_and(|zones| zones.contains_key(zone))
             });
-            if !here {
+            // "Only in other zones": a resource whose groups hold no machine anywhere is not
+            // in another zone; it has no registered machine.
+            let elsewhere = || {
+                resource.delivery_groups.iter().any(|g| {
+                    catalog
+                        .group_zone_machines
+                        .get(g)
+                        .is_some_and(|zones| zones.values().any(|m| !m.is_empty()))
+                })
+            };
+            if !here && elsewhere() {
                 return Err(Reason::CrossZone);
             }
         }
