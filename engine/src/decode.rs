@@ -309,8 +309,8 @@ pub fn encode_record(record: &Record) -> Vec<u8> {
     serde_json::to_vec(record).expect("records always serialize")
 }
 
-/// The UTF-8 byte order mark.
-const BYTE_ORDER_MARK: &[u8] = b"\xef\xbb\xbf";
+/// The UTF-8 byte order mark (a JSONL reader skips one at the start of a file).
+pub const BYTE_ORDER_MARK: &[u8] = b"\xef\xbb\xbf";
 
 /// Why a record that begins with a byte order mark is refused.
 pub const BOM_INSIDE: &str = "the record starts with a UTF-8 byte order mark (EF BB BF), which is \

@@ -66,7 +66,7 @@ impl<T> Default for Seed<T> {
 impl<'de, T: Deserialize<'de>> DeserializeSeed<'de> for Seed<T> {
     type Value = T;
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<T, D::Error> {
-        T::deserialize(Strict(deserializer))
+        form(deserializer)
     }
 }
 

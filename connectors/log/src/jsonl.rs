@@ -15,9 +15,6 @@
 
 use std::io::BufRead;
 
-/// The UTF-8 byte order mark.
-const BOM: &[u8] = b"\xef\xbb\xbf";
-
 /// Whether a line holds nothing but JSON whitespace.
 pub fn is_blank(line: &[u8]) -> bool {
     line.iter().all(|b| matches!(b, b' ' | b'\t' | b'\r'))
@@ -49,8 +46,9 @@ impl<R: BufRead> Iterator for JsonlLines<R> {
                     if line.last() == Some(&b'\n') {
                         line.pop();
                     }
-                    if self.number == 1 && line.starts_with(BOM) {
-                        line.drain(..BOM.len());
+                    let bom = lhc_engine::decode::BYTE_ORDER_MARK;
+                    if self.number == 1 && line.starts_with(bom) {
+                        line.drain(..bom.len());
                     }
                     if is_blank(&line) {
                         continue;

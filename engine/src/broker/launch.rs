@@ -360,8 +360,22 @@ impl Engine {
         user: &str,
         lhc: bool,
     ) -> bool {
+        self.assignment(catalog, group_id, user, lhc)
+            .and_then(|m| catalog.machines.get(m.as_str()))
+            .is_some_and(|e| e.remote_pc)
+    }
+
+    /// The machine assigned to `user` in group `group_id`: the catalog's assignment, else
+    /// (for the cloud only) one the cloud made that no `config.change` records yet.
+    fn assignment<'a>(
+        &'a self,
+        catalog: &'a Snapshot,
+        group_id: &str,
+        user: &str,
+        lhc: bool,
+    ) -> Option<&'a String> {
         let configured = catalog.assignments.get(group_id).and_then(|u| u.get(user));
-        let cloud_made = || {
+        configured.or_else(|| {
             (!lhc)
                 .then(|| {
                     self.cloud_assignments
@@ -369,11 +383,7 @@ impl Engine {
                         .and_then(|u| u.get(user))
                 })
                 .flatten()
-        };
-        configured
-            .or_else(cloud_made)
-            .and_then(|m| catalog.machines.get(m.as_str()))
-            .is_some_and(|e| e.remote_pc)
+        })
     }
 
     /// Sessions of `user` in group `group_id` that `holder` knows: in LHC mode on the
@@ -447,20 +457,8 @@ impl Engine {
             ..
         } = *ask;
         let lhc = matches!(holder, Holder::Connector(_));
-        let configured = catalog
-            .assignments
-            .get(group_id)
-            .and_then(|u| u.get(user))
-            .cloned();
-        let cloud_made = (!lhc)
-            .then(|| {
-                self.cloud_assignments
-                    .get(group_id)
-                    .and_then(|u| u.get(user))
-                    .cloned()
-            })
-            .flatten();
-        let (machine, new_assignment) = match configured.or(cloud_made) {
+        let assigned = self.assignment(catalog, group_id, user, lhc).cloned();
+        let (machine, new_assignment) = match assigned {
             Some(m) => (m, false),
             None if lhc => return Err(Reason::AssignmentRequired),
             // Recorded below, only if the launch is brokered: a rejected launch makes no
