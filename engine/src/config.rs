@@ -224,6 +224,90 @@ impl ConfigObject {
     }
 }
 
+/// The rest of an object whose `kind` key was read first: its `id` and `data` (absent
+/// where the derived enum defaults it: site, user, group), straight into the variant,
+/// with the derived type's strict forms and without the buffering of every value serde's
+/// internally tagged enums do. Any other key is refused, as the derived type refuses it.
+pub(crate) fn object_after_kind<'de, A: serde::de::MapAccess<'de>>(
+    kind: ObjectKind,
+    map: &mut A,
+) -> Result<ConfigObject, A::Error> {
+    use serde::de::Error;
+    use ConfigObject as O;
+    fn fields<'de, A: serde::de::MapAccess<'de>, T: Deserialize<'de>>(
+        map: &mut A,
+        default: Option<fn() -> T>,
+    ) -> Result<(String, T), A::Error> {
+        let (mut id, mut data) = (None, None);
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            match &*key {
+                "id" if id.is_none() => id = Some(map.next_value::<String>()?),
+                "data" if data.is_none() => {
+                    data = Some(map.next_value_seed(crate::strict::Seed::<T>::default())?)
+                }
+                _ => return Err(A::Error::custom(format!("unexpected key `{key}`"))),
+            }
+        }
+        let id = id.ok_or_else(|| A::Error::missing_field("id"))?;
+        match (data, default) {
+            (Some(data), _) => Ok((id, data)),
+            (None, Some(default)) => Ok((id, default())),
+            (None, None) => Err(A::Error::missing_field("data")),
+        }
+    }
+    macro_rules! object {
+        ($variant:ident, $data:ty, $default:expr) => {{
+            let (id, data) = fields::<A, $data>(map, $default)?;
+            O::$variant { id, data }
+        }};
+    }
+    Ok(match kind {
+        ObjectKind::Site => object!(Site, SiteData, Some(SiteData::default)),
+        ObjectKind::Zone => object!(Zone, ZoneData, None),
+        ObjectKind::Connector => object!(Connector, ConnectorData, None),
+        ObjectKind::DeliveryGroup => object!(DeliveryGroup, DeliveryGroupData, None),
+        ObjectKind::Machine => object!(Machine, MachineData, None),
+        ObjectKind::Resource => object!(Resource, ResourceData, None),
+        ObjectKind::User => object!(User, UserData, Some(UserData::default)),
+        ObjectKind::Group => object!(Group, GroupData, Some(GroupData::default)),
+        ObjectKind::Entitlement => object!(Entitlement, EntitlementData, None),
+        ObjectKind::Assignment => object!(Assignment, AssignmentData, None),
+    })
+}
+
+/// Reads a [`ConfigObject`] as the derived type does, faster when `kind` is its first key
+/// (as serde writes it: states saved in stores and checkpoints). In any other order the
+/// object is read whole and handed to the derived type.
+pub(crate) fn kind_first<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ConfigObject, D::Error> {
+    struct Visitor;
+    impl<'de> serde::de::Visitor<'de> for Visitor {
+        type Value = ConfigObject;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a configuration object")
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(
+            self,
+            mut map: A,
+        ) -> Result<ConfigObject, A::Error> {
+            use serde::de::Error;
+            let Some(first) = map.next_key::<std::borrow::Cow<'de, str>>()? else {
+                return Err(A::Error::missing_field("kind"));
+            };
+            if first == "kind" {
+                let kind: ObjectKind = map.next_value_seed(crate::strict::Seed::default())?;
+                return object_after_kind(kind, &mut map);
+            }
+            let mut whole = serde_json::Map::new();
+            whole.insert(first.into_owned(), map.next_value()?);
+            while let Some((key, value)) = map.next_entry::<String, serde_json::Value>()? {
+                whole.insert(key, value);
+            }
+            ConfigObject::deserialize(serde_json::Value::Object(whole)).map_err(A::Error::custom)
+        }
+    }
+    d.deserialize_map(Visitor)
+}
+
 fn yes() -> bool {
     true
 }

@@ -229,7 +229,7 @@ impl<'de> serde::de::Visitor<'de> for OrderedOpVisitor {
     }
 
     fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<OrderedOp, A::Error> {
-        use crate::config::{ConfigObject as O, ConfigOp};
+        use crate::config::ConfigOp;
         use serde::de::Error;
         if map.next_key::<&str>()? != Some("op") {
             return Err(A::Error::custom("`op` is not the first key"));
@@ -255,46 +255,7 @@ impl<'de> serde::de::Visitor<'de> for OrderedOpVisitor {
             let id = id.ok_or_else(|| A::Error::custom("no id"))?;
             return Ok(OrderedOp(ConfigOp::Delete(ObjectRef { kind, id })));
         }
-        // `data` may be absent where the derived enum defaults it (site, user, group).
-        fn fields<'de, A: serde::de::MapAccess<'de>, T: Deserialize<'de>>(
-            map: &mut A,
-            default: Option<fn() -> T>,
-        ) -> Result<(String, T), A::Error> {
-            let (mut id, mut data) = (None, None);
-            while let Some(key) = map.next_key::<&str>()? {
-                match key {
-                    "id" if id.is_none() => id = Some(map.next_value::<String>()?),
-                    "data" if data.is_none() => {
-                        data = Some(map.next_value_seed(crate::strict::Seed::<T>::default())?)
-                    }
-                    _ => return Err(A::Error::custom("unexpected key")),
-                }
-            }
-            let id = id.ok_or_else(|| A::Error::custom("no id"))?;
-            match (data, default) {
-                (Some(data), _) => Ok((id, data)),
-                (None, Some(default)) => Ok((id, default())),
-                (None, None) => Err(A::Error::custom("no data")),
-            }
-        }
-        macro_rules! object {
-            ($variant:ident, $data:ty, $default:expr) => {{
-                let (id, data) = fields::<A, $data>(&mut map, $default)?;
-                O::$variant { id, data }
-            }};
-        }
-        let object = match kind {
-            ObjectKind::Site => object!(Site, SiteData, Some(SiteData::default)),
-            ObjectKind::Zone => object!(Zone, ZoneData, None),
-            ObjectKind::Connector => object!(Connector, ConnectorData, None),
-            ObjectKind::DeliveryGroup => object!(DeliveryGroup, DeliveryGroupData, None),
-            ObjectKind::Machine => object!(Machine, MachineData, None),
-            ObjectKind::Resource => object!(Resource, ResourceData, None),
-            ObjectKind::User => object!(User, UserData, Some(UserData::default)),
-            ObjectKind::Group => object!(Group, GroupData, Some(GroupData::default)),
-            ObjectKind::Entitlement => object!(Entitlement, EntitlementData, None),
-            ObjectKind::Assignment => object!(Assignment, AssignmentData, None),
-        };
+        let object = crate::config::object_after_kind(kind, &mut map)?;
         Ok(OrderedOp(ConfigOp::Upsert(object)))
     }
 }

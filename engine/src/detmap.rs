@@ -31,13 +31,29 @@ impl<K: Eq + Hash, V> Default for DetMap<K, V> {
     }
 }
 
-impl<K: Eq + Hash + Ord, V> DetMap<K, V> {
-    /// Entries in key order.
+impl<K: Eq + Hash + Ord + AsRef<str>, V> DetMap<K, V> {
+    /// Entries in key order (the keys' byte order).
     pub fn sorted(&self) -> Vec<(&K, &V)> {
-        let mut entries: Vec<(&K, &V)> = self.0.iter().collect();
-        entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
-        entries
+        // Each entry carries its key's first 16 bytes as a number: most comparisons end
+        // there, without reading the keys again (at 40,000 entries each read is a likely
+        // cache miss; sorting was a tenth of a large state's digest). Zero padding orders
+        // a shorter key first, as byte order does; equal prefixes compare the whole keys.
+        let mut entries: Vec<(u128, &K, &V)> = self
+            .0
+            .iter()
+            .map(|(k, v)| (prefix(k.as_ref().as_bytes()), k, v))
+            .collect();
+        entries.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(b.1)));
+        entries.into_iter().map(|(_, k, v)| (k, v)).collect()
     }
+}
+
+/// The first 16 bytes of `key` as a big-endian number, zero-padded.
+fn prefix(key: &[u8]) -> u128 {
+    let mut bytes = [0u8; 16];
+    let n = key.len().min(16);
+    bytes[..n].copy_from_slice(&key[..n]);
+    u128::from_be_bytes(bytes)
 }
 
 impl<K: Eq + Hash, V> Deref for DetMap<K, V> {
@@ -53,7 +69,7 @@ impl<K: Eq + Hash, V> DerefMut for DetMap<K, V> {
     }
 }
 
-impl<K: Eq + Hash + Ord + Serialize, V: Serialize> Serialize for DetMap<K, V> {
+impl<K: Eq + Hash + Ord + AsRef<str> + Serialize, V: Serialize> Serialize for DetMap<K, V> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.collect_map(self.sorted())
     }
@@ -212,7 +228,7 @@ impl<K: Eq + Hash + Clone, V> Tracked<K, V> {
     }
 }
 
-impl<K: Eq + Hash + Ord + Serialize, V: Serialize> Serialize for Tracked<K, V> {
+impl<K: Eq + Hash + Ord + AsRef<str> + Serialize, V: Serialize> Serialize for Tracked<K, V> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         self.map.serialize(serializer)
     }
@@ -383,6 +399,38 @@ mod tests {
             b.insert(format!("k{}", 99 - i), 99 - i);
         }
         assert_same_json_and_back(&a, &b);
+    }
+
+    /// Sorted by the keys' first bytes first, then whole: still byte order, with keys
+    /// sharing 16 bytes and more, keys that are prefixes of others, NUL bytes and
+    /// characters beyond ASCII.
+    #[test]
+    fn sorted_is_byte_order() {
+        let mut map = DetMap::default();
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let pieces = [
+            "",
+            "\0",
+            "a",
+            "\u{7f}",
+            "é",
+            "vdi0742",
+            ".z3.sim.example",
+            "zz",
+        ];
+        for i in 0..5000u32 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let key: String = (0..(x % 6))
+                .map(|j| pieces[((x >> (8 * j)) % pieces.len() as u64) as usize])
+                .collect();
+            map.insert(key, i);
+        }
+        let sorted: Vec<&String> = map.sorted().into_iter().map(|(k, _)| k).collect();
+        let by_btree: BTreeMap<&String, ()> = map.keys().map(|k| (k, ())).collect();
+        assert!(sorted.len() > 1000);
+        assert_eq!(sorted, by_btree.into_keys().collect::<Vec<_>>());
     }
 
     #[test]

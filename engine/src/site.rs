@@ -22,6 +22,7 @@ const COMPACT_AFTER_UPSERTS: usize = 1024;
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Stored {
     /// The object as last upserted.
+    #[serde(deserialize_with = "crate::config::kind_first")]
     pub object: ConfigObject,
     /// The change that wrote it.
     pub introduced_by: IntroducedBy,

@@ -47,6 +47,9 @@ impl Ts {
             )
         };
         let bytes = text.as_bytes();
+        if let Some(ts) = Ts::parse_canonical(bytes) {
+            return Ok(ts);
+        }
         let utc_suffix = text.ends_with('Z') || text.ends_with('z') || text.ends_with("+00:00");
         if !utc_suffix {
             return Err(bad("not in UTC"));
@@ -67,6 +70,58 @@ impl Ts {
         }
         let parsed = DateTime::parse_from_rfc3339(text).map_err(|e| bad(&e.to_string()))?;
         Ok(Ts(parsed.timestamp_millis()))
+    }
+
+    /// The canonical form `YYYY-MM-DDTHH:MM:SS.mmmZ` read without chrono (every record,
+    /// state row and checkpoint holds timestamps in it: chrono's general RFC 3339 parser was
+    /// a tenth of rebuilding a state); `None` for any other text, which [`Ts::parse`] then
+    /// reads or refuses through chrono. The day count is Howard Hinnant's
+    /// `days_from_civil` (proleptic Gregorian, as chrono's); a test holds the two side by
+    /// side.
+    fn parse_canonical(bytes: &[u8]) -> Option<Ts> {
+        let bytes: &[u8; CANONICAL_LEN] = bytes.try_into().ok()?;
+        if bytes[4] != b'-'
+            || bytes[7] != b'-'
+            || bytes[10] != b'T'
+            || bytes[13] != b':'
+            || bytes[16] != b':'
+            || bytes[19] != b'.'
+            || bytes[23] != b'Z'
+        {
+            return None;
+        }
+        let number = |at: usize, width: usize| -> Option<i64> {
+            bytes[at..at + width].iter().try_fold(0i64, |n, b| {
+                b.is_ascii_digit().then(|| n * 10 + i64::from(b - b'0'))
+            })
+        };
+        let (year, month, day) = (number(0, 4)?, number(5, 2)?, number(8, 2)?);
+        let (hour, minute, second) = (number(11, 2)?, number(14, 2)?, number(17, 2)?);
+        let milli = number(20, 3)?;
+        let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
+        let month_days = match month {
+            1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
+            4 | 6 | 9 | 11 => 30,
+            2 if leap => 29,
+            2 => 28,
+            _ => return None,
+        };
+        // A leap second (60) is left to chrono.
+        if day == 0 || day > month_days || hour > 23 || minute > 59 || second > 59 {
+            return None;
+        }
+        let y = year - i64::from(month <= 2);
+        let era = y.div_euclid(400);
+        let yoe = y.rem_euclid(400);
+        let mp = (month + 9) % 12;
+        let doy = (153 * mp + 2) / 5 + day - 1;
+        let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+        let days = era * 146_097 + doe - 719_468;
+        Some(Ts(days * 86_400_000
+            + hour * 3_600_000
+            + minute * 60_000
+            + second * 1000
+            + milli))
     }
 
     /// The canonical text form, `YYYY-MM-DDTHH:MM:SS.mmmZ`.
@@ -225,6 +280,75 @@ mod tests {
             let t = Ts(ms);
             assert_eq!(t.to_rfc3339(), t.to_rfc3339_slow(), "{ms}");
             assert_eq!(t.to_string(), t.to_rfc3339_slow(), "{ms}");
+        }
+    }
+
+    /// The canonical form read without chrono is chrono's reading: of every canonical
+    /// instant of the years 0000-9999 (edges, leap days, a million spread), and of those
+    /// texts with one digit changed (month 13, day 31 of a 30-day month, February 29 of a
+    /// year that has none, hour 24, second 60...), which it refuses exactly where
+    /// chrono refuses them, leap seconds aside (left to chrono).
+    #[test]
+    fn canonical_reading_is_chronos() {
+        let chrono = |text: &str| {
+            DateTime::parse_from_rfc3339(text)
+                .ok()
+                .map(|t| t.timestamp_millis())
+        };
+        let day = 86_400_000i64;
+        let first = chrono("0000-01-01T00:00:00.000Z").unwrap();
+        let last = chrono("9999-12-31T23:59:59.999Z").unwrap();
+        let mut instants = vec![first, last, 0, -1, 951_782_400_000, 4_107_542_400_000];
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for i in 0..1_000_000 {
+            let r = next() as i64;
+            instants.push(match i % 2 {
+                0 => first + r.rem_euclid(last - first + 1),
+                _ => 1_700_000_000_000 + r.rem_euclid(100 * 366 * day),
+            });
+        }
+        let mut refused = 0;
+        for (i, ms) in instants.into_iter().enumerate() {
+            let text = Ts(ms).to_rfc3339();
+            assert_eq!(Ts::parse_canonical(text.as_bytes()), Some(Ts(ms)), "{text}");
+            // One digit changed.
+            let mut bytes = text.clone().into_bytes();
+            let at = [0, 1, 2, 3, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18, 20, 21, 22][i % 17];
+            bytes[at] = b'0' + (next() % 10) as u8;
+            let changed = String::from_utf8(bytes).unwrap();
+            let fast = Ts::parse_canonical(changed.as_bytes()).map(|t| t.0);
+            match (fast, chrono(&changed)) {
+                (Some(fast), slow) => assert_eq!(Some(fast), slow, "{changed}"),
+                (None, Some(_)) => assert_eq!(&changed[17..19], "60", "{changed}"),
+                (None, None) => refused += 1,
+            }
+            assert_eq!(
+                Ts::parse(&changed).ok().map(|t| t.0),
+                chrono(&changed),
+                "{changed}"
+            );
+        }
+        assert!(
+            refused > 1000,
+            "changed digits made invalid dates ({refused})"
+        );
+        // Not the canonical form: left to chrono.
+        for other in [
+            "2026-01-05T09:14:07.25Z",
+            "2026-01-05t09:14:07.250Z",
+            "2026-01-05T09:14:07.250z",
+            "2026-01-05T09:14:07.250+00:00",
+            "2026-01-05T09:14:07Z",
+            "2026-01-05T09:14:0a.250Z",
+            "+2026-01-05T09:14:07.25Z",
+        ] {
+            assert_eq!(Ts::parse_canonical(other.as_bytes()), None, "{other}");
         }
     }
 

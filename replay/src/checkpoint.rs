@@ -20,6 +20,10 @@ use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 
+use std::sync::mpsc::Receiver;
+use std::sync::Arc;
+
+use lhc_engine::engine::ConfigJson;
 use lhc_engine::{Engine, Output};
 use lhc_log::{EmbeddedLog, Log, LogError};
 
@@ -30,7 +34,9 @@ use crate::source::{PathError, Source, SourceError};
 pub const DIR: &str = "checkpoints";
 pub use lhc_log::checkpoint::DEFAULT_EVERY;
 
-use lhc_log::checkpoint::{self as format, sha256_hex as hex, verify, FORMAT, MAX_HEADER_BYTES};
+use lhc_log::checkpoint::{
+    self as format, sha256_hex as hex, verify, verify_reusing, FORMAT, MAX_HEADER_BYTES,
+};
 pub use lhc_log::checkpoint::{sample_offsets, Header, Part, SAMPLES};
 
 /// A checkpoint read and verified: its header and the engine it rebuilds.
@@ -40,6 +46,41 @@ pub struct Checkpoint {
     pub header: Header,
     /// The engine after `header.next_offset` records.
     pub engine: Engine,
+    /// The configuration part's JSON the check of its digest writes (from [`resume`]).
+    pub config_json: LaterConfigJson,
+}
+
+impl Checkpoint {
+    fn new(header: Header, engine: Engine) -> Checkpoint {
+        Checkpoint {
+            header,
+            engine,
+            config_json: LaterConfigJson(None),
+        }
+    }
+}
+
+/// The configuration part's JSON ([`lhc_engine::engine::ConfigJson`]) of a checkpoint's
+/// state, written on the thread that checks its digest: a digest of a later state that
+/// still holds the same configuration ([`Engine::digest_reusing`]) skips writing tens of MB
+/// again.
+#[derive(Debug)]
+pub struct LaterConfigJson(Option<Receiver<Arc<ConfigJson>>>);
+
+impl LaterConfigJson {
+    /// Waits for it (it is written first, before the rest of the check); `None` when there
+    /// is none.
+    pub fn wait(&self) -> Option<Arc<ConfigJson>> {
+        self.0.as_ref()?.recv().ok()
+    }
+
+    /// `engine`'s digest, reusing the configuration JSON when there is one.
+    pub fn digest(&self, engine: &Engine) -> String {
+        match self.wait() {
+            Some(config) => engine.digest_reusing(&config),
+            None => engine.digest(),
+        }
+    }
 }
 
 /// Why checkpoints could not be written (a checkpoint that cannot be *used* is a warning,
@@ -174,13 +215,18 @@ fn unfit(header: &Header, build: &str, log: &dyn Log) -> Result<Option<String>, 
             header.next_offset
         )));
     }
+    // The log's span asked once, not once per record read.
+    let holds = log.start_offset()?..end;
+    let hash = |offset| -> Result<Option<String>, LogError> {
+        Ok(format::record_bytes_in(log, offset, holds.clone())?.map(|bytes| hex(&bytes)))
+    };
     let offsets = sample_offsets(header.next_offset);
     let mut samples = Vec::with_capacity(offsets.len());
     for offset in offsets {
-        samples.push(record_hash(log, offset)?.unwrap_or_default());
+        samples.push(hash(offset)?.unwrap_or_default());
     }
-    if record_hash(log, 0)?.as_deref() != Some(header.first_record.as_str())
-        || record_hash(log, header.next_offset - 1)?.as_deref() != Some(header.last_record.as_str())
+    if hash(0)?.as_deref() != Some(header.first_record.as_str())
+        || hash(header.next_offset - 1)?.as_deref() != Some(header.last_record.as_str())
         || samples != header.samples
     {
         return Ok(Some(
@@ -209,7 +255,7 @@ fn rebuild(
         return Err(why);
     }
     let engine = format::rebuild(&header, &read_body(&header, reader)?)?;
-    Ok(Checkpoint { header, engine })
+    Ok(Checkpoint::new(header, engine))
 }
 
 /// [`open`] and [`verify`].
@@ -332,7 +378,7 @@ fn latest_below(
         };
         match rebuilt {
             Ok(engine) => {
-                found_one = Some((*offset, name.clone(), Checkpoint { header, engine }));
+                found_one = Some((*offset, name.clone(), Checkpoint::new(header, engine)));
                 break;
             }
             Err(why) => warnings.push(format!("ignoring checkpoint {name}: {why}")),
@@ -397,10 +443,18 @@ pub fn resume_on<T, E: From<CheckpointError>>(
         };
         bound = offset;
         let (copy, written) = (checkpoint.engine.clone(), checkpoint.header.digest.clone());
+        let (send, receive) = std::sync::mpsc::sync_channel(1);
         let check = std::thread::Builder::new()
             .name("lhc-checkpoint-check".into())
-            .spawn(move || verify(&copy, &written))
+            .spawn(move || {
+                // The configuration part first: `work` may wait for it.
+                let config = Arc::new(copy.config_json());
+                let _ = send.send(Arc::clone(&config));
+                verify_reusing(&copy, &config, &written)
+            })
             .map_err(|e| CheckpointError::from(PathError::on(Path::new(&name))(e)))?;
+        let mut checkpoint = checkpoint;
+        checkpoint.config_json = LaterConfigJson(Some(receive));
         let result = work(Some(checkpoint));
         match check.join().expect("the digest check does not panic") {
             Ok(()) => return Ok((result?, warnings)),
@@ -526,7 +580,7 @@ pub fn refresh(
         .filter(|(o, p)| *o <= resumed_at && !done.removed.iter().any(|(r, _)| r == p))
         .count();
     let (mut engine, mut writer) = match resume {
-        Some(Checkpoint { header, engine }) => {
+        Some(Checkpoint { header, engine, .. }) => {
             done.resumed_from = Some(header.next_offset);
             let writer = Writer::resuming(&header);
             (engine, writer)

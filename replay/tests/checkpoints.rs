@@ -95,7 +95,7 @@ fn from_checkpoint(dir: &Path, at: Ts) -> (Option<u64>, Cut, Vec<String>) {
             used = found.as_ref().map(|c| c.header.next_offset);
             Ok(match found {
                 None => from_start(dir, at),
-                Some(Checkpoint { header, engine }) => {
+                Some(Checkpoint { header, engine, .. }) => {
                     let log = EmbeddedLog::open_read_only(dir).unwrap();
                     let mut source = Source::from_log_at(Box::new(log), header.next_offset)?;
                     source.count_earlier_quarantines(header.quarantined);

@@ -437,7 +437,20 @@ fn engine_from_rows(mut bytes: &[u8]) -> Result<Engine, String> {
 
 /// Whether the digest of the rebuilt `engine` is the one written with it.
 pub fn verify(engine: &Engine, written: &str) -> Result<(), String> {
-    let digest = engine.digest();
+    compare(engine.digest(), written)
+}
+
+/// [`verify`], with the configuration part's JSON already written from `engine`
+/// ([`Engine::config_json`]).
+pub fn verify_reusing(
+    engine: &Engine,
+    config: &lhc_engine::engine::ConfigJson,
+    written: &str,
+) -> Result<(), String> {
+    compare(engine.digest_reusing(config), written)
+}
+
+fn compare(digest: String, written: &str) -> Result<(), String> {
     if digest == written {
         Ok(())
     } else {

@@ -1,5 +1,5 @@
 //! The invariants the reducer keeps, checked from scratch (`check_invariants`, for tests
-//! after every record), and the state digest that replay chains verify.
+//! after every record).
 
 use std::collections::BTreeMap;
 
@@ -158,32 +158,5 @@ impl Engine {
             }
         }
         Ok(())
-    }
-
-    /// Canonical digest of the whole state: SHA-256 of its canonical JSON, hex.
-    pub fn digest(&self) -> String {
-        use sha2::Digest;
-        /// Feeds the JSON to the hash as it is written: a 40,000-VDA state's JSON is tens
-        /// of MB, which a buffer would allocate (and fault in) at every digest.
-        struct Hashing(sha2::Sha256);
-        impl std::io::Write for Hashing {
-            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-                self.0.update(bytes);
-                Ok(bytes.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
-        // serde_json writes in small pieces; a buffer hands the hash whole blocks.
-        let mut out = std::io::BufWriter::with_capacity(64 << 10, Hashing(sha2::Sha256::new()));
-        serde_json::to_writer(&mut out, self).expect("state serializes");
-        let hash = out
-            .into_inner()
-            .map_err(|_| "hashing cannot fail")
-            .expect("hashing")
-            .0
-            .finalize();
-        hash.iter().map(|b| format!("{b:02x}")).collect()
     }
 }

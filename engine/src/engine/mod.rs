@@ -15,6 +15,7 @@
 //! brokering is `crate::broker`. This module holds the state and `apply`, the dispatch.
 
 mod connector;
+mod digest;
 mod election;
 mod events;
 mod invariants;
@@ -40,6 +41,7 @@ pub use connector::{
     Connector, Episode, Holder, MachineRuntime, MachineSummary, PendingImport, Registrar,
     Validation,
 };
+pub use digest::ConfigJson;
 use events::quarantine;
 pub use events::snake;
 pub(crate) use registration::zone_offers_cloud;

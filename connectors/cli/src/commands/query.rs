@@ -9,6 +9,7 @@ use clap::Subcommand;
 use lhc_engine::engine::snake;
 use lhc_engine::output::Outcome;
 use lhc_engine::{Output, Ts};
+use lhc_replay::checkpoint::LaterConfigJson;
 use serde_json::{json, Value};
 
 use crate::args::{Format, SourceArgs};
@@ -196,14 +197,15 @@ pub fn run(args: QueryArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     };
     // The answer is computed with the cut: from a checkpoint, the check of its digest runs
     // beside both (see `checkpoint::resume`).
-    let answered = |cut: lhc_replay::Cut| {
-        let value = answer(&what, &cut, at, zone.as_ref(), quiet);
+    // From a checkpoint, the configuration part's JSON its check writes, for a digest.
+    let answered = |cut: lhc_replay::Cut, config: Option<&LaterConfigJson>| {
+        let value = answer(&what, &cut, at, zone.as_ref(), quiet, config);
         (cut, value)
     };
     let from_start = |source: &SourceArgs| {
         source
             .replay_with(quiet, |source| lhc_replay::cut_at(source, at))
-            .map(answered)
+            .map(|cut| answered(cut, None))
     };
     let node = match &args.data {
         Some(data) => Some(NodeCheckpoints::open(data, &args.source)?),
@@ -215,7 +217,7 @@ pub fn run(args: QueryArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         Some(journal) => crate::args::replay_log_with(quiet, journal(), 0, 0, |source| {
             lhc_replay::cut_at(source, at)
         })
-        .map(answered),
+        .map(|cut| answered(cut, None)),
         None => from_start(source),
     };
     // Where the checkpoints are, and the log their records are checked against.
@@ -249,6 +251,7 @@ pub fn run(args: QueryArgs, quiet: bool) -> anyhow::Result<ExitCode> {
                         None => replay_start(&args.source),
                         Some(checkpoint) => {
                             let header = checkpoint.header;
+                            let config = checkpoint.config_json;
                             let resume = lhc_replay::query::Resume {
                                 last_offset: Some(header.next_offset - 1),
                                 first_ts: header.first_ts,
@@ -277,7 +280,7 @@ pub fn run(args: QueryArgs, quiet: bool) -> anyhow::Result<ExitCode> {
                                     cut,
                                 ),
                             }
-                            .map(answered)
+                            .map(|cut| answered(cut, Some(&config)))
                         }
                     }
                 },
@@ -655,6 +658,7 @@ fn answer(
     at: Ts,
     zone: Option<&Zone>,
     quiet: bool,
+    config: Option<&LaterConfigJson>,
 ) -> anyhow::Result<Value> {
     let engine = &cut.engine;
     Ok(match what {
@@ -832,6 +836,12 @@ fn answer(
                 .with_context(|| format!("no connector {connector:?} in the log up to {at}"))?;
             json!({ "at": at, "connector": connector, "data": data })
         }
-        What::Digest { .. } => json!({ "at": at, "digest": engine.digest() }),
+        What::Digest { .. } => {
+            let digest = match config {
+                Some(config) => config.digest(engine),
+                None => engine.digest(),
+            };
+            json!({ "at": at, "digest": digest })
+        }
     })
 }
