@@ -356,3 +356,46 @@ pub fn resolve<'a>(map: &'a BTreeMap<String, String>, name: &str) -> Option<&'a 
         .or_else(|| map.get(&name.to_lowercase()))
         .map(String::as_str)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stored object reads as the derived type reads it, whatever its keys' order: the
+    /// kind-first path (as serde writes it) and the other orders agree, and both refuse
+    /// what the derived type refuses.
+    #[test]
+    fn stored_objects_read_as_the_derived_type_does() {
+        let provenance = r#""introduced_by":{"offset":3,"version":2}"#;
+        for object in [
+            r#"{"kind":"machine","id":"m1","data":{"zone":"z1","delivery_group":"g"}}"#,
+            r#"{"id":"m1","kind":"machine","data":{"zone":"z1","delivery_group":"g"}}"#,
+            r#"{"data":{"zone":"z1","delivery_group":"g"},"id":"m1","kind":"machine"}"#,
+            r#"{"kind":"user","id":"alice"}"#,
+            r#"{"id":"alice","kind":"user"}"#,
+            r#"{"kind":"site","data":{"lhc_enabled":false},"id":"site"}"#,
+        ] {
+            let text = format!(r#"{{"object":{object},{provenance}}}"#);
+            let stored: Stored = serde_json::from_str(&text).unwrap();
+            let derived: ConfigObject = serde_json::from_str(object).unwrap();
+            assert_eq!(stored.object, derived, "{object}");
+            let again = serde_json::to_string(&stored).unwrap();
+            assert_eq!(serde_json::from_str::<Stored>(&again).unwrap(), stored);
+        }
+        for bad in [
+            r#"{"kind":"machine","id":"m1"}"#,
+            r#"{"kind":"machine","data":{"zone":"z1","delivery_group":"g"}}"#,
+            r#"{"kind":"user","id":"alice","colour":"red"}"#,
+            r#"{"id":"alice","kind":"user","colour":"red"}"#,
+            r#"{"kind":"user","id":"alice","id":"bob"}"#,
+            r#"{"kind":"planet","id":"mars"}"#,
+            r#"{"kind":{"user":null},"id":"alice"}"#,
+            r#"{"id":"alice"}"#,
+            r#"{}"#,
+        ] {
+            let text = format!(r#"{{"object":{bad},{provenance}}}"#);
+            assert!(serde_json::from_str::<Stored>(&text).is_err(), "{bad}");
+            assert!(serde_json::from_str::<ConfigObject>(bad).is_err(), "{bad}");
+        }
+    }
+}
