@@ -239,13 +239,16 @@ pub(crate) fn object_after_kind<'de, A: serde::de::MapAccess<'de>>(
         default: Option<fn() -> T>,
     ) -> Result<(String, T), A::Error> {
         let (mut id, mut data) = (None, None);
-        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
-            match &*key {
-                "id" if id.is_none() => id = Some(map.next_value::<String>()?),
-                "data" if data.is_none() => {
+        while let Some(key) = map.next_key::<Key>()? {
+            match key {
+                Key::Id if id.is_none() => id = Some(map.next_value::<String>()?),
+                Key::Data if data.is_none() => {
                     data = Some(map.next_value_seed(crate::strict::Seed::<T>::default())?)
                 }
-                _ => return Err(A::Error::custom(format!("unexpected key `{key}`"))),
+                Key::Id => return Err(A::Error::duplicate_field("id")),
+                Key::Data => return Err(A::Error::duplicate_field("data")),
+                Key::Kind => return Err(A::Error::duplicate_field("kind")),
+                Key::Other(key) => return Err(A::Error::custom(format!("unknown field `{key}`"))),
             }
         }
         let id = id.ok_or_else(|| A::Error::missing_field("id"))?;
@@ -275,6 +278,47 @@ pub(crate) fn object_after_kind<'de, A: serde::de::MapAccess<'de>>(
     })
 }
 
+/// A key of a configuration object, read without allocating but for an unknown one.
+#[derive(Debug, PartialEq)]
+enum Key {
+    Kind,
+    Id,
+    Data,
+    Other(String),
+}
+
+impl Key {
+    fn name(self) -> String {
+        match self {
+            Key::Kind => "kind".into(),
+            Key::Id => "id".into(),
+            Key::Data => "data".into(),
+            Key::Other(name) => name,
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Key {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Key, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = Key;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a field name")
+            }
+            fn visit_str<E: serde::de::Error>(self, key: &str) -> Result<Key, E> {
+                Ok(match key {
+                    "kind" => Key::Kind,
+                    "id" => Key::Id,
+                    "data" => Key::Data,
+                    other => Key::Other(other.to_string()),
+                })
+            }
+        }
+        d.deserialize_identifier(Visitor)
+    }
+}
+
 /// Reads a [`ConfigObject`] as the derived type does, faster when `kind` is its first key
 /// (as serde writes it: states saved in stores and checkpoints). In any other order the
 /// object is read whole and handed to the derived type.
@@ -290,17 +334,22 @@ pub(crate) fn kind_first<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Confi
             mut map: A,
         ) -> Result<ConfigObject, A::Error> {
             use serde::de::Error;
-            let Some(first) = map.next_key::<std::borrow::Cow<'de, str>>()? else {
+            let Some(first) = map.next_key::<Key>()? else {
                 return Err(A::Error::missing_field("kind"));
             };
-            if first == "kind" {
+            if first == Key::Kind {
                 let kind: ObjectKind = map.next_value_seed(crate::strict::Seed::default())?;
                 return object_after_kind(kind, &mut map);
             }
+            // Another order: the whole object, its keys checked once each (a map would
+            // keep the last of two), handed to the derived type.
             let mut whole = serde_json::Map::new();
-            whole.insert(first.into_owned(), map.next_value()?);
-            while let Some((key, value)) = map.next_entry::<String, serde_json::Value>()? {
-                whole.insert(key, value);
+            let mut key = Some(first.name());
+            while let Some(name) = key {
+                if whole.insert(name.clone(), map.next_value()?).is_some() {
+                    return Err(A::Error::custom(format!("duplicate field `{name}`")));
+                }
+                key = map.next_key::<Key>()?.map(Key::name);
             }
             ConfigObject::deserialize(serde_json::Value::Object(whole)).map_err(A::Error::custom)
         }

@@ -388,6 +388,10 @@ mod tests {
             r#"{"kind":"user","id":"alice","colour":"red"}"#,
             r#"{"id":"alice","kind":"user","colour":"red"}"#,
             r#"{"kind":"user","id":"alice","id":"bob"}"#,
+            r#"{"id":"alice","kind":"user","id":"bob"}"#,
+            r#"{"id":"m1","kind":"user","kind":"group"}"#,
+            r#"{"data":{},"kind":"site","data":{},"id":"site"}"#,
+            r#"{"kind":"user","kind":"group","id":"alice"}"#,
             r#"{"kind":"planet","id":"mars"}"#,
             r#"{"kind":{"user":null},"id":"alice"}"#,
             r#"{"id":"alice"}"#,
@@ -397,5 +401,11 @@ mod tests {
             assert!(serde_json::from_str::<Stored>(&text).is_err(), "{bad}");
             assert!(serde_json::from_str::<ConfigObject>(bad).is_err(), "{bad}");
         }
+        // Stricter than the derived type in one form lhc never writes: an object as an
+        // array of its values (the derived enum reads its tag from the first element).
+        let array = r#"["user","alice"]"#;
+        assert!(serde_json::from_str::<ConfigObject>(array).is_ok());
+        let text = format!(r#"{{"object":{array},{provenance}}}"#);
+        assert!(serde_json::from_str::<Stored>(&text).is_err());
     }
 }
