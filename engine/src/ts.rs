@@ -50,6 +50,14 @@ impl Ts {
         if let Some(ts) = Ts::parse_canonical(bytes) {
             return Ok(ts);
         }
+        // Named before the other checks, which would misname it (a trailing newline is not
+        // "not in UTC", a non-ASCII digit not a missing 'T').
+        if let Some(c) = text.chars().find(|c| !c.is_ascii_graphic()) {
+            return Err(bad(&format!(
+                "it holds {c:?}, which is no part of a timestamp (spaces, control and \
+                 non-ASCII characters, other scripts' digits)"
+            )));
+        }
         let utc_suffix = text.ends_with('Z') || text.ends_with('z') || text.ends_with("+00:00");
         if !utc_suffix {
             return Err(bad("not in UTC"));
@@ -69,7 +77,13 @@ impl Ts {
             }
         }
         let parsed = DateTime::parse_from_rfc3339(text).map_err(|e| bad(&e.to_string()))?;
-        Ok(Ts(parsed.timestamp_millis()))
+        // A leap second is the next second's start: at the very end of 9999, that is out
+        // of the years every timestamp is written in.
+        let ms = parsed.timestamp_millis();
+        if ms > LAST_MS {
+            return Err(bad("after the year 9999 (a leap second at its very end)"));
+        }
+        Ok(Ts(ms))
     }
 
     /// The canonical form `YYYY-MM-DDTHH:MM:SS.mmmZ` read without chrono (every record,
@@ -188,6 +202,9 @@ impl Ts {
         std::str::from_utf8(buf).ok()
     }
 }
+
+/// 9999-12-31T23:59:59.999Z, the last instant a timestamp can name.
+const LAST_MS: i64 = 253_402_300_799_999;
 
 /// Length of the canonical form of a year 0000-9999.
 const CANONICAL_LEN: usize = 24;
@@ -361,10 +378,36 @@ mod tests {
             "2026-13-05T09:14:07Z",
             "yesterday",
             "2026-01-05T09:14:07.Z",
+            "9999-12-31T23:59:60Z",
+            "9999-12-31T23:59:60.999Z",
+            "2026-01-05T09:14:07Z\n",
+            " 2026-01-05T09:14:07Z",
+            "2026-01-05T09:14:07 Z",
+            "2026-01-0\u{665}T09:14:07Z",
+            "２０２６-01-05T09:14:07Z",
         ] {
             let err = Ts::parse(bad).unwrap_err();
             assert!(err.starts_with(TIMESTAMP_ERROR_PREFIX), "{bad}: {err}");
+            assert!(
+                !err.contains("not in UTC") || !bad.ends_with('Z'),
+                "{bad}: {err}"
+            );
         }
+    }
+
+    /// A leap second is the next minute's start, but never past the year 9999; the last
+    /// instant before it is still read.
+    #[test]
+    fn leap_seconds_stay_in_range() {
+        assert_eq!(
+            Ts::parse("2026-01-05T09:14:60Z").unwrap(),
+            Ts::parse("2026-01-05T09:15:00Z").unwrap()
+        );
+        assert_eq!(Ts::parse("9999-12-31T23:59:59.999Z").unwrap(), Ts(LAST_MS));
+        assert_eq!(Ts(LAST_MS).to_rfc3339(), "9999-12-31T23:59:59.999Z");
+        assert!(Ts::parse("9999-12-31T23:59:60Z")
+            .unwrap_err()
+            .contains("after the year 9999"));
     }
 
     #[test]

@@ -96,12 +96,75 @@ pub fn parse_instant(text: &str, zone: Option<&Zone>) -> anyhow::Result<Ts> {
     if timestamp.subsec_nanosecond() % 1_000_000 != 0 {
         bail!("{text:?}: the log keeps milliseconds; give at most 3 digits after the seconds");
     }
-    Ok(Ts(timestamp.as_millisecond()))
+    // jiff reads a leap second as :59; a record's `ts` (and `--at` in UTC) reads it as the
+    // next minute's :00. One meaning whatever the form.
+    let leap_ms = if leap_second(text) { 1000 } else { 0 };
+    Ok(Ts(timestamp.as_millisecond() + leap_ms))
+}
+
+/// Whether the time of day in `text` has second 60: `HH:MM:60` (extended form) or
+/// `THHMM60` (basic form), not followed by another digit.
+fn leap_second(text: &str) -> bool {
+    let b = text.as_bytes();
+    let digit = |i: usize| b.get(i).is_some_and(u8::is_ascii_digit);
+    let sixty_at =
+        |i: usize| b.get(i) == Some(&b'6') && b.get(i + 1) == Some(&b'0') && !digit(i + 2);
+    (0..b.len()).any(|i| {
+        let extended = digit(i)
+            && digit(i + 1)
+            && b[i + 2..].starts_with(b":")
+            && digit(i + 3)
+            && digit(i + 4)
+            && b[i + 5..].starts_with(b":")
+            && sixty_at(i + 6)
+            && (i == 0 || !digit(i - 1));
+        let basic =
+            matches!(b[i], b'T' | b't' | b' ') && (1..=4).all(|k| digit(i + k)) && sixty_at(i + 5);
+        extended || basic
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Second 60 is the next minute's :00 in every form `--at` takes, as in a record's
+    /// `ts` (review of 2026-12-05: jiff read it as :59 in every form but UTC's).
+    #[test]
+    fn a_leap_second_means_the_same_in_every_form() {
+        let next = Ts::parse("2026-01-05T10:01:00Z").unwrap();
+        let berlin = Zone::named("Europe/Berlin").unwrap();
+        for text in [
+            "2026-01-05T10:00:60Z",
+            "2026-01-05T10:00:60+00:00",
+            "2026-01-05T10:00:60-00:00",
+            "2026-01-05T12:00:60+02:00",
+            "2026-01-05 10:00:60Z",
+            "20260105T100060Z",
+        ] {
+            assert_eq!(parse_instant(text, None).unwrap(), next, "{text}");
+        }
+        assert_eq!(
+            parse_instant("2026-01-05 11:00:60", Some(&berlin)).unwrap(),
+            next
+        );
+        assert_eq!(
+            parse_instant("2026-01-05T12:00:60.250+02:00", None).unwrap(),
+            Ts(next.millis() + 250)
+        );
+        // Not a leap second: 60 elsewhere.
+        for (text, utc) in [
+            ("2026-01-05T10:00:59+00:00", "2026-01-05T10:00:59Z"),
+            ("2060-01-05T10:00:00+01:00", "2060-01-05T09:00:00Z"),
+            ("2026-01-05T10:59:00+01:00", "2026-01-05T09:59:00Z"),
+        ] {
+            assert_eq!(
+                parse_instant(text, None).unwrap(),
+                Ts::parse(utc).unwrap(),
+                "{text}"
+            );
+        }
+    }
 
     #[test]
     fn offsets_and_zones_name_the_same_instant() {
