@@ -346,6 +346,7 @@ fn latest_below(
     build: &str,
     bound: u64,
     wanted: &impl Fn(&Header) -> bool,
+    ready: &mut impl FnMut(&Header),
     warnings: &mut Vec<String>,
 ) -> Result<Option<(u64, String, Checkpoint)>, String> {
     let found = shelf.list()?;
@@ -371,9 +372,12 @@ fn latest_below(
             }
         };
         let rebuilt = match unfit(&header, build, &*log).map_err(|e| e.to_string()) {
-            Ok(None) => shelf
-                .body(*offset, &header)
-                .and_then(|body| format::rebuild(&header, &body)),
+            Ok(None) => {
+                ready(&header);
+                shelf
+                    .body(*offset, &header)
+                    .and_then(|body| format::rebuild(&header, &body))
+            }
             Ok(Some(why)) | Err(why) => Err(why),
         };
         match rebuilt {
@@ -414,24 +418,35 @@ pub fn resume<T, E: From<CheckpointError>>(
             EmbeddedLog::open_read_only(log_dir).map_err(|e| e.to_string())?,
         ))
     };
-    resume_on(&Files(log_dir.to_path_buf()), &log, build, wanted, work)
+    resume_on(
+        &Files(log_dir.to_path_buf()),
+        &log,
+        build,
+        wanted,
+        |_| {},
+        work,
+    )
 }
 
 /// [`resume`] from the checkpoints on `shelf`, checked against the records of the log `log`
-/// opens (opened only when there are some).
+/// opens (opened only when there are some). `ready` is told of each checkpoint that fits
+/// this build and log before it is read and rebuilt, so the caller can start reading the
+/// records after it meanwhile (`work` may then get that checkpoint, or, when it cannot be
+/// used, an earlier one or none).
 pub fn resume_on<T, E: From<CheckpointError>>(
     shelf: &dyn Shelf,
     log: &dyn Fn() -> Result<Box<dyn Log>, String>,
     build: &str,
     wanted: impl Fn(&Header) -> bool,
+    mut ready: impl FnMut(&Header),
     mut work: impl FnMut(Option<Checkpoint>) -> Result<T, E>,
 ) -> Result<(T, Vec<String>), E> {
     let mut warnings = Vec::new();
     let mut bound = u64::MAX;
     loop {
         // Checkpoints that cannot be read cost the shortcut, not the answer.
-        let found =
-            latest_below(shelf, log, build, bound, &wanted, &mut warnings).unwrap_or_else(|e| {
+        let found = latest_below(shelf, log, build, bound, &wanted, &mut ready, &mut warnings)
+            .unwrap_or_else(|e| {
                 warnings.push(format!(
                     "ignoring the checkpoints of {}: {e}",
                     shelf.describe()

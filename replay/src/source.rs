@@ -8,7 +8,7 @@ use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lhc_engine::{decode_record_at, DecodeError, Record};
+use lhc_engine::{decode_record_at, DecodeError, Record, Ts};
 use lhc_log::{EmbeddedLog, KafkaLog, KafkaOptions, Log, LogEntry, LogError, LogReader};
 
 /// One record from a source: its offset and the decoded record, or why it is invalid.
@@ -87,6 +87,20 @@ struct Reader {
     read: u64,
     /// Threads decoding batches (1: the reading thread decodes them itself).
     decoders: usize,
+    /// Batches it may be ahead by.
+    ahead: usize,
+    /// The reading stops after the batch holding the first record later than this.
+    until: Option<Ts>,
+}
+
+/// Whether `batch` holds a record later than `until` (after it, a cut at `until` needs no
+/// more).
+fn passes(batch: &[Decoded], until: Option<Ts>) -> bool {
+    until.is_some_and(|until| {
+        batch
+            .iter()
+            .any(|(_, record)| record.as_ref().is_ok_and(|r| r.ts() > until))
+    })
 }
 
 /// Batches of decoded records coming from the reading thread.
@@ -188,6 +202,8 @@ impl Source {
                 progress: None,
                 read: 0,
                 decoders: 1,
+                ahead: BATCHES_AHEAD,
+                until: None,
             }),
             description,
             records: 0,
@@ -236,6 +252,20 @@ impl Source {
         self
     }
 
+    /// Starts reading and decoding now, on its thread, up to the batch holding the first
+    /// record later than `until` and as far ahead of the caller as that takes: a query
+    /// from a checkpoint decodes the records after it while the checkpoint is rebuilt.
+    /// The caller must stop at that record (a cut at `until` does): none after it
+    /// follows. Set the other options first.
+    pub fn start_until(mut self, until: Ts) -> Source {
+        if let State::Idle(mut reader) = std::mem::replace(&mut self.state, State::Done) {
+            reader.until = Some(until);
+            reader.ahead = usize::MAX / BATCH;
+            self.state = State::Ahead(reader.spawn());
+        }
+        self
+    }
+
     /// The records already decoded that [`Source::next_record`] hands out next (the rest
     /// of the batch in hand; possibly none though more follow).
     pub fn upcoming(&self) -> &[Decoded] {
@@ -278,6 +308,23 @@ impl Source {
     }
 }
 
+/// The reading thread's side of the batches' channel: bounded (a few batches ahead), or
+/// not (ahead to `until`).
+enum Batches {
+    Bounded(SyncSender<Result<Vec<Decoded>, SourceError>>),
+    Unbounded(std::sync::mpsc::Sender<Result<Vec<Decoded>, SourceError>>),
+}
+
+impl Batches {
+    /// Sends; false when the caller stopped reading.
+    fn send(&self, batch: Result<Vec<Decoded>, SourceError>) -> bool {
+        match self {
+            Batches::Bounded(send) => send.send(batch).is_ok(),
+            Batches::Unbounded(send) => send.send(batch).is_ok(),
+        }
+    }
+}
+
 /// A batch read but not decoded yet, and where its decoded records go.
 type Job = (Vec<LogEntry>, SyncSender<Vec<Decoded>>);
 
@@ -297,8 +344,16 @@ impl Reader {
     /// and the reading thread forwards those channels' contents in the order it read the
     /// batches, so no batch overtakes another whichever decoder finishes first.
     fn spawn(mut self) -> Ahead {
-        let (send, batches) = sync_channel(BATCHES_AHEAD);
-        let decoders = self.decoders;
+        // Unbounded when asked to run ahead to `until` (a sync channel allocates its
+        // capacity at once).
+        let (send, batches) = if self.ahead > BATCHES_AHEAD {
+            let (send, batches) = std::sync::mpsc::channel();
+            (Batches::Unbounded(send), batches)
+        } else {
+            let (send, batches) = sync_channel(self.ahead);
+            (Batches::Bounded(send), batches)
+        };
+        let (decoders, until) = (self.decoders, self.until);
         let thread = std::thread::Builder::new()
             .name("lhc-source".into())
             .spawn(move || {
@@ -328,12 +383,18 @@ impl Reader {
                 let decoders = workers.len();
                 // Batches handed to the decoders, oldest first.
                 let mut pending: VecDeque<Receiver<Vec<Decoded>>> = VecDeque::new();
+                // Sends a batch; false when no more is to be sent (the caller stopped
+                // reading, or the batch passed `until`).
+                let hand = |batch: Vec<Decoded>| -> bool {
+                    let last = passes(&batch, until);
+                    send.send(Ok(batch)) && !last
+                };
                 let forward = |pending: &mut VecDeque<Receiver<Vec<Decoded>>>| -> bool {
                     let Some(next) = pending.pop_front() else {
                         return true;
                     };
                     match next.recv() {
-                        Ok(batch) => send.send(Ok(batch)).is_ok(),
+                        Ok(batch) => hand(batch),
                         Err(_) => false, // a decoder died: stop rather than skip a batch
                     }
                 };
@@ -341,8 +402,8 @@ impl Reader {
                     let (batch, end) = self.read_batch();
                     if !batch.is_empty() && decoders == 0 {
                         // One decoder, or no decoding thread could start: decode here.
-                        if send.send(Ok(decode_batch(batch))).is_err() {
-                            return; // the caller stopped reading
+                        if !hand(decode_batch(batch)) {
+                            return; // the caller stopped reading, or `until` was passed
                         }
                     } else if !batch.is_empty() {
                         let (done, decoded) = sync_channel(1);
@@ -363,7 +424,7 @@ impl Reader {
                             let _ = worker.join();
                         }
                         if let Err(error) = end {
-                            let _ = send.send(Err(error));
+                            send.send(Err(error));
                         }
                         return;
                     }
@@ -479,6 +540,42 @@ mod tests {
         let mut source = Source::open(&spec).unwrap();
         assert_eq!(source.next_record().unwrap().unwrap().0, 0);
         drop(source);
+    }
+
+    /// Started ahead to an instant, with one decoder or several: the records up to and
+    /// including the batch holding the first later one, in order, as a plain source hands
+    /// them out (a decode error, whose time is unknown, does not stop it); then the end.
+    #[test]
+    fn a_source_started_until_an_instant_reads_to_the_first_later_record() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("x.jsonl");
+        let t0 = Ts::parse("2026-01-05T09:00:00Z").unwrap();
+        let ts = |i: usize| Ts(t0.millis() + i as i64);
+        let n = BATCH * 20 + 3;
+        let later = BATCH * 11 + 17; // the first record after the instant
+        let lines: Vec<String> = (0..n)
+            .map(|i| match i {
+                _ if i == later - 1 => "{}".to_string(),
+                _ => format!(r#"{{"ts":"{}","type":"clock.tick"}}"#, ts(i.min(later))),
+            })
+            .collect();
+        std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+        let until = ts(later - 1);
+        let plain = collect(&SourceSpec::Path(path.clone()));
+        for decoders in [1, 3] {
+            let mut source = Source::open(&SourceSpec::Path(path.clone()))
+                .unwrap()
+                .with_decoders(decoders)
+                .start_until(until);
+            let mut got = Vec::new();
+            while let Some(item) = source.next_record().unwrap() {
+                got.push(item);
+            }
+            let end = (later / BATCH + 1) * BATCH;
+            assert_eq!(got.len(), end, "{decoders} decoder(s)");
+            assert!(got.len() > later && got.len() < n);
+            assert_eq!(format!("{got:?}"), format!("{:?}", &plain[..got.len()]));
+        }
     }
 
     #[test]

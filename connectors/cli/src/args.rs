@@ -427,6 +427,50 @@ pub fn replay_log_with<T>(
     finish_replay(source, bar, quiet, compute)
 }
 
+/// A replay of `log` from offset `from` whose reading and decoding started already, up to
+/// the first record after `until` ([`lhc_replay::Source::start_until`]), with its spinner.
+pub struct Started {
+    source: lhc_replay::Source,
+    bar: indicatif::ProgressBar,
+    /// The offset it starts from.
+    pub from: u64,
+}
+
+/// Starts reading and decoding `log` from offset `from` (a checkpoint's next offset, with
+/// the `quarantined` records before it counted) up to the first record after `until`, on
+/// a thread of its own: a query decodes the records after a checkpoint while the
+/// checkpoint is rebuilt. [`finish_started`] replays them.
+pub fn start_replay(
+    quiet: bool,
+    log: Box<dyn Log>,
+    from: u64,
+    quarantined: u64,
+    until: lhc_engine::Ts,
+) -> anyhow::Result<Started> {
+    let bar = crate::progress::bar(None, "replaying from a checkpoint", quiet);
+    let tick = bar.clone();
+    let name = log.describe();
+    let mut source = lhc_replay::Source::from_log_at(log, from)
+        .with_context(|| format!("cannot read {name} from offset {from}"))?
+        .with_progress(move |n| tick.set_position(n));
+    source.count_earlier_quarantines(quarantined);
+    Ok(Started {
+        source: source.start_until(until),
+        bar,
+        from,
+    })
+}
+
+/// Replays a [`Started`] replay through `compute`, which must stop at the first record
+/// after the instant it was started for (a cut at that instant does).
+pub fn finish_started<T>(
+    started: Started,
+    quiet: bool,
+    compute: impl FnOnce(&mut lhc_replay::Source) -> Result<T, lhc_replay::SourceError>,
+) -> anyhow::Result<T> {
+    finish_replay(started.source, started.bar, quiet, compute)
+}
+
 /// The end of every replay with a spinner: `compute`, then a refusal of an answer computed
 /// from no record, and a note of the records quarantined.
 fn finish_replay<T>(

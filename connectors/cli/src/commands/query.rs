@@ -233,6 +233,27 @@ pub fn run(args: QueryArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         }),
     };
     let used = std::cell::Cell::new(None);
+    // The records after the checkpoint a query starts from are read and decoded while the
+    // checkpoint is rebuilt (an embedded log's; a Kafka node's journal is read after).
+    let started: std::cell::RefCell<Option<crate::args::Started>> = Default::default();
+    let start = |header: &lhc_replay::checkpoint::Header| {
+        let (Some(dir), None) = (embedded.as_ref(), &journal) else {
+            return;
+        };
+        // Not started, the replay starts after the rebuild as before.
+        *started.borrow_mut() = lhc_log::EmbeddedLog::open_read_only(dir)
+            .ok()
+            .and_then(|log| {
+                crate::args::start_replay(
+                    quiet,
+                    Box::new(log),
+                    header.next_offset,
+                    header.quarantined,
+                    at,
+                )
+                .ok()
+            });
+    };
     let (cut, value) = match (&needs_from, shelf) {
         (Some(needs), Some((shelf, log))) if !args.from_start => {
             let wanted = |h: &lhc_replay::checkpoint::Header| match (h.max_ts, needs) {
@@ -245,6 +266,7 @@ pub fn run(args: QueryArgs, quiet: bool) -> anyhow::Result<ExitCode> {
                 &*log,
                 &crate::build_id(),
                 wanted,
+                start,
                 |checkpoint| {
                     used.set(checkpoint.as_ref().map(|c| c.header.next_offset));
                     match checkpoint {
@@ -265,15 +287,19 @@ pub fn run(args: QueryArgs, quiet: bool) -> anyhow::Result<ExitCode> {
                                     at,
                                 )
                             };
-                            match &journal {
-                                Some(journal) => crate::args::replay_log_with(
+                            let ahead = started.take().filter(|s| s.from == header.next_offset);
+                            match (&journal, ahead) {
+                                (None, Some(ahead)) => {
+                                    crate::args::finish_started(ahead, quiet, cut)
+                                }
+                                (Some(journal), _) => crate::args::replay_log_with(
                                     quiet,
                                     journal(),
                                     header.next_offset,
                                     header.quarantined,
                                     cut,
                                 ),
-                                None => args.source.replay_from_with(
+                                (None, None) => args.source.replay_from_with(
                                     quiet,
                                     header.next_offset,
                                     header.quarantined,
