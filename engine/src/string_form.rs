@@ -54,6 +54,12 @@ macro_rules! impl_string_form {
             }
         }
 
+        $crate::string_form::impl_string_form!($ty, serialized elsewhere, parse: $parse,
+            expecting: $expecting, name: $name, schema: $schema);
+    };
+    // The same without `Serialize`, for a type that writes its string itself.
+    ($ty:ident, serialized elsewhere, parse: $parse:path, expecting: $expecting:literal,
+     name: $name:literal, schema: $schema:tt) => {
         impl<'de> serde::Deserialize<'de> for $ty {
             fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<$ty, D::Error> {
                 $crate::string_form::deserialize(deserializer, $expecting, $parse)
