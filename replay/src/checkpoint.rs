@@ -55,7 +55,7 @@ impl Checkpoint {
         Checkpoint {
             header,
             engine,
-            config_json: LaterConfigJson(None),
+            config_json: LaterConfigJson::none(),
         }
     }
 }
@@ -65,13 +65,21 @@ impl Checkpoint {
 /// still holds the same configuration ([`Engine::digest_reusing`]) skips writing tens of MB
 /// again.
 #[derive(Debug)]
-pub struct LaterConfigJson(Option<Receiver<Arc<ConfigJson>>>);
+pub struct LaterConfigJson(
+    Option<Receiver<Arc<ConfigJson>>>,
+    std::cell::OnceCell<Option<Arc<ConfigJson>>>,
+);
 
 impl LaterConfigJson {
-    /// Waits for it (it is written first, before the rest of the check); `None` when there
-    /// is none.
+    /// None to wait for.
+    fn none() -> LaterConfigJson {
+        LaterConfigJson(None, Default::default())
+    }
+
+    /// Waits for it (it is written first, before the rest of the check), the first time;
+    /// `None` when there is none.
     pub fn wait(&self) -> Option<Arc<ConfigJson>> {
-        self.0.as_ref()?.recv().ok()
+        self.1.get_or_init(|| self.0.as_ref()?.recv().ok()).clone()
     }
 
     /// `engine`'s digest, reusing the configuration JSON when there is one.
@@ -469,7 +477,7 @@ pub fn resume_on<T, E: From<CheckpointError>>(
             })
             .map_err(|e| CheckpointError::from(PathError::on(Path::new(&name))(e)))?;
         let mut checkpoint = checkpoint;
-        checkpoint.config_json = LaterConfigJson(Some(receive));
+        checkpoint.config_json = LaterConfigJson(Some(receive), Default::default());
         let result = work(Some(checkpoint));
         match check.join().expect("the digest check does not panic") {
             Ok(()) => return Ok((result?, warnings)),

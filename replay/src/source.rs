@@ -127,6 +127,12 @@ const PROGRESS_EVERY: u64 = 16_384;
 const BATCH: usize = 1024;
 /// Batches the reading thread may be ahead by (bounds memory).
 const BATCHES_AHEAD: usize = 4;
+/// Batches a source started ahead to an instant ([`Source::start_until`]) may be ahead by:
+/// a little more than the records between two checkpoints by default (150,000), so a query
+/// from one decodes all it needs while the checkpoint is rebuilt, and bounded (about
+/// 50 MB of decoded records at the seeds' scale) when the checkpoint is far older than the
+/// instant.
+pub const UNTIL_AHEAD: usize = 160;
 /// Most decoding threads a source starts: beyond a machine's cores more only wait, and
 /// each holds a batch in flight (memory).
 pub const MAX_DECODERS: usize = 64;
@@ -253,14 +259,15 @@ impl Source {
     }
 
     /// Starts reading and decoding now, on its thread, up to the batch holding the first
-    /// record later than `until` and as far ahead of the caller as that takes: a query
-    /// from a checkpoint decodes the records after it while the checkpoint is rebuilt.
+    /// record later than `until`, up to [`UNTIL_AHEAD`] batches ahead of the caller: a
+    /// query from a checkpoint decodes the records after it while the checkpoint is
+    /// rebuilt.
     /// The caller must stop at that record (a cut at `until` does): none after it
     /// follows. Set the other options first.
     pub fn start_until(mut self, until: Ts) -> Source {
         if let State::Idle(mut reader) = std::mem::replace(&mut self.state, State::Done) {
             reader.until = Some(until);
-            reader.ahead = usize::MAX / BATCH;
+            reader.ahead = UNTIL_AHEAD;
             self.state = State::Ahead(reader.spawn());
         }
         self
@@ -308,23 +315,6 @@ impl Source {
     }
 }
 
-/// The reading thread's side of the batches' channel: bounded (a few batches ahead), or
-/// not (ahead to `until`).
-enum Batches {
-    Bounded(SyncSender<Result<Vec<Decoded>, SourceError>>),
-    Unbounded(std::sync::mpsc::Sender<Result<Vec<Decoded>, SourceError>>),
-}
-
-impl Batches {
-    /// Sends; false when the caller stopped reading.
-    fn send(&self, batch: Result<Vec<Decoded>, SourceError>) -> bool {
-        match self {
-            Batches::Bounded(send) => send.send(batch).is_ok(),
-            Batches::Unbounded(send) => send.send(batch).is_ok(),
-        }
-    }
-}
-
 /// A batch read but not decoded yet, and where its decoded records go.
 type Job = (Vec<LogEntry>, SyncSender<Vec<Decoded>>);
 
@@ -344,15 +334,7 @@ impl Reader {
     /// and the reading thread forwards those channels' contents in the order it read the
     /// batches, so no batch overtakes another whichever decoder finishes first.
     fn spawn(mut self) -> Ahead {
-        // Unbounded when asked to run ahead to `until` (a sync channel allocates its
-        // capacity at once).
-        let (send, batches) = if self.ahead > BATCHES_AHEAD {
-            let (send, batches) = std::sync::mpsc::channel();
-            (Batches::Unbounded(send), batches)
-        } else {
-            let (send, batches) = sync_channel(self.ahead);
-            (Batches::Bounded(send), batches)
-        };
+        let (send, batches) = sync_channel(self.ahead);
         let (decoders, until) = (self.decoders, self.until);
         let thread = std::thread::Builder::new()
             .name("lhc-source".into())
@@ -387,7 +369,7 @@ impl Reader {
                 // reading, or the batch passed `until`).
                 let hand = |batch: Vec<Decoded>| -> bool {
                     let last = passes(&batch, until);
-                    send.send(Ok(batch)) && !last
+                    send.send(Ok(batch)).is_ok() && !last
                 };
                 let forward = |pending: &mut VecDeque<Receiver<Vec<Decoded>>>| -> bool {
                     let Some(next) = pending.pop_front() else {
@@ -424,7 +406,7 @@ impl Reader {
                             let _ = worker.join();
                         }
                         if let Err(error) = end {
-                            send.send(Err(error));
+                            let _ = send.send(Err(error));
                         }
                         return;
                     }
