@@ -233,14 +233,30 @@ fn unfit(header: &Header, build: &str, log: &dyn Log) -> Result<Option<String>, 
     for offset in offsets {
         samples.push(hash(offset)?.unwrap_or_default());
     }
+    let last = format::record_bytes_in(log, header.next_offset - 1, holds.clone())?;
     if hash(0)?.as_deref() != Some(header.first_record.as_str())
-        || hash(header.next_offset - 1)?.as_deref() != Some(header.last_record.as_str())
+        || last.as_deref().map(hex).as_deref() != Some(header.last_record.as_str())
         || samples != header.samples
     {
         return Ok(Some(
             "the log's records differ from those it was written from (another or a rewritten log)"
                 .into(),
         ));
+    }
+    // The header's times decide which instants it may answer: those of the last record it
+    // covers must agree (a header rewritten with its seal recomputed is caught here when
+    // its times are not that record's).
+    if let Some(ts) = last
+        .and_then(|bytes| lhc_engine::decode_record(&bytes).ok())
+        .map(|r| r.ts())
+    {
+        if header.max_ts.is_none_or(|max| max < ts) || header.last_ts != Some(ts) {
+            return Ok(Some(format!(
+                "its header's times (latest {}, last {}) do not fit its last record's ({ts})",
+                header.max_ts.map(|t| t.to_string()).unwrap_or_default(),
+                header.last_ts.map(|t| t.to_string()).unwrap_or_default()
+            )));
+        }
     }
     Ok(None)
 }

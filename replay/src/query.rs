@@ -33,6 +33,10 @@ pub struct Cut {
     pub launches: BTreeMap<String, (String, String)>,
 }
 
+/// How far after the log's last record a cut fires the timers due (366 days); an instant
+/// later is refused ([`SourceError::TooFarAfter`]).
+pub const MAX_AFTER_MS: i64 = 366 * 86_400_000;
+
 /// Replays `source` up to `at` (records with `ts` <= `at`; undecodable records are
 /// quarantined as in a replay), then fires the timers due by `at`.
 pub fn cut_at(source: &mut Source, at: Ts) -> Result<Cut, SourceError> {
@@ -80,6 +84,15 @@ pub fn cut_from(
         launches,
         ..
     } = cutter;
+    // Timers fire one by one up to the instant: years after the log's end that is billions
+    // of them (a query at 9999-12-31 ran for hours).
+    if let Some(last) = last_ts.filter(|last| at.millis() - last.millis() > MAX_AFTER_MS) {
+        return Err(SourceError::TooFarAfter {
+            at,
+            last,
+            days: (MAX_AFTER_MS / 86_400_000) as u64,
+        });
+    }
     let mut out = Vec::new();
     let at_offset = last_offset.unwrap_or(0);
     while !engine.catch_up(at, lhc_engine::CATCH_UP_STEP, &mut out) {

@@ -32,6 +32,19 @@ pub enum SourceError {
     /// The log backend failed.
     #[error(transparent)]
     Log(#[from] LogError),
+    /// An instant asked for too long after the log's last record.
+    #[error(
+        "{at} is more than {days} days after the log's last record ({last}): the timers due \
+         by then are not fired that far; give an instant within {days} days of it"
+    )]
+    TooFarAfter {
+        /// The instant asked for.
+        at: Ts,
+        /// The last record's time.
+        last: Ts,
+        /// The limit, in days.
+        days: u64,
+    },
 }
 
 /// An OS error on a named file or folder (shared by the errors of this crate that read

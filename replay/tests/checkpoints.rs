@@ -414,3 +414,61 @@ fn an_edited_header_a_renamed_file_and_an_unreadable_folder_cost_only_the_shortc
     );
     assert_eq!(cut.engine.digest(), expected);
 }
+
+/// A header rewritten on purpose with its seal recomputed, its times made earlier than the
+/// records it covers (so it would answer instants before its own records): the last
+/// record's time gives it away, it is named and not used, and the answer is the one from
+/// the start.
+#[test]
+fn a_resealed_header_with_times_before_its_records_is_not_used() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("log");
+    let records = site_records();
+    write_log(&dir, &records);
+    checkpoint::refresh(&dir, EVERY, BUILD, false, |_| {}).unwrap();
+    let list = checkpoint::list(&dir).unwrap();
+    let (_, path) = list[list.len() / 2].clone();
+    let real = header_of(&path);
+    let (first, _) = first_and_last(&records);
+    // An instant inside the span the checkpoint covers, before its last record.
+    let at = Ts(first.0 + (real.max_ts.unwrap().0 - first.0) / 2);
+    let expected = from_start(&dir, at);
+    for field in ["max_ts", "last_ts"] {
+        let forged = Ts(at.0 - 1).to_string();
+        patch_header(&path, |h| {
+            h["max_ts"] = forged.clone().into();
+            if field == "last_ts" {
+                h["last_ts"] = forged.clone().into();
+            }
+        });
+        let (used, cut, warnings) = from_checkpoint(&dir, at);
+        assert!(
+            warnings
+                .iter()
+                .any(|w| w.contains("do not fit its last record's")),
+            "{field}: {warnings:?}"
+        );
+        assert_ne!(used, Some(list[list.len() / 2].0));
+        assert_eq!(cut.engine.digest(), expected.engine.digest(), "{field}");
+    }
+}
+
+/// An instant more than a year after the log's last record is refused (the timers due by
+/// then would fire one by one for as long as it takes), one within the year is answered.
+#[test]
+fn an_instant_years_after_the_log_is_refused_not_computed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("log");
+    let records = site_records();
+    write_log(&dir, &records);
+    let (_, last) = first_and_last(&records);
+    let open = || Source::open(&SourceSpec::Path(dir.clone())).unwrap();
+    let near = Ts(last.0 + lhc_replay::query::MAX_AFTER_MS);
+    assert!(cut_at(&mut open(), near).is_ok());
+    let far = Ts(last.0 + lhc_replay::query::MAX_AFTER_MS + 1);
+    let Err(error) = cut_at(&mut open(), far) else {
+        panic!("{far}, more than a year after the log, was answered");
+    };
+    let error = error.to_string();
+    assert!(error.contains("more than 366 days after"), "{error}");
+}
