@@ -412,6 +412,18 @@ pub fn replay_log_with<T>(
     quarantined: u64,
     compute: impl FnOnce(&mut lhc_replay::Source) -> Result<T, lhc_replay::SourceError>,
 ) -> anyhow::Result<T> {
+    let (source, bar) = source_at(quiet, log, from, quarantined)?;
+    finish_replay(source, bar, quiet, compute)
+}
+
+/// A source over `log` from offset `from` with the `quarantined` records before it counted,
+/// and its spinner.
+fn source_at(
+    quiet: bool,
+    log: Box<dyn Log>,
+    from: u64,
+    quarantined: u64,
+) -> anyhow::Result<(lhc_replay::Source, indicatif::ProgressBar)> {
     let what = if from == 0 {
         "replaying"
     } else {
@@ -424,7 +436,7 @@ pub fn replay_log_with<T>(
         .with_context(|| format!("cannot read {name} from offset {from}"))?
         .with_progress(move |n| tick.set_position(n));
     source.count_earlier_quarantines(quarantined);
-    finish_replay(source, bar, quiet, compute)
+    Ok((source, bar))
 }
 
 /// A replay of `log` from offset `from` whose reading and decoding started already, up to
@@ -447,13 +459,7 @@ pub fn start_replay(
     quarantined: u64,
     until: lhc_engine::Ts,
 ) -> anyhow::Result<Started> {
-    let bar = crate::progress::bar(None, "replaying from a checkpoint", quiet);
-    let tick = bar.clone();
-    let name = log.describe();
-    let mut source = lhc_replay::Source::from_log_at(log, from)
-        .with_context(|| format!("cannot read {name} from offset {from}"))?
-        .with_progress(move |n| tick.set_position(n));
-    source.count_earlier_quarantines(quarantined);
+    let (source, bar) = source_at(quiet, log, from, quarantined)?;
     Ok(Started {
         source: source.start_until(until),
         bar,

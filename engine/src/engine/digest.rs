@@ -47,16 +47,6 @@ impl ConfigJson {
                         }
                 })
     }
-
-    /// Bytes of JSON held.
-    pub fn len(&self) -> usize {
-        self.json.len()
-    }
-
-    /// Never: a configuration part always has its two fields.
-    pub fn is_empty(&self) -> bool {
-        self.json.is_empty()
-    }
 }
 
 /// Feeds the JSON to the hash as it is written: a 40,000-VDA state's JSON is tens of MB,

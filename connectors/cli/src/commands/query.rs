@@ -196,8 +196,8 @@ pub fn run(args: QueryArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         _ => Some(Needs::UpTo(at)),
     };
     // The answer is computed with the cut: from a checkpoint, the check of its digest runs
-    // beside both (see `checkpoint::resume`).
-    // From a checkpoint, the configuration part's JSON its check writes, for a digest.
+    // beside both (see `checkpoint::resume`), and a digest reuses the configuration part's
+    // JSON that check writes.
     let answered = |cut: lhc_replay::Cut, config: Option<&LaterConfigJson>| {
         let value = answer(&what, &cut, at, zone.as_ref(), quiet, config);
         (cut, value)
