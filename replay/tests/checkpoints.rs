@@ -191,14 +191,16 @@ fn patch_header(path: &Path, change: impl FnOnce(&mut serde_json::Value)) {
     std::fs::write(path, &patched).unwrap();
 }
 
-/// The site's log in a temporary folder, with its checkpoints written: (the folder's guard,
-/// the log's directory, its records, its checkpoints).
-fn checkpointed_log() -> (
+/// The folder's guard, the log's directory, its records and its checkpoints.
+type Checkpointed = (
     tempfile::TempDir,
     std::path::PathBuf,
     Vec<Vec<u8>>,
     Vec<(u64, std::path::PathBuf)>,
-) {
+);
+
+/// The site's log in a temporary folder, with its checkpoints written.
+fn checkpointed_log() -> Checkpointed {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("log");
     let records = site_records();
@@ -210,7 +212,7 @@ fn checkpointed_log() -> (
 
 #[test]
 fn damaged_foreign_and_other_builds_checkpoints_are_ignored_with_a_warning_and_refreshed() {
-    let (tmp, dir, records, list) = checkpointed_log();
+    let (_tmp, dir, records, list) = checkpointed_log();
     let n = list.len();
     let (last, before, third) = (&list[n - 1], &list[n - 2], &list[n - 3]);
     let (_, end) = first_and_last(&records);
@@ -345,7 +347,7 @@ fn a_refresh_after_appends_replays_only_the_new_records() {
 
 #[test]
 fn an_edited_header_a_renamed_file_and_an_unreadable_folder_cost_only_the_shortcut() {
-    let (tmp, dir, records, list) = checkpointed_log();
+    let (_tmp, dir, records, list) = checkpointed_log();
     let (_, end) = first_and_last(&records);
     let at = Ts(end.0 + 1);
     let expected = from_start(&dir, at).engine.digest();
@@ -428,7 +430,7 @@ fn an_edited_header_a_renamed_file_and_an_unreadable_folder_cost_only_the_shortc
 /// the start.
 #[test]
 fn a_resealed_header_with_times_before_its_records_is_not_used() {
-    let (tmp, dir, records, list) = checkpointed_log();
+    let (_tmp, dir, records, list) = checkpointed_log();
     let (_, path) = list[list.len() / 2].clone();
     let real = header_of(&path);
     let (first, _) = first_and_last(&records);
