@@ -166,8 +166,12 @@ pub fn list(log_dir: &Path) -> Result<Vec<(u64, PathBuf)>, CheckpointError> {
 }
 
 /// SHA-256 of the record at `offset`, hex; `None` when the log does not hold it.
-fn record_hash(log: &dyn Log, offset: u64) -> Result<Option<String>, LogError> {
-    Ok(format::record_bytes(log, offset)?.map(|bytes| hex(&bytes)))
+fn record_hash(
+    log: &dyn Log,
+    offset: u64,
+    holds: std::ops::Range<u64>,
+) -> Result<Option<String>, LogError> {
+    Ok(format::record_bytes_in(log, offset, holds)?.map(|bytes| hex(&bytes)))
 }
 
 /// Reads a checkpoint's header alone.
@@ -225,9 +229,7 @@ fn unfit(header: &Header, build: &str, log: &dyn Log) -> Result<Option<String>, 
     }
     // The log's span asked once, not once per record read.
     let holds = log.start_offset()?..end;
-    let hash = |offset| -> Result<Option<String>, LogError> {
-        Ok(format::record_bytes_in(log, offset, holds.clone())?.map(|bytes| hex(&bytes)))
-    };
+    let hash = |offset| record_hash(log, offset, holds.clone());
     let offsets = sample_offsets(header.next_offset);
     let mut samples = Vec::with_capacity(offsets.len());
     for offset in offsets {
@@ -750,8 +752,10 @@ impl Writer {
 
     fn write(&mut self, engine: &Engine) -> Result<(), CheckpointError> {
         let log = self.hashes.as_ref().expect("set before the replay");
+        // The log's span asked once, not once per record read.
+        let holds = log.start_offset()?..log.end_offset()?;
         let hash = |offset| -> Result<String, CheckpointError> {
-            record_hash(log, offset)?.ok_or_else(|| CheckpointError::Vanished {
+            record_hash(log, offset, holds.clone())?.ok_or_else(|| CheckpointError::Vanished {
                 log: log.describe(),
                 offset,
             })
