@@ -71,9 +71,29 @@ impl<K: Eq + Hash, V> DerefMut for DetMap<K, V> {
 
 impl<K: Eq + Hash + Ord + AsRef<str> + Serialize, V: Serialize> Serialize for DetMap<K, V> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_map(self.sorted())
+        use serde::ser::SerializeMap;
+        let sorted = self.sorted();
+        let mut map = serializer.serialize_map(Some(sorted.len()))?;
+        for batch in sorted.chunks(TOUCHED) {
+            // In key order the entries are scattered over the table, so writing each began
+            // with a cache miss on its key (most of a 25,000-entry map's time in a digest).
+            // Reading a batch's keys first puts their misses in flight together.
+            let touched = batch.iter().fold(0u8, |all, (k, _)| {
+                let k = k.as_ref();
+                all ^ k.as_bytes().first().copied().unwrap_or(0)
+            });
+            std::hint::black_box(touched);
+            for (k, v) in batch {
+                map.serialize_entry(k, v)?;
+            }
+        }
+        map.end()
     }
 }
+
+/// Entries whose keys are read together before a map writes them (see `DetMap`'s
+/// `Serialize`): about as many cache misses as a core keeps in flight.
+const TOUCHED: usize = 16;
 
 impl<'de, K: Eq + Hash + Deserialize<'de>, V: Deserialize<'de>> Deserialize<'de> for DetMap<K, V> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
@@ -431,6 +451,10 @@ mod tests {
         let by_btree: BTreeMap<&String, ()> = map.keys().map(|k| (k, ())).collect();
         assert!(sorted.len() > 1000);
         assert_eq!(sorted, by_btree.into_keys().collect::<Vec<_>>());
+        // Written in batches of `TOUCHED` (the last one shorter): every entry, in order.
+        assert_ne!(map.len() % TOUCHED, 0);
+        let as_btree: BTreeMap<&String, &u32> = map.iter().collect();
+        assert_same_json_and_back(&map, &as_btree);
     }
 
     #[test]
