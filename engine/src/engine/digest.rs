@@ -26,6 +26,9 @@ pub struct ConfigJson {
     site: Arc<SiteConfig>,
     validations: BTreeMap<u64, Validation>,
     json: Vec<u8>,
+    /// The start of a later state's JSON (its parameters and clock, then this
+    /// configuration) and the hash of it, written ahead: [`ConfigJson::anticipate`].
+    head: Option<(Vec<u8>, sha2::Sha256)>,
 }
 
 impl ConfigJson {
@@ -46,6 +49,21 @@ impl ConfigJson {
                             _ => false,
                         }
                 })
+    }
+
+    /// Hashes ahead the start of the JSON of a later state that holds this configuration,
+    /// `engine`'s parameters and the clock `now`: that state's digest
+    /// ([`Engine::digest_reusing`]) then only writes what follows (a query knows the clock
+    /// its answer will have, the instant asked, and its check has a core to spare). A
+    /// state whose start differs is digested as usual.
+    pub fn anticipate(&mut self, engine: &Engine, now: crate::Ts) {
+        use sha2::Digest;
+        let mut start = Vec::new();
+        write_start(&mut start, &engine.params, &Some(now)).expect("a Vec takes any write");
+        let mut hash = sha2::Sha256::new();
+        hash.update(&start);
+        hash.update(&self.json);
+        self.head = Some((start, hash));
     }
 }
 
@@ -73,6 +91,17 @@ fn field<T: Serialize + ?Sized>(
     serde_json::to_writer(&mut *out, value).map_err(std::io::Error::other)
 }
 
+/// The state's JSON before its configuration part: `{"params":…,"now":…,`.
+fn write_start(
+    out: &mut impl Write,
+    params: &crate::params::Params,
+    now: &Option<crate::Ts>,
+) -> std::io::Result<()> {
+    field(out, b"{\"params\":", params)?;
+    field(out, b",\"now\":", now)?;
+    out.write_all(b",")
+}
+
 /// The configuration part's two fields, as the state's JSON holds them.
 fn write_config(
     out: &mut impl Write,
@@ -91,48 +120,73 @@ impl Engine {
 
     /// The canonical JSON of the configuration part, for [`Engine::digest_reusing`].
     pub fn config_json(&self) -> ConfigJson {
-        let mut json = Vec::new();
+        self.config_json_in(Vec::new())
+    }
+
+    /// [`Engine::config_json`], written into `json` (cleared first): a buffer already
+    /// grown to about its size saves growing a new one of tens of MB.
+    pub fn config_json_in(&self, mut json: Vec<u8>) -> ConfigJson {
+        json.clear();
         write_config(&mut json, &self.site, &self.validations).expect("a Vec takes any write");
         ConfigJson {
             site: Arc::clone(&self.site),
             validations: self.validations.clone(),
             json,
+            head: None,
         }
     }
 
     /// [`Engine::digest`], writing the configuration part from `config` when this state
-    /// holds the configuration it was written from (else as usual): the same digest either
-    /// way, without serializing the configuration again.
+    /// holds the configuration it was written from (else as usual), and starting from the
+    /// hash written ahead when this state starts as anticipated
+    /// ([`ConfigJson::anticipate`]): the same digest either way, with less to write.
     pub fn digest_reusing(&self, config: &ConfigJson) -> String {
-        self.digest_with(config.fits(self).then_some(config.json.as_slice()))
+        if !config.fits(self) {
+            return self.digest_with(None);
+        }
+        if let Some((start, hash)) = &config.head {
+            let mut mine = Vec::with_capacity(start.len());
+            write_start(&mut mine, &self.params, &self.now).expect("a Vec takes any write");
+            if mine == *start {
+                let mut out = hashing(hash.clone());
+                self.write_rest(&mut out)
+                    .expect("the state serializes and hashing cannot fail");
+                return finish(out);
+            }
+        }
+        self.digest_with(Some(config.json.as_slice()))
     }
 
     /// The digest, with the configuration part's JSON given or written.
     fn digest_with(&self, config: Option<&[u8]>) -> String {
         use sha2::Digest;
-        // serde_json writes in small pieces; a buffer hands the hash whole blocks.
-        let mut out = std::io::BufWriter::with_capacity(64 << 10, Hashing(sha2::Sha256::new()));
+        let mut out = hashing(sha2::Sha256::new());
         self.write_canonical(&mut out, config)
             .expect("the state serializes and hashing cannot fail");
-        let hash = out
-            .into_inner()
-            .map_err(|_| "hashing cannot fail")
-            .expect("hashing")
-            .0
-            .finalize();
-        hash.iter().map(|b| format!("{b:02x}")).collect()
+        finish(out)
     }
 
     /// Writes what `serde_json::to_writer(self)` writes (the fields in declaration order,
     /// `record_ids` skipped when empty, the derived ones never), with the configuration
     /// part's JSON taken from `config` when given.
     fn write_canonical(&self, out: &mut impl Write, config: Option<&[u8]>) -> std::io::Result<()> {
-        // Named one by one, without `..`: a field added to the state must be placed here.
+        write_start(out, &self.params, &self.now)?;
+        match config {
+            Some(json) => out.write_all(json)?,
+            None => write_config(out, &self.site, &self.validations)?,
+        }
+        self.write_rest(out)
+    }
+
+    /// The fields after the configuration part, and the closing brace.
+    fn write_rest(&self, out: &mut impl Write) -> std::io::Result<()> {
+        // Named one by one, without `..`: a field added to the state must be placed here
+        // (or in `write_start` or the configuration part).
         let Engine {
-            params,
-            now,
-            site,
-            validations,
+            params: _,
+            now: _,
+            site: _,
+            validations: _,
             connectors,
             connector_order,
             machines,
@@ -146,13 +200,6 @@ impl Engine {
             quiet_until: _,
             remote_pc_groups: _,
         } = self;
-        field(out, b"{\"params\":", params)?;
-        field(out, b",\"now\":", now)?;
-        out.write_all(b",")?;
-        match config {
-            Some(json) => out.write_all(json)?,
-            None => write_config(out, site, validations)?,
-        }
         field(out, b",\"connectors\":", connectors)?;
         field(out, b",\"connector_order\":", connector_order)?;
         field(out, b",\"machines\":", machines)?;
@@ -166,6 +213,24 @@ impl Engine {
         }
         out.write_all(b"}")
     }
+}
+
+/// A hash fed through a buffer: serde_json writes in small pieces, the hash takes whole
+/// blocks.
+fn hashing(hash: sha2::Sha256) -> std::io::BufWriter<Hashing> {
+    std::io::BufWriter::with_capacity(64 << 10, Hashing(hash))
+}
+
+/// The hash's hex digest.
+fn finish(out: std::io::BufWriter<Hashing>) -> String {
+    use sha2::Digest;
+    let hash = out
+        .into_inner()
+        .map_err(|_| "hashing cannot fail")
+        .expect("hashing")
+        .0
+        .finalize();
+    hash.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]
@@ -200,6 +265,7 @@ mod tests {
     #[test]
     fn digest_is_serdes_and_reusing_changes_nothing() {
         let mut reused_some = false;
+        let mut written_ahead = false;
         let mut fell_back = false;
         for name in [
             "r-css-2",
@@ -224,10 +290,18 @@ mod tests {
                     serde_digest(&engine),
                     "{name} after offset {offset}"
                 );
-                for config in &earlier {
+                for config in &mut earlier {
                     assert_eq!(engine.digest_reusing(config), digest, "{name} @{offset}");
+                    // Written ahead for this clock (used when the parameters match too),
+                    // and for another one (never used): the same digest.
+                    let now = engine.now.unwrap_or(crate::Ts(0));
+                    for anticipated in [now, crate::Ts(now.0 + 1)] {
+                        config.anticipate(&engine, anticipated);
+                        assert_eq!(engine.digest_reusing(config), digest, "{name} @{offset}");
+                    }
                     if config.fits(&engine) {
                         reused_some = true;
+                        written_ahead |= engine.now.is_some();
                     } else {
                         fell_back = true;
                     }
@@ -235,6 +309,9 @@ mod tests {
                 earlier.push(engine.config_json());
             }
         }
-        assert!(reused_some && fell_back, "both paths were taken");
+        assert!(
+            reused_some && fell_back && written_ahead,
+            "every path was taken"
+        );
     }
 }
