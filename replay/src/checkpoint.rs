@@ -30,6 +30,11 @@ use lhc_log::{EmbeddedLog, Log, LogError};
 use crate::drive::{After, Before, Observer};
 use crate::source::{PathError, Source, SourceError};
 
+/// Checkpoints that may turn out damaged (read and rebuilt, or their digest checked, for
+/// nothing) before a query gives up on the rest and replays from the first record: each
+/// costs about what replaying a sixth of a large site does.
+const MAX_DAMAGED: usize = 3;
+
 /// Folder of an embedded log that holds its checkpoints.
 pub const DIR: &str = "checkpoints";
 pub use lhc_log::checkpoint::DEFAULT_EVERY;
@@ -48,14 +53,17 @@ pub struct Checkpoint {
     pub engine: Engine,
     /// The configuration part's JSON the check of its digest writes (from [`resume`]).
     pub config_json: LaterConfigJson,
+    /// A copy of the engine and a buffer for the digest check ([`format::Rebuilt`]).
+    for_check: (Option<Engine>, Vec<u8>),
 }
 
 impl Checkpoint {
-    fn new(header: Header, engine: Engine) -> Checkpoint {
+    fn new(header: Header, rebuilt: format::Rebuilt) -> Checkpoint {
         Checkpoint {
             header,
-            engine,
+            engine: rebuilt.engine,
             config_json: LaterConfigJson::none(),
+            for_check: (rebuilt.copy, rebuilt.spare),
         }
     }
 }
@@ -280,8 +288,8 @@ fn rebuild(
     if let Some(why) = unfit(&header, build, log).map_err(|e| e.to_string())? {
         return Err(why);
     }
-    let engine = format::rebuild(&header, &read_body(&header, reader)?)?;
-    Ok(Checkpoint::new(header, engine))
+    let rebuilt = format::rebuild_parts(&header, &read_body(&header, reader)?, false)?;
+    Ok(Checkpoint::new(header, rebuilt))
 }
 
 /// [`open`] and [`verify`].
@@ -364,6 +372,14 @@ fn read_body(header: &Header, reader: BufReader<File>) -> Result<Vec<u8>, String
     Ok(body)
 }
 
+/// What trying checkpoints left to say: a warning for each one not used, and how many of
+/// them cost a rebuild or a replay for nothing (see [`MAX_DAMAGED`]).
+#[derive(Default)]
+struct Notes {
+    warnings: Vec<String>,
+    damaged: usize,
+}
+
 /// The latest checkpoint below `bound` whose header passes `wanted` and that opens, with a
 /// warning for each later one that passed `wanted` but could not be opened.
 fn latest_below(
@@ -373,8 +389,9 @@ fn latest_below(
     bound: u64,
     wanted: &impl Fn(&Header) -> bool,
     ready: &mut impl FnMut(&Header),
-    warnings: &mut Vec<String>,
+    notes: &mut Notes,
 ) -> Result<Option<(u64, String, Checkpoint)>, String> {
+    let Notes { warnings, damaged } = notes;
     let found = shelf.list()?;
     if found.is_empty() {
         return Ok(None);
@@ -384,7 +401,27 @@ fn latest_below(
     // per checkpoint.
     let mut other_builds: BTreeMap<String, usize> = BTreeMap::new();
     let mut found_one = None;
-    for (offset, name) in found.iter().rev().filter(|(offset, _)| *offset < bound) {
+    // Whether to compare a checkpoint's records with the log's while rebuilding it.
+    let mut overlap = true;
+    let candidates: Vec<_> = found
+        .iter()
+        .rev()
+        .filter(|(offset, _)| *offset < bound)
+        .collect();
+    for (tried, (offset, name)) in candidates.iter().enumerate() {
+        if *damaged >= MAX_DAMAGED {
+            // Each damaged one cost a rebuild, or a replay thrown away: past a few, replaying
+            // from the first record is cheaper than trying the rest.
+            warnings.push(format!(
+                "{} checkpoints of {} could not be used: replaying from the first record \
+                 instead of trying the {} earlier one(s); {}",
+                *damaged,
+                shelf.describe(),
+                candidates.len() - tried,
+                shelf.rewrite_hint()
+            ));
+            break;
+        }
         let header = match shelf.header(*offset) {
             Ok(header) if !wanted(&header) => continue,
             Ok(header) if header.format == FORMAT && header.build != build => {
@@ -397,21 +434,56 @@ fn latest_below(
                 continue;
             }
         };
-        let rebuilt = match unfit(&header, build, &*log).map_err(|e| e.to_string()) {
-            Ok(None) => {
-                ready(&header);
-                shelf
-                    .body(*offset, &header)
-                    .and_then(|body| format::rebuild(&header, &body))
+        let check = || unfit(&header, build, &*log).map_err(|e| e.to_string());
+        let rebuild = || {
+            shelf
+                .body(*offset, &header)
+                .and_then(|body| format::rebuild_parts(&header, &body, true))
+        };
+        let rebuilt = if header.format == FORMAT && overlap {
+            ready(&header);
+            // The log's records are compared with the header's while the checkpoint is read
+            // and rebuilt (reading the 18 records spread over the log left the other core
+            // idle for ~20 ms a query); the engine is only used when they fit.
+            std::thread::scope(|scope| {
+                let fits = std::thread::Builder::new()
+                    .name("lhc-checkpoint-records".into())
+                    .spawn_scoped(scope, check);
+                let rebuilt = rebuild();
+                // Without a thread to spare (the system refused one), compared here after.
+                let verdict = match fits {
+                    Ok(fits) => fits.join().expect("comparing records does not panic"),
+                    Err(_) => check(),
+                };
+                match verdict {
+                    Ok(None) => rebuilt.map_err(|why| (why, true)),
+                    Ok(Some(why)) | Err(why) => {
+                        // The log differs from the one this checkpoint was written from, so
+                        // likely from the earlier ones' too: compare before rebuilding them
+                        // (a rebuild costs ten times the comparison).
+                        overlap = false;
+                        Err((why, false))
+                    }
+                }
+            })
+        } else {
+            match check() {
+                Ok(None) => {
+                    ready(&header);
+                    rebuild().map_err(|why| (why, true))
+                }
+                Ok(Some(why)) | Err(why) => Err((why, false)),
             }
-            Ok(Some(why)) | Err(why) => Err(why),
         };
         match rebuilt {
             Ok(engine) => {
                 found_one = Some((*offset, name.clone(), Checkpoint::new(header, engine)));
                 break;
             }
-            Err(why) => warnings.push(format!("ignoring checkpoint {name}: {why}")),
+            Err((why, was_rebuilt)) => {
+                *damaged += usize::from(was_rebuilt);
+                warnings.push(format!("ignoring checkpoint {name}: {why}"));
+            }
         }
     }
     for (other, count) in other_builds {
@@ -448,6 +520,7 @@ pub fn resume<T, E: From<CheckpointError>>(
         &Files(log_dir.to_path_buf()),
         &log,
         build,
+        None,
         wanted,
         |_| {},
         work,
@@ -455,51 +528,67 @@ pub fn resume<T, E: From<CheckpointError>>(
 }
 
 /// [`resume`] from the checkpoints on `shelf`, checked against the records of the log `log`
-/// opens (opened only when there are some). `ready` is told of each checkpoint that fits
-/// this build and log before it is read and rebuilt, so the caller can start reading the
-/// records after it meanwhile (`work` may then get that checkpoint, or, when it cannot be
-/// used, an earlier one or none).
+/// opens (opened only when there are some). `ready` is told of a checkpoint of this build
+/// and format before it is read and rebuilt (the first one tried, before its records are
+/// compared with the log's too, which happens meanwhile), so the caller can start reading
+/// the records after it; `work` may then get that checkpoint, or, when it cannot be used,
+/// an earlier one or none: the caller drops what it started for a checkpoint it does not
+/// get. When `work` will digest a state at `answer_at` (the clock after a cut there), the
+/// check also hashes that state's JSON ahead up to the end of its configuration
+/// ([`lhc_engine::engine::ConfigJson::anticipate`]).
 pub fn resume_on<T, E: From<CheckpointError>>(
     shelf: &dyn Shelf,
     log: &dyn Fn() -> Result<Box<dyn Log>, String>,
     build: &str,
+    answer_at: Option<lhc_engine::Ts>,
     wanted: impl Fn(&Header) -> bool,
     mut ready: impl FnMut(&Header),
     mut work: impl FnMut(Option<Checkpoint>) -> Result<T, E>,
 ) -> Result<(T, Vec<String>), E> {
-    let mut warnings = Vec::new();
+    let mut notes = Notes::default();
     let mut bound = u64::MAX;
     loop {
         // Checkpoints that cannot be read cost the shortcut, not the answer.
-        let found = latest_below(shelf, log, build, bound, &wanted, &mut ready, &mut warnings)
+        let found = latest_below(shelf, log, build, bound, &wanted, &mut ready, &mut notes)
             .unwrap_or_else(|e| {
-                warnings.push(format!(
+                notes.warnings.push(format!(
                     "ignoring the checkpoints of {}: {e}",
                     shelf.describe()
                 ));
                 None
             });
         let Some((offset, name, checkpoint)) = found else {
-            return Ok((work(None)?, warnings));
+            return Ok((work(None)?, notes.warnings));
         };
         bound = offset;
-        let (copy, written) = (checkpoint.engine.clone(), checkpoint.header.digest.clone());
+        let mut checkpoint = checkpoint;
+        let (copy, spare) = std::mem::take(&mut checkpoint.for_check);
+        let copy = copy.unwrap_or_else(|| checkpoint.engine.clone());
+        let written = checkpoint.header.digest.clone();
         let (send, receive) = std::sync::mpsc::sync_channel(1);
         let check = std::thread::Builder::new()
             .name("lhc-checkpoint-check".into())
             .spawn(move || {
                 // The configuration part first: `work` may wait for it.
-                let config = Arc::new(copy.config_json());
+                let mut config = copy.config_json_in(spare);
+                if let Some(at) = answer_at {
+                    config.anticipate(&copy, at);
+                }
+                let config = Arc::new(config);
                 let _ = send.send(Arc::clone(&config));
                 verify_reusing(&copy, &config, &written)
             })
             .map_err(|e| CheckpointError::from(PathError::on(Path::new(&name))(e)))?;
-        let mut checkpoint = checkpoint;
         checkpoint.config_json = LaterConfigJson(Some(receive), Default::default());
         let result = work(Some(checkpoint));
         match check.join().expect("the digest check does not panic") {
-            Ok(()) => return Ok((result?, warnings)),
-            Err(why) => warnings.push(format!("ignoring checkpoint {name}: {why}")),
+            Ok(()) => return Ok((result?, notes.warnings)),
+            Err(why) => {
+                notes.damaged += 1;
+                notes
+                    .warnings
+                    .push(format!("ignoring checkpoint {name}: {why}"));
+            }
         }
     }
 }

@@ -355,6 +355,27 @@ pub fn split(bytes: &[u8]) -> Result<(Header, &[u8]), String> {
 /// The engine a checkpoint's body (the bytes after its header) rebuilds: everything but
 /// the digest check ([`verify`]). Refused when the body is not as long as the header says.
 pub fn rebuild(header: &Header, body: &[u8]) -> Result<Engine, String> {
+    rebuild_parts(header, body, false).map(|rebuilt| rebuilt.engine)
+}
+
+/// A checkpoint's engine rebuilt for a reader that checks its digest on another thread
+/// while the engine goes on ([`rebuild_parts`]).
+#[derive(Debug)]
+pub struct Rebuilt {
+    /// The engine.
+    pub engine: Engine,
+    /// A copy of it, for the digest check (`None` unless asked for).
+    pub copy: Option<Engine>,
+    /// The buffer the configuration part was decompressed into (cleared): its pages are
+    /// already in memory, and writing the rebuilt configuration's JSON for the digest check
+    /// ([`lhc_engine::Engine::config_json_in`]) needs as many.
+    pub spare: Vec<u8>,
+}
+
+/// [`rebuild`], with a copy of the engine for a digest check when `copy` (made while the
+/// configuration part is still being parsed: copying the state of 40,000 machines took
+/// ~30 ms a query otherwise waited for), and the configuration part's buffer.
+pub fn rebuild_parts(header: &Header, body: &[u8], copy: bool) -> Result<Rebuilt, String> {
     let expected = header.body_len()?;
     if body.len() as u64 != expected {
         return Err(format!(
@@ -367,20 +388,36 @@ pub fn rebuild(header: &Header, body: &[u8]) -> Result<Engine, String> {
     let (first, second) = body.split_at(config.compressed as usize);
     // The two parts are parsed at once, one on each core: loading is most of the time a
     // query from a checkpoint takes.
-    let (config, engine) = std::thread::scope(|scope| {
-        let config = scope.spawn(|| -> Result<ConfigPart, String> {
-            let bytes = decompress(first, config.bytes)?;
-            serde_json::from_slice(&bytes).map_err(|e| format!("unreadable configuration: {e}"))
+    let (config, engines) = std::thread::scope(|scope| {
+        let config = scope.spawn(|| -> Result<(ConfigPart, Vec<u8>), String> {
+            let mut bytes = decompress(first, config.bytes)?;
+            let part = serde_json::from_slice(&bytes)
+                .map_err(|e| format!("unreadable configuration: {e}"))?;
+            bytes.clear();
+            Ok((part, bytes))
         });
-        let engine = decompress(second, rows.bytes).and_then(|bytes| engine_from_rows(&bytes));
-        (config.join().expect("parsing does not panic"), engine)
+        let engines = decompress(second, rows.bytes)
+            .and_then(|bytes| engine_from_rows(&bytes))
+            .map(|engine| {
+                let copy = copy.then(|| engine.clone());
+                (engine, copy)
+            });
+        (config.join().expect("parsing does not panic"), engines)
     });
-    let mut engine = engine?;
-    engine.restore_config(config?);
+    let (mut engine, mut copy) = engines?;
+    let (config, spare) = config?;
+    if let Some(copy) = &mut copy {
+        copy.restore_config(config.clone());
+    }
+    engine.restore_config(config);
     engine
         .check_restored()
         .map_err(|e| format!("its state breaks an engine invariant: {e}"))?;
-    Ok(engine)
+    Ok(Rebuilt {
+        engine,
+        copy,
+        spare,
+    })
 }
 
 /// A zstd frame of `bytes` bytes, decompressed into one allocation of that size: growing a
