@@ -467,6 +467,15 @@ pub fn start_replay(
     })
 }
 
+impl Started {
+    /// Stops it without using it (the checkpoint it was started for is not used): its
+    /// read-ahead is freed and its spinner cleared, not left claiming a replay from a
+    /// checkpoint.
+    pub fn abandon(self) {
+        self.bar.finish_and_clear();
+    }
+}
+
 /// Replays a [`Started`] replay through `compute`, which must stop at the first record
 /// after the instant it was started for (a cut at that instant does).
 pub fn finish_started<T>(

@@ -53,6 +53,11 @@ fn probes_metrics_alerts_and_dashboard() {
     wait_until("the node serves", Duration::from_secs(30), || {
         get(port, "/livez").0 == 200
     });
+    // At start it folds the (empty) log first and says so ("catching_up"): a loaded
+    // machine can ask before that is done.
+    wait_until("the node has caught up", Duration::from_secs(30), || {
+        get(port, "/readyz").1["reason"] != "catching_up"
+    });
     // No configuration names this connector yet: alive, not ready, and it says why.
     let (status, body) = get(port, "/readyz");
     assert_eq!(status, 503, "{body}");

@@ -236,10 +236,21 @@ pub fn run(args: QueryArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     // The records after the checkpoint a query starts from are read and decoded while the
     // checkpoint is rebuilt (an embedded log's; a Kafka node's journal is read after).
     let started: std::cell::RefCell<Option<crate::args::Started>> = Default::default();
+    // The read-ahead started for the checkpoint at `from` (`None`: for none): any other
+    // is abandoned, its memory freed and its spinner cleared.
+    let take_ahead = |from: Option<u64>| match started.take() {
+        Some(ahead) if Some(ahead.from) == from => Some(ahead),
+        Some(unused) => {
+            unused.abandon();
+            None
+        }
+        None => None,
+    };
     let start = |header: &lhc_replay::checkpoint::Header| {
         let (Some(dir), None) = (embedded.as_ref(), &journal) else {
             return;
         };
+        take_ahead(None);
         // Not started, the replay starts after the rebuild as before.
         *started.borrow_mut() = lhc_log::EmbeddedLog::open_read_only(dir)
             .ok()
@@ -265,12 +276,18 @@ pub fn run(args: QueryArgs, quiet: bool) -> anyhow::Result<ExitCode> {
                 &*shelf,
                 &*log,
                 &crate::build_id(),
+                // A digest's clock will be the instant asked.
+                matches!(what, What::Digest { .. }).then_some(at),
                 wanted,
                 start,
                 |checkpoint| {
                     used.set(checkpoint.as_ref().map(|c| c.header.next_offset));
                     match checkpoint {
-                        None => replay_start(&args.source),
+                        None => {
+                            // A read-ahead started for a checkpoint that was then refused.
+                            take_ahead(None);
+                            replay_start(&args.source)
+                        }
                         Some(checkpoint) => {
                             let header = checkpoint.header;
                             let config = checkpoint.config_json;
@@ -287,7 +304,7 @@ pub fn run(args: QueryArgs, quiet: bool) -> anyhow::Result<ExitCode> {
                                     at,
                                 )
                             };
-                            let ahead = started.take().filter(|s| s.from == header.next_offset);
+                            let ahead = take_ahead(Some(header.next_offset));
                             match (&journal, ahead) {
                                 (None, Some(ahead)) => {
                                     crate::args::finish_started(ahead, quiet, cut)
