@@ -730,6 +730,24 @@ fn query_from_a_checkpoint_answers_as_from_the_start_and_a_damaged_one_is_named(
     );
     assert!(!note.contains("checkpoint"), "{note}");
 
+    // A window of launches that cannot give a list is refused before any checkpoint is
+    // loaded or record replayed.
+    for (extra, says) in [
+        (
+            ["--since", "2026-01-05T10:58:00Z"],
+            "is after the end of the window",
+        ),
+        (["--reason", "no_such_reason"], "is not a reason code"),
+    ] {
+        let mut args = vec!["query", &log, "--at", "2026-01-05T10:55:00Z", "launches"];
+        args.extend_from_slice(&extra);
+        let out = lhc(&args);
+        let said = String::from_utf8(out.stderr).unwrap();
+        assert!(!out.status.success(), "{extra:?}: {said}");
+        assert!(said.contains(says), "{said}");
+        assert!(!said.contains("checkpoint"), "{said}");
+    }
+
     // Damage the last checkpoint's state: named, skipped, and the answer is unchanged.
     let mut found: Vec<_> = std::fs::read_dir(tmp.path().join("log/checkpoints"))
         .unwrap()

@@ -189,10 +189,16 @@ pub fn run(args: QueryArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     // records before it serves (the outputs of the records it covers are not kept).
     let needs_from = match &what {
         What::Machine { .. } => None, // the machine's whole history
-        What::Launches { since, .. } => Some(match since {
-            Some(f) => Needs::After(parse_instant(f, zone.as_ref())?),
-            None => Needs::After(Ts(at.millis() - 3_600_000)),
-        }),
+        What::Launches {
+            since,
+            until,
+            reason,
+            ..
+        } => {
+            // Checked before anything is replayed (notes are printed with the answer).
+            let (from, _) = launch_window(since, until, reason, at, zone.as_ref(), true)?;
+            Some(Needs::After(from))
+        }
         _ => Some(Needs::UpTo(at)),
     };
     // The answer is computed with the cut: from a checkpoint, the check of its digest runs
@@ -809,37 +815,7 @@ fn answer(
             user,
             ..
         } => {
-            let from = match since {
-                Some(f) => parse_instant(f, zone)?,
-                None => Ts(at.millis() - 3_600_000),
-            };
-            let to = match until {
-                Some(u) => {
-                    let until = parse_instant(u, zone)?;
-                    if until > at && !quiet {
-                        eprintln!(
-                            "note: --until {until} is after --at {at}: the window ends at --at"
-                        );
-                    }
-                    until.min(at)
-                }
-                None => at,
-            };
-            if to < from {
-                bail!("--since {from} is after the end of the window {to}: nothing to list");
-            }
-            if let Some(r) = reason {
-                let known = serde_json::from_value::<lhc_engine::output::Reason>(Value::String(
-                    r.to_lowercase(),
-                ));
-                if known.is_err() {
-                    bail!(
-                        "--reason {r:?} is not a reason code; the codes are the `reason` values \
-                         of launch.decision in schemas/output.schema.json (like not_elected, \
-                         cloud_unreachable, pooled_unavailable_in_outage)"
-                    );
-                }
-            }
+            let (from, to) = launch_window(since, until, reason, at, zone, quiet)?;
             let same = |filter: &Option<String>, value: &str| {
                 filter
                     .as_ref()
@@ -887,4 +863,46 @@ fn answer(
             json!({ "at": at, "digest": digest })
         }
     })
+}
+
+/// The window `lhc query launches` lists, from `--since` (an hour before `--at` if not
+/// given) to `--until` (at most `--at`), with `--reason` checked to be a reason code:
+/// refused before anything is replayed when they cannot give a list.
+fn launch_window(
+    since: &Option<String>,
+    until: &Option<String>,
+    reason: &Option<String>,
+    at: Ts,
+    zone: Option<&Zone>,
+    quiet: bool,
+) -> anyhow::Result<(Ts, Ts)> {
+    let from = match since {
+        Some(f) => parse_instant(f, zone)?,
+        None => Ts(at.millis() - 3_600_000),
+    };
+    let to = match until {
+        Some(u) => {
+            let until = parse_instant(u, zone)?;
+            if until > at && !quiet {
+                eprintln!("note: --until {until} is after --at {at}: the window ends at --at");
+            }
+            until.min(at)
+        }
+        None => at,
+    };
+    if to < from {
+        bail!("--since {from} is after the end of the window {to}: nothing to list");
+    }
+    if let Some(r) = reason {
+        let known =
+            serde_json::from_value::<lhc_engine::output::Reason>(Value::String(r.to_lowercase()));
+        if known.is_err() {
+            bail!(
+                "--reason {r:?} is not a reason code; the codes are the `reason` values \
+                     of launch.decision in schemas/output.schema.json (like not_elected, \
+                     cloud_unreachable, pooled_unavailable_in_outage)"
+            );
+        }
+    }
+    Ok((from, to))
 }
