@@ -380,13 +380,13 @@ struct Notes {
     damaged: usize,
 }
 
-/// The latest checkpoint below `bound` whose header passes `wanted` and that opens, with a
+/// The latest checkpoint below `bound` (any when `None`) whose header passes `wanted` and that opens, with a
 /// warning for each later one that passed `wanted` but could not be opened.
 fn latest_below(
     shelf: &dyn Shelf,
     log: &dyn Fn() -> Result<Box<dyn Log>, String>,
     build: &str,
-    bound: u64,
+    bound: Option<u64>,
     wanted: &impl Fn(&Header) -> bool,
     ready: &mut impl FnMut(&Header),
     notes: &mut Notes,
@@ -406,7 +406,7 @@ fn latest_below(
     let candidates: Vec<_> = found
         .iter()
         .rev()
-        .filter(|(offset, _)| *offset < bound)
+        .filter(|(offset, _)| bound.is_none_or(|bound| *offset < bound))
         .collect();
     for (tried, (offset, name)) in candidates.iter().enumerate() {
         if *damaged >= MAX_DAMAGED {
@@ -546,7 +546,9 @@ pub fn resume_on<T, E: From<CheckpointError>>(
     mut work: impl FnMut(Option<Checkpoint>) -> Result<T, E>,
 ) -> Result<(T, Vec<String>), E> {
     let mut notes = Notes::default();
-    let mut bound = u64::MAX;
+    // `None` at first: a checkpoint named u64::MAX is tried (and refused with a warning),
+    // not skipped without a word.
+    let mut bound = None;
     loop {
         // Checkpoints that cannot be read cost the shortcut, not the answer.
         let found = latest_below(shelf, log, build, bound, &wanted, &mut ready, &mut notes)
@@ -560,7 +562,7 @@ pub fn resume_on<T, E: From<CheckpointError>>(
         let Some((offset, name, checkpoint)) = found else {
             return Ok((work(None)?, notes.warnings));
         };
-        bound = offset;
+        bound = Some(offset);
         let mut checkpoint = checkpoint;
         let (copy, spare) = std::mem::take(&mut checkpoint.for_check);
         let copy = copy.unwrap_or_else(|| checkpoint.engine.clone());

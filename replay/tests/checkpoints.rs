@@ -390,6 +390,19 @@ fn an_edited_header_a_renamed_file_and_an_unreadable_folder_cost_only_the_shortc
     assert_eq!(cut.engine.digest(), expected);
     assert!(last > second);
 
+    // A copy named for the largest offset there is: tried and named like any other, not
+    // passed over in silence.
+    let largest = format!("{:020}.ckpt", u64::MAX);
+    std::fs::copy(&list[0].1, dir.join(checkpoint::DIR).join(&largest)).unwrap();
+    let (used, cut, warnings) = from_checkpoint(&dir, at);
+    assert!(
+        warnings[0].contains(&largest) && warnings[0].contains("its name says it covers"),
+        "{warnings:?}"
+    );
+    assert_eq!(used, Some(list[list.len() - 3].0));
+    assert_eq!(cut.engine.digest(), expected);
+    std::fs::remove_file(dir.join(checkpoint::DIR).join(&largest)).unwrap();
+
     // A FIFO and a link to an endless device named like checkpoints: not read (opening a
     // FIFO would wait for a writer; a device would be read forever).
     let folder = dir.join(checkpoint::DIR);
