@@ -388,21 +388,29 @@ pub fn rebuild_parts(header: &Header, body: &[u8], copy: bool) -> Result<Rebuilt
     let (first, second) = body.split_at(config.compressed as usize);
     // The two parts are parsed at once, one on each core: loading is most of the time a
     // query from a checkpoint takes.
+    let parse_config = || -> Result<(ConfigPart, Vec<u8>), String> {
+        let mut bytes = decompress(first, config.bytes)?;
+        let part =
+            serde_json::from_slice(&bytes).map_err(|e| format!("unreadable configuration: {e}"))?;
+        bytes.clear();
+        Ok((part, bytes))
+    };
     let (config, engines) = std::thread::scope(|scope| {
-        let config = scope.spawn(|| -> Result<(ConfigPart, Vec<u8>), String> {
-            let mut bytes = decompress(first, config.bytes)?;
-            let part = serde_json::from_slice(&bytes)
-                .map_err(|e| format!("unreadable configuration: {e}"))?;
-            bytes.clear();
-            Ok((part, bytes))
-        });
+        let parsed = std::thread::Builder::new()
+            .name("lhc-checkpoint-config".into())
+            .spawn_scoped(scope, parse_config);
         let engines = decompress(second, rows.bytes)
             .and_then(|bytes| engine_from_rows(&bytes))
             .map(|engine| {
                 let copy = copy.then(|| engine.clone());
                 (engine, copy)
             });
-        (config.join().expect("parsing does not panic"), engines)
+        // Without a thread to spare (the system refused one), parsed here after.
+        let config = match parsed {
+            Ok(parsed) => parsed.join().expect("parsing does not panic"),
+            Err(_) => parse_config(),
+        };
+        (config, engines)
     });
     let (mut engine, mut copy) = engines?;
     let (config, spare) = config?;
