@@ -349,6 +349,39 @@ fn r_state_8_forced_outage_needs_the_whole_zone_holds_lhc_and_survives_a_restart
     assert_no_output_before_its_cause(&out);
 }
 
+/// R-STATE-8 with R-STATE-5 and R-STATE-6: `disable_forced_outage` ends a forced outage
+/// only. On connectors never forced, in a real outage, it changes nothing: no 3003 at the
+/// command, initial_ha still ends at its first check after 300 s, extended_ha at an ok check.
+#[test]
+fn r_state_8_disabling_a_forced_outage_that_was_never_enabled_changes_nothing() {
+    let out = run("r-state-8-disable-unforced");
+    for c in [A, B] {
+        assert!(
+            transitions(&out, c)
+                .iter()
+                .all(|t| t.3 != ForcedOutageDisabled),
+            "{c}: {:?}",
+            transitions(&out, c)
+        );
+    }
+    let a = transitions(&out, A);
+    // Failed checks from 61 s: pending_ha, then initial_ha at the check 60 s later, held
+    // through the command at 200 s, extended_ha at the check that ends its 300 s.
+    assert_eq!(a[1], (at(121.0), PendingHa, InitialHa, OutageConfirmed));
+    assert_eq!(a[2], (at(421.0), InitialHa, ExtendedHa, InitialHaElapsed));
+    // B's command at 700 s, in extended_ha: it leaves at the first ok check (1501.1 s).
+    let b = transitions(&out, B);
+    assert!(
+        b.iter().any(|t| t.2 == ExtendedHa && t.0 < at(700.0)),
+        "{b:?}"
+    );
+    assert_eq!(
+        b.iter().find(|t| t.0 > at(700.0)).copied(),
+        Some((at(1501.1), ExtendedHa, PendingRecovery, HealthCheckOk))
+    );
+    assert_no_output_before_its_cause(&out);
+}
+
 /// Outputs come in time order: none is stamped before the record or timer that caused it.
 fn assert_no_output_before_its_cause(out: &[Output]) {
     let stamps: Vec<Ts> = out

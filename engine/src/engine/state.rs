@@ -29,13 +29,17 @@ impl Engine {
             AdminCommandName::DisableForcedOutage => {
                 let was_forced = std::mem::replace(&mut c.forced, false);
                 match c.state() {
-                    ConnectorState::InitialHa | ConnectorState::ExtendedHa => self.transition(
-                        name,
-                        ts,
-                        ConnectorState::PendingRecovery,
-                        TransitionCause::ForcedOutageDisabled,
-                        out,
-                    ),
+                    // Only a forced outage ends so: in a real one, a connector never forced
+                    // goes on as R-STATE-5 and R-STATE-6 say (the command has nothing to
+                    // disable).
+                    ConnectorState::InitialHa | ConnectorState::ExtendedHa if was_forced => self
+                        .transition(
+                            name,
+                            ts,
+                            ConnectorState::PendingRecovery,
+                            TransitionCause::ForcedOutageDisabled,
+                            out,
+                        ),
                     // Held in pending_recovery: a full new period starts now.
                     ConnectorState::PendingRecovery if was_forced => c.recovery_since = Some(ts),
                     _ => {}

@@ -415,8 +415,22 @@ def css3_ended():
     log.write("r-css-3-episode-ended")
 
 
+def disable_unforced():
+    """R-STATE-8, R-STATE-5, R-STATE-6: `disable_forced_outage` only ends a forced outage.
+    In a real one, run on connectors that were never forced (A in initial_ha, B in
+    extended_ha), it changes nothing: A's initial_ha ends at its first check after 300 s,
+    B stays in extended_ha until an ok check."""
+    log = Log()
+    log.config(0, 1, site())
+    ok = outage(60, 1500)
+    log.minutes(1, 2400, [A, B], ok)
+    log.admin(200, A, "disable_forced_outage")
+    log.admin(700, B, "disable_forced_outage")
+    log.write("r-state-8-disable-unforced")
+
+
 if __name__ == "__main__":
     for make in [restart_elected, restart_non_elected, blackout, css_restart, pending_no_pull,
                  forced, lowered_params, storefront_daas_only, onprem, cloud_site_wide,
-                 pending_expiry, split_brain, css3_ended]:
+                 pending_expiry, split_brain, css3_ended, disable_unforced]:
         make()
