@@ -861,3 +861,57 @@ fn a_record_years_later_replays_in_bounded_memory() {
         .all(|d| d.as_ref().is_some_and(|d| d.len() == 64)));
     assert_ne!(digests[0], digests[1]);
 }
+
+/// R-DATA: `lhc query lhc-data` shows each connector's LHC database content, the StoreFront
+/// servers it has seen (with their last contact) among it, as at the instant asked.
+#[test]
+fn lhc_data_names_the_storefront_servers_seen_with_their_last_contact() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = write(tmp.path(), "in.jsonl", EXAMPLE);
+    let at = "2026-01-05T09:30:00Z";
+    // The last StoreFront heartbeat to ddc1 at or before the instant, from the log itself.
+    let last = EXAMPLE
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|r| {
+            r["type"] == "storefront.heartbeat"
+                && r["connector"] == "ddc1.corp.example"
+                && r["ts"].as_str().unwrap() <= "2026-01-05T09:30:00.000Z"
+        })
+        .last()
+        .unwrap();
+    let (out, _) = ok(lhc(&[
+        "query",
+        &file,
+        "--at",
+        at,
+        "--format",
+        "json",
+        "lhc-data",
+        "ddc1.corp.example",
+    ]));
+    let answer: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let storefronts = answer["data"]["storefronts"].as_object().unwrap();
+    assert_eq!(storefronts.len(), 1, "{answer}");
+    assert_eq!(storefronts["sf1.corp.example"], last["ts"], "{answer}");
+    for field in ["recent_users", "clients", "activity"] {
+        assert!(!answer["data"][field].is_null(), "{field}: {answer}");
+    }
+    // Before the first heartbeat: none seen yet.
+    let (out, _) = ok(lhc(&[
+        "query",
+        &file,
+        "--at",
+        "2026-01-05T09:00:01Z",
+        "--format",
+        "json",
+        "lhc-data",
+        "ddc1.corp.example",
+    ]));
+    let answer: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        answer["data"]["storefronts"],
+        serde_json::json!({}),
+        "{answer}"
+    );
+}

@@ -853,6 +853,14 @@ fn answer(
             let data = engine
                 .lhc_data(connector)
                 .with_context(|| format!("no connector {connector:?} in the log up to {at}"))?;
+            let mut data = serde_json::to_value(data)?;
+            // R-DATA: the StoreFront servers seen too, each with its last contact (kept on
+            // the connector, where the eligibility rule reads them).
+            if let (Some(c), Some(fields)) =
+                (engine.connectors().get(connector), data.as_object_mut())
+            {
+                fields.insert("storefronts".into(), serde_json::to_value(c.storefronts())?);
+            }
             json!({ "at": at, "connector": connector, "data": data })
         }
         What::Digest { .. } => {
