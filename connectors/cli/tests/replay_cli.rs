@@ -878,7 +878,7 @@ fn lhc_data_names_the_storefront_servers_seen_with_their_last_contact() {
                 && r["connector"] == "ddc1.corp.example"
                 && r["ts"].as_str().unwrap() <= "2026-01-05T09:30:00.000Z"
         })
-        .last()
+        .next_back()
         .unwrap();
     let (out, _) = ok(lhc(&[
         "query",
