@@ -873,12 +873,11 @@ fn lhc_data_names_the_storefront_servers_seen_with_their_last_contact() {
     let last = EXAMPLE
         .lines()
         .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
-        .filter(|r| {
+        .rfind(|r| {
             r["type"] == "storefront.heartbeat"
                 && r["connector"] == "ddc1.corp.example"
                 && r["ts"].as_str().unwrap() <= "2026-01-05T09:30:00.000Z"
         })
-        .next_back()
         .unwrap();
     let (out, _) = ok(lhc(&[
         "query",
