@@ -46,6 +46,9 @@ pub struct Applied {
     pub offset: u64,
     /// The quarantine error, if the engine refused it.
     pub quarantine: Option<String>,
+    /// Refused only because another writer's later record reached the log first (R-LOG-4):
+    /// stamped again, the same record would be applied.
+    pub lost_ts_race: bool,
 }
 
 /// Gives each record this node appends to Kafka its unique id (`record_id`), so a record

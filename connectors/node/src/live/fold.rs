@@ -318,15 +318,23 @@ fn apply_entry(
     let mut lost_ts_race = false;
     if let Ok(r) = &record {
         shared.last_ts.fetch_max(r.ts().millis(), Ordering::SeqCst);
-        if let Record::LaunchRequest(l) = r {
-            if l.connector.eq_ignore_ascii_case(&shared.config.connector) {
-                waiting_launch = Some(l.request.clone());
-                lost_ts_race = shared
-                    .engine
-                    .read()
-                    .expect("engine lock")
-                    .lost_ts_race(l.ts);
+        let mine = match r {
+            Record::LaunchRequest(l) => {
+                let mine = l.connector.eq_ignore_ascii_case(&shared.config.connector);
+                if mine {
+                    waiting_launch = Some(l.request.clone());
+                }
+                mine
             }
+            // Someone may wait for it (an input acknowledged only once applied).
+            _ => shared.record_waiters.count.load(Ordering::SeqCst) > 0,
+        };
+        if mine {
+            lost_ts_race = shared
+                .engine
+                .read()
+                .expect("engine lock")
+                .lost_ts_race(r.ts());
         }
     }
     let request = waiting_launch.as_deref();
@@ -363,6 +371,7 @@ fn apply_entry(
             shared.record_waiters.count.fetch_sub(1, Ordering::SeqCst);
             let _ = waiter.send(Applied {
                 offset,
+                lost_ts_race: lost_ts_race && quarantine.is_some(),
                 quarantine: quarantine.clone(),
             });
         }

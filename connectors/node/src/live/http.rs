@@ -340,6 +340,51 @@ async fn append(
         .map_err(|e| ApiError::unavailable(format!("the site log refused the record: {e}")))
 }
 
+/// Appends the record `make` builds and answers once the fold has applied it (the offset).
+/// Another writer of the same log (a second node, another process) can append a later
+/// stamp between this node's stamping and its append; the engine then quarantines the
+/// record (R-LOG-4). Acknowledged as it was, that input was lost; so a record that lost
+/// such a race is stamped and appended again, and one refused for any other reason is
+/// answered 409 with the engine's error.
+async fn append_kept(
+    shared: &Shared,
+    make: impl Fn(lhc_engine::Ts) -> Record + Send + Sync + 'static,
+) -> Result<u64, ApiError> {
+    let make = Arc::new(make);
+    let mut last_error = String::new();
+    for _ in 0..LAUNCH_ATTEMPTS {
+        let make = Arc::clone(&make);
+        let appended = shared.appender.append_applied(move |ts| make(ts));
+        let applied = match tokio::time::timeout(shared.config.launch_timeout, appended).await {
+            Ok(Ok(applied)) => applied,
+            Ok(Err(e)) => {
+                return Err(ApiError::unavailable(format!(
+                    "the site log refused the record: {e}"
+                )))
+            }
+            Err(_) => {
+                return Err(ApiError::unavailable(
+                    "the record was appended but not applied in time; see /healthz",
+                ))
+            }
+        };
+        match applied.quarantine {
+            None => return Ok(applied.offset),
+            Some(error) if applied.lost_ts_race => last_error = error,
+            Some(error) => {
+                return Err(ApiError::new(
+                    StatusCode::CONFLICT,
+                    format!("quarantined at offset {}: {error}", applied.offset),
+                ))
+            }
+        }
+    }
+    Err(ApiError::unavailable(format!(
+        "the record could not be applied ({LAUNCH_ATTEMPTS} tries, each overtaken by another \
+         writer's later record): {last_error}"
+    )))
+}
+
 fn accepted(offset: u64) -> Response {
     (StatusCode::ACCEPTED, Json(Accepted { offset })).into_response()
 }
@@ -358,12 +403,12 @@ async fn storefront_heartbeat(
 ) -> Result<Response, ApiError> {
     non_empty("storefront", &body.storefront)?;
     let connector = me(&shared)?;
-    let offset = append(&shared, move |ts| {
+    let offset = append_kept(&shared, move |ts| {
         Record::StorefrontHeartbeat(StorefrontHeartbeat {
             record_id: None,
             ts,
-            connector,
-            storefront: body.storefront,
+            connector: connector.clone(),
+            storefront: body.storefront.clone(),
         })
     })
     .await?;
@@ -542,12 +587,12 @@ async fn vda_heartbeat(
         non_empty(&format!("sessions[{i}].user"), &s.user)?;
     }
     me(&shared)?;
-    let offset = append(&shared, move |ts| {
+    let offset = append_kept(&shared, move |ts| {
         Record::VdaHeartbeat(VdaHeartbeat {
             record_id: None,
             ts,
-            machine: body.machine.into(),
-            sessions: body.sessions,
+            machine: body.machine.as_str().into(),
+            sessions: body.sessions.clone(),
         })
     })
     .await?;
@@ -579,13 +624,13 @@ async fn vda_session(
     non_empty("session", &body.session)?;
     non_empty("user", &body.user)?;
     me(&shared)?;
-    let offset = append(&shared, move |ts| {
+    let offset = append_kept(&shared, move |ts| {
         Record::SessionEvent(SessionEvent {
             record_id: None,
             ts,
-            machine: body.machine,
-            session: body.session,
-            user: body.user,
+            machine: body.machine.clone(),
+            session: body.session.clone(),
+            user: body.user.clone(),
             event: body.event,
         })
     })
@@ -1171,39 +1216,17 @@ async fn admin(
     seconds: Option<u64>,
 ) -> Result<Response, ApiError> {
     let connector = me(shared)?;
-    let appended = shared.appender.append_applied(move |ts| {
+    let offset = append_kept(shared, move |ts| {
         Record::AdminCommand(AdminCommand {
             record_id: None,
             ts,
-            connector,
+            connector: connector.clone(),
             command,
             seconds,
         })
-    });
-    let applied = match tokio::time::timeout(shared.config.launch_timeout, appended).await {
-        Ok(Ok(applied)) => applied,
-        Ok(Err(e)) => {
-            return Err(ApiError::unavailable(format!(
-                "the command could not be recorded: {e}"
-            )))
-        }
-        Err(_) => {
-            return Err(ApiError::unavailable(
-                "the command was appended but not applied in time; see /healthz",
-            ))
-        }
-    };
-    if let Some(error) = applied.quarantine {
-        return Err(ApiError::new(
-            StatusCode::CONFLICT,
-            format!("command quarantined at offset {}: {error}", applied.offset),
-        ));
-    }
-    Ok(Json(AdminDone {
-        offset: applied.offset,
-        command,
     })
-    .into_response())
+    .await?;
+    Ok(Json(AdminDone { offset, command }).into_response())
 }
 
 #[derive(Deserialize, schemars::JsonSchema)]
