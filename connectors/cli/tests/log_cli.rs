@@ -452,3 +452,126 @@ fn import_refuses_a_pipe_and_takes_a_file_with_a_byte_order_mark() {
     let exported = run(&["log", "export", "--log", &log]);
     assert_eq!(text(&exported.stdout), EXAMPLE);
 }
+
+/// An import cut short (killed, a full disk) leaves a whole-record prefix of the file. The
+/// same import again, with or without --append, would hold that prefix twice (--append
+/// took the record at the cut, as old as the log's last, as in order): refused, naming
+/// --resume, which checks the prefix byte for byte and appends the rest. Found by hostile
+/// testing.
+#[test]
+fn an_interrupted_import_is_resumed_not_doubled() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = log_arg(tmp.path());
+    let file = write(tmp.path(), "in.jsonl", EXAMPLE);
+    let cut: String = EXAMPLE
+        .lines()
+        .take(200)
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let part = write(tmp.path(), "part.jsonl", &cut);
+    let file = file.to_str().unwrap();
+    assert!(
+        run(&["log", "import", "-q", part.to_str().unwrap(), "--log", &log])
+            .status
+            .success()
+    );
+    for extra in [&[][..], &["--append"], &["--append", "--skip-invalid"]] {
+        let mut args = vec!["log", "import", file, "--log", &log];
+        args.extend_from_slice(extra);
+        let out = run(&args);
+        assert_eq!(out.status.code(), Some(2), "{extra:?}");
+        let said = text(&out.stderr);
+        assert!(
+            said.contains("already holds 200 record(s), the same as the valid lines of")
+                && said.contains("pass --resume"),
+            "{extra:?}: {said}"
+        );
+        assert_eq!(end_offset(&log), 200, "{extra:?}: nothing appended");
+    }
+    let out = run(&["log", "import", "--resume", file, "--log", &log]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("appended 271 record(s)"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(
+        text(&run(&["log", "export", "--log", &log]).stdout),
+        EXAMPLE
+    );
+    // Again: nothing left to append.
+    let out = run(&["log", "import", "--resume", file, "--log", &log]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("appended nothing"));
+    // Another file is not this log's import: refused, nothing appended.
+    let other: String = EXAMPLE.lines().skip(1).map(|l| format!("{l}\n")).collect();
+    let other = write(tmp.path(), "other.jsonl", &other);
+    let out = run(&[
+        "log",
+        "import",
+        "--resume",
+        other.to_str().unwrap(),
+        "--log",
+        &log,
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("is not an interrupted import of"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(end_offset(&log), 471);
+}
+
+/// Two imports of one file into one new log at once: at most one says it succeeded, and
+/// if one did, the log holds the file once (each batch's offset is checked, not only the
+/// first's: the import whose batches were interleaved used to report success).
+#[test]
+fn two_imports_at_once_never_both_claim_the_log() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("big.jsonl");
+    let out = run(&[
+        "simulate",
+        "-q",
+        "--seed",
+        "9",
+        "--zones",
+        "1",
+        "--vdas-per-zone",
+        "1000",
+        "--users",
+        "1000",
+        "--hours",
+        "1",
+        "--out",
+        file.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let log = log_arg(tmp.path());
+    let spawn = || {
+        lhc()
+            .args(["log", "import", "-q", file.to_str().unwrap(), "--log", &log])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let (a, b) = (spawn(), spawn());
+    let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
+    let succeeded = [&a, &b].iter().filter(|o| o.status.success()).count();
+    assert!(
+        succeeded <= 1,
+        "both succeeded: {} / {}",
+        text(&a.stderr),
+        text(&b.stderr)
+    );
+    if succeeded == 1 {
+        let exported = run(&["log", "export", "--log", &log]).stdout;
+        assert!(
+            exported == std::fs::read(&file).unwrap(),
+            "one import said it succeeded, yet the log is not the file once: {} / {}",
+            text(&a.stderr),
+            text(&b.stderr)
+        );
+    }
+}
