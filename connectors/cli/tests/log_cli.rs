@@ -575,3 +575,43 @@ fn two_imports_at_once_never_both_claim_the_log() {
         );
     }
 }
+
+/// A segment cut at a record's boundary reads as a whole, shorter log; its index and the
+/// checkpoints written before still name the records that were there. `log check` says
+/// they are gone (exit 1) instead of "ok". Found by hostile testing.
+#[test]
+fn check_names_records_cut_off_at_a_frame_boundary() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = log_arg(tmp.path());
+    let file = write(tmp.path(), "in.jsonl", EXAMPLE);
+    assert!(
+        run(&["log", "import", "-q", file.to_str().unwrap(), "--log", &log])
+            .status
+            .success()
+    );
+    let out = run(&["log", "checkpoint", "-q", "--every", "100", &log]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = run(&["log", "check", "--log", &log]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+    assert!(!text(&out.stdout).contains("records lost"));
+
+    // Cut after 200 records: 16 bytes of segment header, then frames of 20 bytes + payload.
+    let seg = tmp.path().join("log").join(format!("{:020}.log", 0));
+    let bytes = std::fs::read(&seg).unwrap();
+    let mut at = 16usize;
+    for _ in 0..200 {
+        at += 20 + u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+    }
+    std::fs::write(&seg, &bytes[..at]).unwrap();
+    let out = run(&["log", "check", "--log", &log]);
+    let said = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("records lost: ") && said.contains("ends at offset 200, but its index"),
+        "{said}"
+    );
+    assert!(
+        said.contains("00000000000000000400.ckpt covers 400 records"),
+        "{said}"
+    );
+}

@@ -36,15 +36,30 @@ fn an_import_into_a_log_that_holds_records_needs_append() {
     // The same file again would double the log: refused, and the log is unchanged.
     let err = refused(
         lhc(&["log", "import", &example(), "--log", log]),
-        "already holds 471 record(s)",
+        "already holds all 471 record(s)",
     );
     assert!(err.contains("--append"), "{err}");
     let (stats, _) = ok(lhc(&["log", "stats", "--log", log, "--json"]));
     assert!(stats.contains("\"records\": 471"), "{stats}");
-    // With --append, the same file is still refused: its records are older than the
-    // log's end: lhc appends in time order (R-LOG-4).
-    let err = refused(
+    // With --append, the same file is still refused: the log holds it already.
+    refused(
         lhc(&["log", "import", &example(), "--log", log, "--append"]),
+        "already holds all 471 record(s) of",
+    );
+    // A file that is not the log's own, with records older than the log's end: refused
+    // too, lhc appends in time order (R-LOG-4).
+    let older = tmp.path().join("older.jsonl");
+    let text = std::fs::read_to_string(example()).unwrap();
+    std::fs::write(&older, text.split_once('\n').unwrap().1).unwrap();
+    let err = refused(
+        lhc(&[
+            "log",
+            "import",
+            older.to_str().unwrap(),
+            "--log",
+            log,
+            "--append",
+        ]),
         "older than the log's last record (offset 470)",
     );
     assert!(

@@ -1268,6 +1268,11 @@ pub struct CheckReport {
     pub end_offset: u64,
     /// A torn tail that the next writer will cut: (segment, offset, bytes).
     pub torn_tail: Option<(PathBuf, u64, u64)>,
+    /// Records the last segment's index says were written but that are no longer there:
+    /// (segment, the end offset, the offset of the last record its index lists). The file
+    /// was cut at a record's boundary, or lost its last writes in a crash with
+    /// `--fsync never` or an interval; either way those records are gone.
+    pub lost_tail: Option<(PathBuf, u64, u64)>,
 }
 
 /// Reads every frame of every segment and verifies checksums and offsets, without changing
@@ -1305,6 +1310,14 @@ pub fn check(dir: &Path) -> Result<CheckReport, LogError> {
             report.records += 1
         })?;
         expected = scan.next_offset;
+        if last {
+            // The index is a hint for reading, and evidence here: an entry names a record
+            // it saw written.
+            let listed = read_index(dir, base).last().map(|&(offset, _)| offset);
+            if let Some(listed) = listed.filter(|&listed| listed >= expected) {
+                report.lost_tail = Some((path.clone(), expected, listed));
+            }
+        }
         match scan.end {
             ScanEnd::Clean => {}
             ScanEnd::Torn { position, .. } if last => {

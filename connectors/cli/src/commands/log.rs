@@ -239,8 +239,12 @@ struct Import {
 /// How an embedded log's records compare with a file's valid lines, in order.
 enum Prefix {
     /// The log's `records` records are the file's first valid lines, which end at line
-    /// `through` (0: the log is empty).
-    Holds { records: u64, through: usize },
+    /// `through` (0: the log is empty); `whole` when no valid line follows.
+    Holds {
+        records: u64,
+        through: usize,
+        whole: bool,
+    },
     /// They differ: the record at `offset` is not line `line` (or the file ends first).
     Differs { offset: u64, line: Option<usize> },
 }
@@ -274,7 +278,12 @@ fn prefix_of(dir: &Path, file: &Path) -> anyhow::Result<Prefix> {
             }
         }
     }
-    Ok(Prefix::Holds { records, through })
+    let whole = !lines.any(|line| line.is_ok_and(|(_, line)| validate_one(&line).is_ok()));
+    Ok(Prefix::Holds {
+        records,
+        through,
+        whole,
+    })
 }
 
 fn import(file: &Path, how: Import, target: &LogArgs, quiet: bool) -> anyhow::Result<ExitCode> {
@@ -317,7 +326,12 @@ fn import(file: &Path, how: Import, target: &LogArgs, quiet: bool) -> anyhow::Re
     if let Some((dir, Some(1..))) = embedded {
         let prefix = prefix_of(dir, file)?;
         match (prefix, resume) {
-            (Prefix::Holds { records, through }, true) => {
+            (
+                Prefix::Holds {
+                    records, through, ..
+                },
+                true,
+            ) => {
                 done_lines = through;
                 if !quiet {
                     eprintln!(
@@ -328,7 +342,25 @@ fn import(file: &Path, how: Import, target: &LogArgs, quiet: bool) -> anyhow::Re
                     );
                 }
             }
-            (Prefix::Holds { records, through }, false) => bail!(
+            (
+                Prefix::Holds {
+                    records,
+                    whole: true,
+                    ..
+                },
+                false,
+            ) => bail!(
+                "{} already holds all {records} record(s) of {}: importing it again, even \
+                 with --append, would hold them twice",
+                dir.display(),
+                file.display()
+            ),
+            (
+                Prefix::Holds {
+                    records, through, ..
+                },
+                false,
+            ) => bail!(
                 "{} already holds {records} record(s), the same as the valid lines of {} \
                  through line {through} (an interrupted import?): importing the file again, \
                  even with --append, would hold them twice; pass --resume to append the \
@@ -859,6 +891,32 @@ fn check(target: &LogArgs, quiet: bool) -> anyhow::Result<ExitCode> {
                  the next writer cuts it)",
                 segment.display()
             );
+        }
+        if let Some((segment, end, listed)) = &report.lost_tail {
+            healthy = false;
+            println!(
+                "records lost: {} ends at offset {end}, but its index lists a record at offset \
+                 {listed}: records {end}..={listed} (at least) were written and are gone (the \
+                 file was cut, or a crash lost writes not yet on disk with --fsync never or an \
+                 interval); restore the log from a copy. The next append would give their \
+                 offsets to other records",
+                segment.display()
+            );
+        }
+        // A checkpoint covers the records it was written after: one past the end is
+        // evidence of records that are gone, kept until `lhc log checkpoint` refreshes.
+        if let Ok(found) = lhc_replay::checkpoint::list(dir) {
+            if let Some((covers, path)) = found.iter().rev().find(|(n, _)| *n > report.end_offset) {
+                healthy = false;
+                println!(
+                    "records lost: checkpoint {} covers {covers} records, but the log holds \
+                     records up to offset {}: records {}..{covers} are gone; restore the log \
+                     from a copy (`lhc log checkpoint` would remove that checkpoint)",
+                    path.display(),
+                    report.end_offset,
+                    report.end_offset
+                );
+            }
         }
     }
     let mut reader = log.reader(log.start_offset()?)?;
