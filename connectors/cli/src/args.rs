@@ -274,11 +274,23 @@ impl LogArgs {
         if let Some(options) = self.kafka_options()? {
             return Ok(Box::new(KafkaLog::open(options)?));
         }
-        let log = EmbeddedLog::open_read_only(self.dir()).with_context(|| {
+        let dir = self.dir();
+        if dir.is_file() {
+            // A JSONL file where a log directory is expected: the advice to import into it
+            // would ask for a directory over the file (found by hostile testing).
+            anyhow::bail!(
+                "{} is a file, not an embedded log directory: `lhc log` commands work on log \
+                 directories; import the file into one with `lhc log import {} --log DIR`, or \
+                 read it as it is with `lhc replay`, `lhc lint` or `lhc query`",
+                dir.display(),
+                dir.display()
+            );
+        }
+        let log = EmbeddedLog::open_read_only(dir).with_context(|| {
             format!(
                 "no log at {} (create one with `lhc log import FILE.jsonl {}`)",
-                self.dir().display(),
-                self.dir().display()
+                dir.display(),
+                dir.display()
             )
         })?;
         Ok(Box::new(log))

@@ -615,3 +615,21 @@ fn check_names_records_cut_off_at_a_frame_boundary() {
         "{said}"
     );
 }
+
+/// `lhc log check` (and the other `log` commands) given a JSONL file: said so, with what
+/// to run instead, not the advice to import into a directory over the file.
+#[test]
+fn log_commands_on_a_jsonl_file_say_what_to_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = write(tmp.path(), "in.jsonl", EXAMPLE);
+    for command in ["check", "stats", "cat"] {
+        let out = run(&["log", command, "--log", file.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(2), "{command}");
+        let said = text(&out.stderr);
+        assert!(
+            said.contains("is a file, not an embedded log directory")
+                && said.contains("lhc log import"),
+            "{command}: {said}"
+        );
+    }
+}

@@ -193,14 +193,15 @@ fn simulated(dir: &Path, quiet: bool) -> anyhow::Result<ExitCode> {
          connector that was off before the outage."
     );
     println!(
-        "\nHTML reports: {} and {}\nDone in {:.1} s. Next: `lhc query {} --at 2026-01-05T09:50:00Z`, \
+        "\nHTML reports: {} and {}\nNext: `lhc query {} --at 2026-01-05T09:50:00Z`, \
          `lhc replay {} --format table | less`.",
         outage_html.display(),
         sync_html.display(),
-        started.elapsed().as_secs_f64(),
         log_dir.display(),
         log_dir.display()
     );
+    // A timing, so stderr: stdout is the same every run (found by hostile testing).
+    eprintln!("done in {:.1} s", started.elapsed().as_secs_f64());
     // Last: the what-if that would have helped most, to run next.
     let (command, whatif, tried) = helped;
     println!("\n== What would have helped most (lhc whatif) ==");
