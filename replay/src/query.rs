@@ -28,9 +28,11 @@ pub struct Cut {
     pub last_ts: Option<Ts>,
     /// A record after the instant exists (the instant is inside the log's span).
     pub more_after: bool,
-    /// Each launch request up to the instant: request id → (user, resource), so listings
-    /// can name who launched what (decisions name only the request).
-    pub launches: BTreeMap<String, (String, String)>,
+    /// Who launched what, for each launch decision in `history` (by its index there):
+    /// the (user, resource) of the request it answers, the latest request with its id up
+    /// to the decision, since decisions name only the request and StoreFront may reuse an
+    /// id once its launch is decided (a map by id named the later user for both).
+    pub launches: BTreeMap<usize, (String, String)>,
 }
 
 /// How far after the log's last record a cut fires the timers due (366 days); an instant
@@ -72,6 +74,7 @@ pub fn cut_from(
         first_ts: resume.first_ts,
         last_ts: resume.last_ts,
         more_after: false,
+        requests: BTreeMap::new(),
         launches: BTreeMap::new(),
     };
     crate::drive::drive(source, &mut engine, &mut cutter)?;
@@ -81,7 +84,8 @@ pub fn cut_from(
         first_ts,
         last_ts,
         more_after,
-        launches,
+        requests,
+        mut launches,
         ..
     } = cutter;
     // Timers fire one by one up to the instant: years after the log's end that is billions
@@ -96,10 +100,10 @@ pub fn cut_from(
     let mut out = Vec::new();
     let at_offset = last_offset.unwrap_or(0);
     while !engine.catch_up(at, lhc_engine::CATCH_UP_STEP, &mut out) {
-        keep(&mut history, at_offset, &mut out);
+        keep(&mut history, &mut launches, &requests, at_offset, &mut out);
     }
     engine.advance_to(at, &mut out);
-    keep(&mut history, at_offset, &mut out);
+    keep(&mut history, &mut launches, &requests, at_offset, &mut out);
     Ok(Cut {
         engine,
         history,
@@ -111,21 +115,28 @@ pub fn cut_from(
     })
 }
 
-/// Keeps the outputs a [`Cut`]'s history holds, draining `outputs`.
-fn keep(history: &mut Vec<(u64, Output)>, offset: u64, outputs: &mut Vec<Output>) {
-    history.extend(
-        outputs
-            .drain(..)
-            .filter(|o| {
-                matches!(
-                    o,
-                    Output::Registration(_)
-                        | Output::MachineMaintenance(_)
-                        | Output::LaunchDecision(_)
-                )
-            })
-            .map(|o| (offset, o)),
-    );
+/// Keeps the outputs a [`Cut`]'s history holds, draining `outputs`; a launch decision is
+/// attributed to the request `requests` (request id → (user, resource), latest first)
+/// holds for its id now.
+fn keep(
+    history: &mut Vec<(u64, Output)>,
+    launches: &mut BTreeMap<usize, (String, String)>,
+    requests: &BTreeMap<String, (String, String)>,
+    offset: u64,
+    outputs: &mut Vec<Output>,
+) {
+    for o in outputs.drain(..) {
+        match &o {
+            Output::LaunchDecision(d) => {
+                if let Some(asked) = requests.get(&d.request) {
+                    launches.insert(history.len(), asked.clone());
+                }
+            }
+            Output::Registration(_) | Output::MachineMaintenance(_) => {}
+            _ => continue,
+        }
+        history.push((offset, o));
+    }
 }
 
 /// Replays up to the first record after `at`, keeping the history.
@@ -136,7 +147,9 @@ struct Cutter {
     first_ts: Option<Ts>,
     last_ts: Option<Ts>,
     more_after: bool,
-    launches: BTreeMap<String, (String, String)>,
+    /// The latest request seen with each id: id → (user, resource).
+    requests: BTreeMap<String, (String, String)>,
+    launches: BTreeMap<usize, (String, String)>,
 }
 
 impl Observer for Cutter {
@@ -152,7 +165,7 @@ impl Observer for Cutter {
             }
             self.last_ts = Some(record.ts());
             if let lhc_engine::Record::LaunchRequest(l) = record {
-                self.launches
+                self.requests
                     .insert(l.request.clone(), (l.user.clone(), l.resource.clone()));
             }
         }
@@ -160,12 +173,24 @@ impl Observer for Cutter {
     }
 
     fn during(&mut self, step: After<'_>) -> Result<(), SourceError> {
-        keep(&mut self.history, step.offset, step.outputs);
+        keep(
+            &mut self.history,
+            &mut self.launches,
+            &self.requests,
+            step.offset,
+            step.outputs,
+        );
         Ok(())
     }
 
     fn after(&mut self, step: After<'_>) -> Result<(), SourceError> {
-        keep(&mut self.history, step.offset, step.outputs);
+        keep(
+            &mut self.history,
+            &mut self.launches,
+            &self.requests,
+            step.offset,
+            step.outputs,
+        );
         self.last_offset = Some(step.offset);
         Ok(())
     }

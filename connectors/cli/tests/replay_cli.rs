@@ -914,3 +914,42 @@ fn lhc_data_names_the_storefront_servers_seen_with_their_last_contact() {
         "{answer}"
     );
 }
+
+/// `lhc query launches` names, for each decision, the user and resource of the request it
+/// answers, when StoreFront reuses a request id once its launch is decided: a map by id
+/// named the later user for both (found by hostile testing).
+#[test]
+fn query_launches_names_the_user_of_each_request_when_ids_are_reused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = include_str!("../../../engine/tests/scenarios/launch-cloud-site-wide.jsonl")
+        .replace("\"request\":\"r2\"", "\"request\":\"r1\"");
+    let file = write(tmp.path(), "reused.jsonl", &log);
+    let (out, _) = ok(lhc(&[
+        "query",
+        &file,
+        "-q",
+        "--at",
+        "2026-01-05T09:05:00Z",
+        "--format",
+        "json",
+        "launches",
+        "--since",
+        "2026-01-05T09:00:00Z",
+    ]));
+    let value: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let r1: Vec<(&str, &str)> = value["launches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|l| l["request"] == "r1")
+        .map(|l| (l["ts"].as_str().unwrap(), l["user"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        r1,
+        [
+            ("2026-01-05T09:00:20.000Z", "alice"),
+            ("2026-01-05T09:00:40.000Z", "carol")
+        ],
+        "{out}"
+    );
+}

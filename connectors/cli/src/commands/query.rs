@@ -824,12 +824,15 @@ fn answer(
             let list: Vec<Value> = cut
                 .history
                 .iter()
-                .filter_map(|(offset, o)| match o {
-                    Output::LaunchDecision(d) if d.ts >= from && d.ts <= to => Some((offset, d)),
+                .enumerate()
+                .filter_map(|(at, (offset, o))| match o {
+                    Output::LaunchDecision(d) if d.ts >= from && d.ts <= to => {
+                        Some((at, offset, d))
+                    }
                     _ => None,
                 })
-                .filter_map(|(offset, d)| {
-                    let (who, what) = cut.launches.get(&d.request).cloned().unwrap_or_default();
+                .filter_map(|(at, offset, d)| {
+                    let (who, what) = cut.launches.get(&at).cloned().unwrap_or_default();
                     let reason_text = d.reason.map(|r| snake(&r)).unwrap_or_default();
                     let keep = same(user, &who)
                         && same(connector, &d.connector)
