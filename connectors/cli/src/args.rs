@@ -266,6 +266,22 @@ impl LogArgs {
                 r.detail
             );
         }
+        if let Some(lost) = log.lost() {
+            eprintln!(
+                "warning: records lost from {}: it ends at offset {}, but its index listed a \
+                 record at offset {}; records {}..={} (at least) were written and are gone (the \
+                 file was cut, or a crash lost writes not yet on disk). Appends go on at offset \
+                 {}; the loss is kept in {} and `lhc log check` names it. Restore the log from a \
+                 copy if you have one",
+                lost.segment.display(),
+                lost.first,
+                lost.last_listed,
+                lost.first,
+                lost.last_listed,
+                lost.first,
+                self.dir().join(lhc_log::embedded::LOST_FILE).display()
+            );
+        }
         Ok(Box::new(log))
     }
 

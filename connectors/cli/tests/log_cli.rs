@@ -633,3 +633,44 @@ fn log_commands_on_a_jsonl_file_say_what_to_run() {
         );
     }
 }
+
+/// A writer that appends after records cut off at a frame boundary says so, and the loss
+/// stays named by `lhc log check` after the writer rebuilt the index that showed it (its
+/// offsets now hold other records). Found by hostile testing: `log append` rebuilt the
+/// index silently and `log check` said ok.
+#[test]
+fn an_append_after_lost_records_names_them_for_good() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = log_arg(tmp.path());
+    let file = write(tmp.path(), "in.jsonl", EXAMPLE);
+    assert!(
+        run(&["log", "import", "-q", file.to_str().unwrap(), "--log", &log])
+            .status
+            .success()
+    );
+    let seg = tmp.path().join("log").join(format!("{:020}.log", 0));
+    let bytes = std::fs::read(&seg).unwrap();
+    let mut at = 16usize;
+    for _ in 0..200 {
+        at += 20 + u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+    }
+    std::fs::write(&seg, &bytes[..at]).unwrap();
+    let tick = "{\"ts\":\"2026-01-05T10:00:00.000Z\",\"type\":\"clock.tick\"}\n";
+    for round in 0..2 {
+        let out = run_stdin(&["log", "append", "--log", &log], tick);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let warned = text(&out.stderr).contains("warning: records lost from");
+        // Said by the append that found it; the next one finds a consistent index.
+        assert_eq!(warned, round == 0, "round {round}: {}", text(&out.stderr));
+        let out = run(&["log", "check", "--log", &log]);
+        let said = text(&out.stdout);
+        assert_eq!(out.status.code(), Some(1), "{said}");
+        assert_eq!(said.matches("records lost: ").count(), 1, "{said}");
+        assert!(
+            said.contains("ended at offset 200, but its index listed a record at offset")
+                && said.contains("their offsets now hold other records"),
+            "{said}"
+        );
+    }
+    assert_eq!(end_offset(&log), 202);
+}

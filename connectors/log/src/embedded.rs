@@ -95,12 +95,60 @@ pub struct TailRecovery {
     pub detail: String,
 }
 
+/// Records the last segment's index listed that the segment no longer held when a writer
+/// came to append after them: found, kept in the log directory's `LOST` file (so `lhc log
+/// check` names them for good, though the writer rebuilt the index that was the evidence)
+/// and reported.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LostRecords {
+    /// The segment that ended short.
+    pub segment: PathBuf,
+    /// The first offset gone: the one the next record gets.
+    pub first: u64,
+    /// The last offset the index listed (records after it may be gone too).
+    pub last_listed: u64,
+}
+
+/// The file, in the log directory, that keeps every [`LostRecords`] writers found: one
+/// line each, `SEGMENT FIRST LAST_LISTED`.
+pub const LOST_FILE: &str = "LOST";
+
+/// The records writers found lost in `dir`, from its [`LOST_FILE`] (none when it is
+/// absent); a line that does not parse is named as it is.
+pub fn lost_records(dir: &Path) -> Result<Vec<Result<LostRecords, String>>, LogError> {
+    let path = dir.join(LOST_FILE);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(LogError::io(&path, e)),
+    };
+    Ok(text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|line| {
+            let parts: Vec<&str> = line.split_whitespace().collect();
+            match parts.as_slice() {
+                [segment, first, last] => match (first.parse(), last.parse()) {
+                    (Ok(first), Ok(last_listed)) => Ok(LostRecords {
+                        segment: dir.join(segment),
+                        first,
+                        last_listed,
+                    }),
+                    _ => Err(line.to_string()),
+                },
+                _ => Err(line.to_string()),
+            }
+        })
+        .collect())
+}
+
 /// An embedded log directory, open for appending and reading.
 pub struct EmbeddedLog {
     dir: PathBuf,
     requests: Option<mpsc::Sender<Request>>,
     writer: Option<JoinHandle<()>>,
     recovery: Option<TailRecovery>,
+    lost: Option<LostRecords>,
 }
 
 struct Request {
@@ -123,6 +171,7 @@ impl EmbeddedLog {
         }
         let mut writer = Writer::open(&dir, options)?;
         let recovery = writer.recovery.take();
+        let lost = writer.lost.take();
         if let Some(r) = &recovery {
             tracing::warn!(
                 segment = %r.segment.display(), offset = r.offset, bytes_dropped = r.bytes_dropped,
@@ -139,6 +188,7 @@ impl EmbeddedLog {
             requests: Some(requests),
             writer: Some(handle),
             recovery,
+            lost,
         })
     }
 
@@ -167,12 +217,19 @@ impl EmbeddedLog {
             requests: None,
             writer: None,
             recovery: None,
+            lost: None,
         })
     }
 
     /// What opening cut from a torn tail, if anything.
     pub fn recovery(&self) -> Option<&TailRecovery> {
         self.recovery.as_ref()
+    }
+
+    /// Records opening found gone (the last segment ends before a record its index
+    /// lists), if any: they are kept in the `LOST` file too.
+    pub fn lost(&self) -> Option<&LostRecords> {
+        self.lost.as_ref()
     }
 
     /// The log directory.
@@ -567,6 +624,7 @@ struct Writer {
     /// The last segment, open for writing.
     active: Option<ActiveSegment>,
     recovery: Option<TailRecovery>,
+    lost: Option<LostRecords>,
     dirty_since: Option<Instant>,
 }
 
@@ -596,6 +654,7 @@ impl Writer {
             lock,
             active: None,
             recovery: None,
+            lost: None,
             dirty_since: None,
         };
         writer.with_lock(|w| w.refresh())?;
@@ -695,6 +754,25 @@ impl Writer {
             // First open (or another process rolled): the closed segments must lead up to
             // this one, or appends would land where no reader reaches them.
             check_closed_segments(&self.dir, &bases)?;
+            // The index is rebuilt below, and it is the evidence of records written and
+            // gone since (the file cut at a record's boundary, or writes lost in a machine
+            // crash): kept before appends reuse their offsets, never dropped silently.
+            let listed = read_index(&self.dir, base)
+                .last()
+                .map(|&(offset, _)| offset);
+            if let Some(listed) = listed.filter(|&listed| listed >= scan.next_offset) {
+                let lost = LostRecords {
+                    segment: path.clone(),
+                    first: scan.next_offset,
+                    last_listed: listed,
+                };
+                self.keep_lost(&lost)?;
+                tracing::warn!(
+                    segment = %path.display(), first = lost.first, last_listed = listed,
+                    "records the log's index lists are gone; kept in {LOST_FILE}"
+                );
+                self.lost = Some(lost);
+            }
         }
         let index_file = index_path(&self.dir, base);
         let index = OpenOptions::new()
@@ -746,6 +824,32 @@ impl Writer {
             .map_err(|e| LogError::io(&index_file, e))?;
         self.active = Some(active);
         Ok(())
+    }
+
+    /// Appends `lost` to the log's `LOST` file, synced, before anything reuses the offsets.
+    fn keep_lost(&self, lost: &LostRecords) -> Result<(), LogError> {
+        // A writer that died before rebuilding the index finds the same again: one line.
+        if lost_records(&self.dir)?
+            .iter()
+            .any(|kept| kept.as_ref() == Ok(lost))
+        {
+            return Ok(());
+        }
+        let path = self.dir.join(LOST_FILE);
+        let name = lost
+            .segment
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let mut file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(|e| LogError::io(&path, e))?;
+        use std::io::Write as _;
+        writeln!(file, "{name} {} {}", lost.first, lost.last_listed)
+            .and_then(|()| file.sync_all())
+            .map_err(|e| LogError::io(&path, e))
     }
 
     fn create_segment(&self, base: u64) -> Result<ActiveSegment, LogError> {

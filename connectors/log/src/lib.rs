@@ -22,7 +22,7 @@ pub mod kafka;
 pub mod mock;
 pub mod validate;
 
-pub use embedded::{EmbeddedLog, EmbeddedOptions, FsyncPolicy, TailRecovery};
+pub use embedded::{EmbeddedLog, EmbeddedOptions, FsyncPolicy, LostRecords, TailRecovery};
 pub use kafka::{KafkaLog, KafkaOptions};
 pub use mock::MockKafka;
 

@@ -903,6 +903,28 @@ fn check(target: &LogArgs, quiet: bool) -> anyhow::Result<ExitCode> {
                 segment.display()
             );
         }
+        // Losses a writer found (and appended after, rebuilding the index that showed
+        // them): named for good, since the offsets now hold other records.
+        for kept in lhc_log::embedded::lost_records(dir)? {
+            healthy = false;
+            match kept {
+                Ok(lost) => println!(
+                    "records lost: {} ended at offset {}, but its index listed a record at \
+                     offset {}; records {}..={} (at least) were gone when a writer appended \
+                     after them, and their offsets now hold other records (kept in {})",
+                    lost.segment.display(),
+                    lost.first,
+                    lost.last_listed,
+                    lost.first,
+                    lost.last_listed,
+                    dir.join(lhc_log::embedded::LOST_FILE).display()
+                ),
+                Err(line) => println!(
+                    "records lost: {} holds a line that does not parse: {line:?}",
+                    dir.join(lhc_log::embedded::LOST_FILE).display()
+                ),
+            }
+        }
         // A checkpoint covers the records it was written after: one past the end is
         // evidence of records that are gone, kept until `lhc log checkpoint` refreshes.
         if let Ok(found) = lhc_replay::checkpoint::list(dir) {
