@@ -538,11 +538,11 @@ fn two_imports_at_once_never_both_claim_the_log() {
         "--zones",
         "1",
         "--vdas-per-zone",
-        "1000",
+        "4000",
         "--users",
-        "1000",
+        "4000",
         "--hours",
-        "1",
+        "2",
         "--out",
         file.to_str().unwrap(),
     ]);
@@ -565,8 +565,8 @@ fn two_imports_at_once_never_both_claim_the_log() {
         text(&a.stderr),
         text(&b.stderr)
     );
+    let exported = run(&["log", "export", "--log", &log]).stdout;
     if succeeded == 1 {
-        let exported = run(&["log", "export", "--log", &log]).stdout;
         assert!(
             exported == std::fs::read(&file).unwrap(),
             "one import said it succeeded, yet the log is not the file once: {} / {}",
@@ -574,6 +574,17 @@ fn two_imports_at_once_never_both_claim_the_log() {
             text(&b.stderr)
         );
     }
+    // Whatever happened, the two never interleave: each batch is written only where its
+    // import's previous one ended (they did, leaving thousands of records twice and out
+    // of order in the log, found by hostile testing).
+    assert!(
+        std::fs::read(&file).unwrap().starts_with(&exported),
+        "the log is not a prefix of the file: {} / {}",
+        text(&a.stderr),
+        text(&b.stderr)
+    );
+    let check = run(&["log", "check", "--log", &log]);
+    assert_eq!(check.status.code(), Some(0), "{}", text(&check.stdout));
 }
 
 /// A segment cut at a record's boundary reads as a whole, shorter log; its index and the
@@ -673,4 +684,57 @@ fn an_append_after_lost_records_names_them_for_good() {
         );
     }
     assert_eq!(end_offset(&log), 202);
+}
+
+/// `--resume --skip-invalid` keeps the rejects the interrupted import wrote for the lines
+/// it had done, and adds those of the rest (they were overwritten, found by hostile
+/// testing).
+#[test]
+fn a_resumed_import_keeps_the_earlier_rejects() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = log_arg(tmp.path());
+    let lines: Vec<String> = EXAMPLE
+        .lines()
+        .enumerate()
+        .map(|(i, l)| {
+            // Lines 3 and 250 are not JSON.
+            if i == 2 || i == 249 {
+                "not json\n".to_string()
+            } else {
+                format!("{l}\n")
+            }
+        })
+        .collect();
+    let file = write(tmp.path(), "in.jsonl", &lines.concat());
+    let part = write(tmp.path(), "part.jsonl", &lines[..200].concat());
+    let rejects = tmp.path().join("rejects.jsonl");
+    let rejects = rejects.to_str().unwrap();
+    let part = part.to_str().unwrap();
+    let args = [
+        "log",
+        "import",
+        "-q",
+        "--skip-invalid",
+        "--rejects",
+        rejects,
+    ];
+    let out = run(&[&args[..], &[part, "--log", &log]].concat());
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = run(&[
+        &args[..],
+        &["--resume", file.to_str().unwrap(), "--log", &log],
+    ]
+    .concat());
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let rows: Vec<u64> = std::fs::read_to_string(rejects)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["line"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(rows, [3, 250]);
+    assert_eq!(end_offset(&log), EXAMPLE.lines().count() as u64 - 2);
 }

@@ -153,6 +153,8 @@ pub struct EmbeddedLog {
 
 struct Request {
     records: Vec<Vec<u8>>,
+    /// Append only if the log ends here ([`Log::append_at`]).
+    expect: Option<u64>,
     reply: mpsc::Sender<Result<Vec<u64>, LogError>>,
 }
 
@@ -239,6 +241,11 @@ impl EmbeddedLog {
 
     /// Appends owned records; see [`Log::append`].
     pub fn append_owned(&self, records: Vec<Vec<u8>>) -> Result<Vec<u64>, LogError> {
+        self.request(records, None)
+    }
+
+    /// Sends `records` to the writer thread and waits for its answer.
+    fn request(&self, records: Vec<Vec<u8>>, expect: Option<u64>) -> Result<Vec<u64>, LogError> {
         if let Some(big) = records.iter().find(|r| r.len() > MAX_RECORD_BYTES) {
             return Err(LogError::RecordTooLarge {
                 size: big.len(),
@@ -250,7 +257,11 @@ impl EmbeddedLog {
             return Err(LogError::Closed("the log was opened read-only".into()));
         };
         requests
-            .send(Request { records, reply })
+            .send(Request {
+                records,
+                expect,
+                reply,
+            })
             .map_err(|_| LogError::Closed("writer thread exited".into()))?;
         answer
             .recv()
@@ -271,6 +282,10 @@ impl Drop for EmbeddedLog {
 impl Log for EmbeddedLog {
     fn append(&self, records: &[&[u8]]) -> Result<Vec<u64>, LogError> {
         self.append_owned(records.iter().map(|r| r.to_vec()).collect())
+    }
+
+    fn append_at(&self, expected: u64, records: &[&[u8]]) -> Result<Vec<u64>, LogError> {
+        self.request(records.iter().map(|r| r.to_vec()).collect(), Some(expected))
     }
 
     fn start_offset(&self) -> Result<u64, LogError> {
@@ -315,6 +330,32 @@ pub fn list_segments(dir: &Path) -> Result<Vec<u64>, LogError> {
     }
     bases.sort_unstable();
     Ok(bases)
+}
+
+/// The last offset the index of segment `base` lists past the segment's whole records
+/// (`end`, the offset the next record gets, at byte `whole_end`): records written and gone.
+/// An entry past `end` whose position is inside the segment is a damaged index (a flipped
+/// bit), not a loss: the index has no checksum.
+fn listed_past(dir: &Path, base: u64, end: u64, whole_end: u64) -> Option<u64> {
+    read_index(dir, base)
+        .last()
+        .filter(|&&(offset, position)| offset >= end && position >= whole_end)
+        .map(|&(offset, _)| offset)
+}
+
+/// The last offset listed by an index at `end` (where the log's records end) whose
+/// segment is missing or shorter than its header: records of a segment that was deleted
+/// or emptied.
+fn orphan_listing(dir: &Path, end: u64) -> Option<u64> {
+    let whole =
+        std::fs::metadata(segment_path(dir, end)).is_ok_and(|m| m.len() >= SEGMENT_HEADER_BYTES);
+    if whole {
+        return None;
+    }
+    read_index(dir, end)
+        .last()
+        .map(|&(offset, _)| offset)
+        .filter(|&offset| offset >= end)
 }
 
 fn read_index(dir: &Path, base: u64) -> Vec<(u64, u64)> {
@@ -757,21 +798,22 @@ impl Writer {
             // The index is rebuilt below, and it is the evidence of records written and
             // gone since (the file cut at a record's boundary, or writes lost in a machine
             // crash): kept before appends reuse their offsets, never dropped silently.
-            let listed = read_index(&self.dir, base)
-                .last()
-                .map(|&(offset, _)| offset);
-            if let Some(listed) = listed.filter(|&listed| listed >= scan.next_offset) {
-                let lost = LostRecords {
-                    segment: path.clone(),
+            let whole_end = match &scan.end {
+                ScanEnd::Torn { position, .. } => *position,
+                _ => len,
+            };
+            let listed = listed_past(&self.dir, base, scan.next_offset, whole_end)
+                .map(|listed| (path.clone(), listed))
+                .or_else(|| {
+                    orphan_listing(&self.dir, scan.next_offset)
+                        .map(|listed| (segment_path(&self.dir, scan.next_offset), listed))
+                });
+            if let Some((segment, listed)) = listed {
+                self.found_lost(LostRecords {
+                    segment,
                     first: scan.next_offset,
                     last_listed: listed,
-                };
-                self.keep_lost(&lost)?;
-                tracing::warn!(
-                    segment = %path.display(), first = lost.first, last_listed = listed,
-                    "records the log's index lists are gone; kept in {LOST_FILE}"
-                );
-                self.lost = Some(lost);
+                })?;
             }
         }
         let index_file = index_path(&self.dir, base);
@@ -826,6 +868,17 @@ impl Writer {
         Ok(())
     }
 
+    /// Keeps `lost` (before anything reuses its offsets) and reports it.
+    fn found_lost(&mut self, lost: LostRecords) -> Result<(), LogError> {
+        self.keep_lost(&lost)?;
+        tracing::warn!(
+            segment = %lost.segment.display(), first = lost.first, last_listed = lost.last_listed,
+            "records the log's index lists are gone; kept in {LOST_FILE}"
+        );
+        self.lost = Some(lost);
+        Ok(())
+    }
+
     /// Appends `lost` to the log's `LOST` file, synced, before anything reuses the offsets.
     fn keep_lost(&self, lost: &LostRecords) -> Result<(), LogError> {
         // A writer that died before rebuilding the index finds the same again: one line.
@@ -852,8 +905,19 @@ impl Writer {
             .map_err(|e| LogError::io(&path, e))
     }
 
-    fn create_segment(&self, base: u64) -> Result<ActiveSegment, LogError> {
+    fn create_segment(&mut self, base: u64) -> Result<ActiveSegment, LogError> {
         let path = segment_path(&self.dir, base);
+        // An index already there lists records of a segment that was emptied or deleted:
+        // kept before the new segment's empty index replaces it.
+        if let Some(&(listed, _)) = read_index(&self.dir, base).last() {
+            if listed >= base {
+                self.found_lost(LostRecords {
+                    segment: path.clone(),
+                    first: base,
+                    last_listed: listed,
+                })?;
+            }
+        }
         let file = OpenOptions::new()
             .create(true)
             .truncate(true)
@@ -910,6 +974,23 @@ impl Writer {
             while let Ok(more) = inbox.try_recv() {
                 batch.push(more);
             }
+            if batch.iter().any(|r| r.expect.is_some()) {
+                // A conditional append is checked and written alone, under the lock.
+                for request in batch {
+                    let records: Vec<&[u8]> = request.records.iter().map(Vec::as_slice).collect();
+                    let result = self.with_lock(|w| w.write_at(request.expect, &records));
+                    let answer = match result {
+                        Ok(offsets) => Ok(offsets),
+                        Err(e @ LogError::Moved { .. }) => Err(e),
+                        Err(e) => {
+                            self.active = None;
+                            Err(LogError::Closed(e.to_string()))
+                        }
+                    };
+                    let _ = request.reply.send(answer);
+                }
+                continue;
+            }
             let records: Vec<&[u8]> = batch
                 .iter()
                 .flat_map(|r| r.records.iter().map(Vec::as_slice))
@@ -948,6 +1029,18 @@ impl Writer {
     /// Writes records at the tail, all or nothing: a batch that fails part way (a full
     /// disk, a file-size limit) is rolled back to where it started, across a segment roll
     /// too, so no prefix of it stays behind (R-LOG-3). Must hold the lock.
+    /// [`Writer::write`], only if the log ends at `expect` (when given). Must hold the lock.
+    fn write_at(&mut self, expect: Option<u64>, records: &[&[u8]]) -> Result<Vec<u64>, LogError> {
+        if let Some(expected) = expect {
+            self.refresh()?;
+            let end = self.active.as_ref().expect("refresh sets it").next_offset;
+            if end != expected {
+                return Err(LogError::Moved { expected, end });
+            }
+        }
+        self.write(records)
+    }
+
     fn write(&mut self, records: &[&[u8]]) -> Result<Vec<u64>, LogError> {
         self.refresh()?;
         let active = self.active.as_ref().expect("refresh sets it");
@@ -970,9 +1063,10 @@ impl Writer {
     fn roll_back(&mut self, (base, len): (u64, u64), index_len: u64) -> Result<(), LogError> {
         self.active = None; // the next append re-reads the tail from disk
         for later in list_segments(&self.dir)?.into_iter().filter(|&b| b > base) {
+            // The index first: one left without its segment would read as records lost.
+            let _ = std::fs::remove_file(index_path(&self.dir, later));
             let path = segment_path(&self.dir, later);
             std::fs::remove_file(&path).map_err(|e| LogError::io(&path, e))?;
-            let _ = std::fs::remove_file(index_path(&self.dir, later));
         }
         let path = segment_path(&self.dir, base);
         let file = OpenOptions::new()
@@ -1417,8 +1511,11 @@ pub fn check(dir: &Path) -> Result<CheckReport, LogError> {
         if last {
             // The index is a hint for reading, and evidence here: an entry names a record
             // it saw written.
-            let listed = read_index(dir, base).last().map(|&(offset, _)| offset);
-            if let Some(listed) = listed.filter(|&listed| listed >= expected) {
+            let whole_end = match &scan.end {
+                ScanEnd::Torn { position, .. } => *position,
+                _ => len,
+            };
+            if let Some(listed) = listed_past(dir, base, expected, whole_end) {
                 report.lost_tail = Some((path.clone(), expected, listed));
             }
         }
@@ -1437,5 +1534,11 @@ pub fn check(dir: &Path) -> Result<CheckReport, LogError> {
         }
     }
     report.end_offset = expected;
+    if report.lost_tail.is_none() {
+        // A last segment deleted, or emptied below its header, with its index left.
+        if let Some(listed) = orphan_listing(dir, expected) {
+            report.lost_tail = Some((segment_path(dir, expected), expected, listed));
+        }
+    }
     Ok(report)
 }

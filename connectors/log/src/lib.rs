@@ -102,6 +102,15 @@ pub enum LogError {
     /// Records kept by another store, read as a log (a node's journal), could not be read.
     #[error("{0}")]
     Elsewhere(String),
+    /// A conditional append ([`Log::append_at`]) found the log's end elsewhere: another
+    /// writer appended first. Nothing was written.
+    #[error("the log ends at offset {end}, not {expected}: another writer appended; nothing was written")]
+    Moved {
+        /// Where the caller expected the log to end.
+        expected: u64,
+        /// Where it ends.
+        end: u64,
+    },
 }
 
 impl LogError {
@@ -119,6 +128,15 @@ pub trait Log: Send + Sync {
     /// visible to readers one by one, each whole; a crash during a batch can leave a prefix
     /// of it in the log (as with Kafka without transactions).
     fn append(&self, records: &[&[u8]]) -> Result<Vec<u64>, LogError>;
+
+    /// [`Log::append`] only if the log ends at `expected` (else [`LogError::Moved`], and
+    /// nothing written), where the log can check that atomically with the write (the
+    /// embedded log, under its lock). Elsewhere (Kafka) it appends: the caller checks the
+    /// offsets it got.
+    fn append_at(&self, expected: u64, records: &[&[u8]]) -> Result<Vec<u64>, LogError> {
+        let _ = expected;
+        self.append(records)
+    }
 
     /// First offset the log still holds.
     fn start_offset(&self) -> Result<u64, LogError>;

@@ -716,3 +716,83 @@ fn foreign_files_old_logs_and_a_segment_being_created_are_not_damage() {
         Err(LogError::Corrupt { .. })
     ));
 }
+
+/// Records gone from the end of the log, with the index that listed them left behind (the
+/// last segment deleted, emptied, emptied below its header, or cut at a record boundary):
+/// `check` names them, and a writer keeps them in `LOST` before it reuses their offsets,
+/// so they stay named. A flipped bit in an index entry's offset is no such loss.
+#[test]
+fn records_gone_from_the_end_are_named_and_kept() {
+    let tmp = tempfile::tempdir().unwrap();
+    let original = tmp.path().join("original");
+    let bases = segmented(&original);
+    let last = *bases.last().unwrap();
+    type Damage = fn(&Path, u64);
+    let cases: [(&str, Damage, u64); 4] = [
+        (
+            "last segment deleted",
+            |dir, last| std::fs::remove_file(segment(dir, last)).unwrap(),
+            0,
+        ),
+        (
+            "last segment emptied",
+            |dir, last| std::fs::write(segment(dir, last), b"").unwrap(),
+            0,
+        ),
+        (
+            "last segment below its header",
+            |dir, last| {
+                let f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(segment(dir, last))
+                    .unwrap();
+                f.set_len(10).unwrap();
+            },
+            0,
+        ),
+        (
+            "last segment cut after its first record",
+            |dir, last| {
+                let f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(segment(dir, last))
+                    .unwrap();
+                f.set_len(16 + frame(last as usize)).unwrap();
+            },
+            1,
+        ),
+    ];
+    for (what, damage, kept) in cases {
+        let dir = tmp.path().join(what.replace(' ', "-"));
+        copy_dir(&original, &dir);
+        damage(&dir, last);
+        let report = check(&dir).unwrap();
+        let (_, first, listed) = report.lost_tail.clone().expect(what);
+        assert_eq!(first, last + kept, "{what}");
+        assert!(listed >= first, "{what}");
+        let log = EmbeddedLog::open(&dir, options(512)).unwrap();
+        let lost = log.lost().cloned().expect(what);
+        assert_eq!((lost.first, lost.last_listed), (first, listed), "{what}");
+        log.append(&[record(99).as_slice()]).unwrap();
+        drop(log);
+        // The index that showed it is rebuilt; the loss is kept, once.
+        let found = lhc_log::embedded::lost_records(&dir).unwrap();
+        assert_eq!(found, vec![Ok(lost)], "{what}");
+        let reopened = EmbeddedLog::open(&dir, options(512)).unwrap();
+        assert!(reopened.lost().is_none(), "{what}: found once");
+    }
+
+    // A flipped high bit in the last index entry's offset: the entry's position is inside
+    // the segment, so it is a damaged index, not records lost.
+    let dir = tmp.path().join("flipped");
+    copy_dir(&original, &dir);
+    let idx = dir.join(format!("{last:020}.idx"));
+    let mut bytes = std::fs::read(&idx).unwrap();
+    let at = bytes.len() - 16;
+    bytes[at + 7] ^= 0x40;
+    std::fs::write(&idx, &bytes).unwrap();
+    assert_eq!(check(&dir).unwrap().lost_tail, None);
+    let log = EmbeddedLog::open(&dir, options(512)).unwrap();
+    assert!(log.lost().is_none());
+    assert!(lhc_log::embedded::lost_records(&dir).unwrap().is_empty());
+}

@@ -446,9 +446,30 @@ fn import(file: &Path, how: Import, target: &LogArgs, quiet: bool) -> anyhow::Re
             name.push(".rejects.jsonl");
             PathBuf::from(name)
         });
+        // A resumed import keeps the rejects the interrupted one wrote for the lines it
+        // had done (found by hostile testing: they were overwritten, and lost).
+        let earlier: Vec<String> = if resume {
+            std::fs::read_to_string(&path)
+                .unwrap_or_default()
+                .lines()
+                .filter(|row| {
+                    serde_json::from_str::<serde_json::Value>(row)
+                        .ok()
+                        .and_then(|v| v["line"].as_u64())
+                        .is_some_and(|n| n as usize <= done_lines)
+                })
+                .map(str::to_string)
+                .collect()
+        } else {
+            Vec::new()
+        };
         let mut out = BufWriter::new(
             File::create(&path).with_context(|| format!("creating {}", path.display()))?,
         );
+        for row in &earlier {
+            out.write_all(row.as_bytes())?;
+            out.write_all(b"\n")?;
+        }
         for (rejected, line) in &bad {
             let row = RejectLine {
                 line: rejected.line,
@@ -494,15 +515,36 @@ fn import(file: &Path, how: Import, target: &LogArgs, quiet: bool) -> anyhow::Re
             return Ok(());
         }
         let refs: Vec<&[u8]> = batch.iter().map(Vec::as_slice).collect();
-        let offsets = log.append(&refs).map_err(|e| {
-            anyhow::anyhow!(
-                "appending to {describe} failed: {e}; {} — lines {from_line} on of {} were \
+        // Conditional: the embedded log writes the batch only where this import's previous
+        // one ended, under its lock, so two imports at once never interleave (the check
+        // below, after the write, found it but left the other's records between).
+        let offsets = log
+            .append_at(expected_first + appended, &refs)
+            .map_err(|e| {
+                if let lhc_log::LogError::Moved { expected, end } = e {
+                    return anyhow::anyhow!(
+                        "another writer appended to {describe} during this import: the log ends \
+                     at offset {end}, not {expected}, so this batch (lines {from_line} on of \
+                     {}) was not written; {}; the records from offset {expected} on are the \
+                     other writer's (`lhc log cat --from {expected}` shows them)",
+                        file.display(),
+                        match (first, last) {
+                            (Some(a), Some(b)) => format!(
+                                "this import appended {appended} record(s) before it, at \
+                             offsets {a}..={b}"
+                            ),
+                            _ => "this import appended nothing".to_string(),
+                        }
+                    );
+                }
+                anyhow::anyhow!(
+                    "appending to {describe} failed: {e}; {} — lines {from_line} on of {} were \
                  not, and no part of the failed batch was kept: fix the cause and import \
                  those lines",
-                done_so_far(appended, first, last),
-                file.display()
-            )
-        })?;
+                    done_so_far(appended, first, last),
+                    file.display()
+                )
+            })?;
         // Every batch, not only the first: another writer's records between two of this
         // import's batches break its order as surely as before the first (found by hostile
         // testing: two imports into one new log, one of them reporting success).
