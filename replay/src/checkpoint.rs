@@ -117,6 +117,24 @@ pub enum CheckpointError {
         /// The record.
         offset: u64,
     },
+    /// A checkpoint covers more records than the log holds: records are gone, and the
+    /// checkpoint is the evidence (`lhc log check` names it), so nothing is removed.
+    #[error(
+        "{log} holds records up to offset {end}, but checkpoint {checkpoint} covers {covers} \
+         records: records {end}..{covers} are gone. Nothing was changed: restore the log from \
+         a copy; or, once the loss is dealt with, remove that checkpoint and those after it, \
+         which are its evidence (`lhc log check` names them), and run this again"
+    )]
+    Lost {
+        /// The log.
+        log: String,
+        /// The log's end offset.
+        end: u64,
+        /// Records the checkpoint covers.
+        covers: u64,
+        /// The checkpoint's file.
+        checkpoint: String,
+    },
     /// `--every 0`.
     #[error("checkpoints need a positive interval (--every N records)")]
     ZeroInterval,
@@ -662,8 +680,18 @@ pub fn refresh(
     // Unfit checkpoints go first (cheap: headers and two records each); the latest fit one
     // is then loaded in full, and if it is damaged the one before it is tried.
     let mut fit = Vec::new();
+    let found = list(log_dir)?;
+    // Refreshing would remove them as unfit for this log; they prove records are gone.
+    if let Some((covers, path)) = found.iter().rev().find(|(n, _)| *n > done.records) {
+        return Err(CheckpointError::Lost {
+            log: log_dir.display().to_string(),
+            end: done.records,
+            covers: *covers,
+            checkpoint: path.display().to_string(),
+        });
+    }
     remove_leftovers(log_dir)?;
-    for (offset, path) in list(log_dir)? {
+    for (offset, path) in found {
         let why = match read_header(&path) {
             Ok((header, _)) => match unfit(&header, build, &log)? {
                 None if verify_all => load(&path, build, &log).err(),

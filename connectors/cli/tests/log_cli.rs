@@ -625,6 +625,31 @@ fn check_names_records_cut_off_at_a_frame_boundary() {
         said.contains("00000000000000000400.ckpt covers 400 records"),
         "{said}"
     );
+    // Refreshing the checkpoints would remove that evidence (found by hostile testing: it
+    // did, and said nothing): it refuses, changing nothing.
+    let ckpts = || {
+        let mut names: Vec<_> = std::fs::read_dir(tmp.path().join("log").join("checkpoints"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        names.sort();
+        names
+    };
+    let before = ckpts();
+    assert!(before.len() >= 4, "{before:?}");
+    let out = run(&["log", "checkpoint", "-q", "--every", "100", &log]);
+    let said = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert!(
+        said.contains("holds records up to offset 200")
+            && said.contains("covers 400 records: records 200..400 are gone")
+            && said.contains("Nothing was changed"),
+        "{said}"
+    );
+    assert_eq!(ckpts(), before);
+    let out = run(&["log", "check", "--log", &log]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stdout).contains("refuses while that checkpoint is there"));
 }
 
 /// `lhc log check` (and the other `log` commands) given a JSONL file: said so, with what

@@ -968,14 +968,14 @@ fn check(target: &LogArgs, quiet: bool) -> anyhow::Result<ExitCode> {
             }
         }
         // A checkpoint covers the records it was written after: one past the end is
-        // evidence of records that are gone, kept until `lhc log checkpoint` refreshes.
+        // evidence of records that are gone (`lhc log checkpoint` refuses to remove it).
         if let Ok(found) = lhc_replay::checkpoint::list(dir) {
             if let Some((covers, path)) = found.iter().rev().find(|(n, _)| *n > report.end_offset) {
                 healthy = false;
                 println!(
                     "records lost: checkpoint {} covers {covers} records, but the log holds \
                      records up to offset {}: records {}..{covers} are gone; restore the log \
-                     from a copy (`lhc log checkpoint` would remove that checkpoint)",
+                     from a copy (`lhc log checkpoint` refuses while that checkpoint is there)",
                     path.display(),
                     report.end_offset,
                     report.end_offset
