@@ -361,6 +361,34 @@ fn demo_imports_and_prints_the_example() {
     }
 }
 
+/// `lhc demo --dir` given an admin's log (or a folder holding one as `log/`) refuses and
+/// changes nothing; it replaced it (found by hostile testing).
+#[test]
+fn demo_never_replaces_a_log_it_did_not_write() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = write(tmp.path(), "in.jsonl", EXAMPLE);
+    let log = log_arg(tmp.path());
+    assert!(
+        run(&["log", "import", "-q", file.to_str().unwrap(), "--log", &log])
+            .status
+            .success()
+    );
+    let before = run(&["log", "export", "--log", &log]).stdout;
+    for dir in [tmp.path().to_str().unwrap(), log.as_str()] {
+        let out = run(&["demo", "--example", "--dir", dir]);
+        assert_eq!(out.status.code(), Some(2), "{dir}");
+        let said = text(&out.stderr);
+        assert!(
+            said.contains("give") && said.contains("a directory of its own (--dir)"),
+            "{said}"
+        );
+        assert_eq!(run(&["log", "export", "--log", &log]).stdout, before);
+    }
+    assert!(!tmp.path().join(".lhc-demo").exists());
+    let out = run(&["log", "check", "--log", &log]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+}
+
 /// The README's first command: a simulated site through an outage, summarized, with
 /// both HTML reports written.
 #[test]

@@ -14,7 +14,8 @@ const EXAMPLE: &str = include_str!("../../../../docs/examples/site-outage.jsonl"
 /// Options of `lhc demo`.
 #[derive(clap::Args)]
 pub struct DemoArgs {
-    /// Working directory; its `log/` is replaced on each run.
+    /// Working directory; its `log/` is replaced on each run (only a log the demo wrote:
+    /// it leaves a `.lhc-demo` file beside it; any other log is refused, never replaced).
     #[arg(long, default_value = "lhc-demo")]
     dir: PathBuf,
     /// Import the small bundled example (two connectors, one outage) and print every
@@ -281,21 +282,55 @@ fn most_helpful_whatif(log_dir: &Path) -> anyhow::Result<(String, lhc_replay::Wh
     Ok((command, whatif, tried))
 }
 
-/// Refuses to delete anything that is not an lhc log directory.
+/// The file beside `log/` that says `lhc demo` wrote it, so the next run may replace it.
+const MARKER: &str = ".lhc-demo";
+
+/// Removes the log a previous `lhc demo` wrote into `dir` (`log/` beside the marker), and
+/// leaves the marker for the next run. Refuses to delete anything else: a log the demo did
+/// not write (an admin's real log given as `--dir`) or a folder holding other files.
 fn remove_previous_log(dir: &Path) -> anyhow::Result<()> {
-    if !dir.exists() {
-        return Ok(());
+    let work = dir.parent().unwrap_or(Path::new("."));
+    let marker = work.join(MARKER);
+    if work.join(format!("{:020}.log", 0)).exists() {
+        bail!(
+            "{} is an lhc log directory; the demo writes a log of its own into DIR/log: give \
+             it a directory of its own (--dir)",
+            work.display()
+        );
     }
-    for entry in std::fs::read_dir(dir)? {
-        let name = entry?.file_name();
-        let name = name.to_string_lossy();
-        if !(name == "LOCK" || name.ends_with(".log") || name.ends_with(".idx")) {
+    if dir.exists() {
+        if !marker.is_file() {
             bail!(
-                "{} holds {name}, which is not part of an lhc log; not replacing it",
+                "{} holds a log that `lhc demo` did not write (no {} beside it); not \
+                 replacing it: give the demo a directory of its own (--dir), or remove {} \
+                 yourself if an earlier lhc's demo wrote it",
+                dir.display(),
+                marker.display(),
                 dir.display()
             );
         }
+        for entry in std::fs::read_dir(dir)? {
+            let name = entry?.file_name();
+            let name = name.to_string_lossy();
+            let of_a_log = name == "LOCK"
+                || name == lhc_log::embedded::LOST_FILE
+                || name == lhc_replay::checkpoint::DIR
+                || name.ends_with(".log")
+                || name.ends_with(".idx");
+            if !of_a_log {
+                bail!(
+                    "{} holds {name}, which an lhc log does not hold; not replacing it",
+                    dir.display()
+                );
+            }
+        }
+        std::fs::remove_dir_all(dir)
+            .with_context(|| format!("removing the previous demo log {}", dir.display()))?;
     }
-    std::fs::remove_dir_all(dir)
-        .with_context(|| format!("removing the previous demo log {}", dir.display()))
+    std::fs::create_dir_all(work).with_context(|| format!("creating {}", work.display()))?;
+    std::fs::write(
+        &marker,
+        "lhc demo writes log/ here and replaces it on its next run\n",
+    )
+    .with_context(|| format!("writing {}", marker.display()))
 }
