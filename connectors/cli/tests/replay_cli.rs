@@ -738,8 +738,15 @@ fn query_from_a_checkpoint_answers_as_from_the_start_and_a_damaged_one_is_named(
             "is after the end of the window",
         ),
         (["--reason", "no_such_reason"], "is not a reason code"),
+        (
+            ["--reason", "not_elected"],
+            "with --outcome brokered: only rejections carry a reason",
+        ),
     ] {
         let mut args = vec!["query", &log, "--at", "2026-01-05T10:55:00Z", "launches"];
+        if extra[1] == "not_elected" {
+            args.extend_from_slice(&["--outcome", "brokered"]);
+        }
         args.extend_from_slice(&extra);
         let out = lhc(&args);
         let said = String::from_utf8(out.stderr).unwrap();

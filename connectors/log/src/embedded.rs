@@ -209,8 +209,7 @@ impl EmbeddedLog {
             return Err(LogError::NotALog {
                 path: dir,
                 detail: "no segment file (NNNNNNNNNNNNNNNNNNNN.log) in this directory; \
-                         give a log directory made by `lhc log import` or a node, or a JSONL \
-                         file"
+                         give a log directory made by `lhc log import` or a node"
                     .into(),
             });
         }
@@ -1491,8 +1490,8 @@ pub fn check(dir: &Path) -> Result<CheckReport, LogError> {
             report.segments += 1;
             break;
         }
-        let file = open_segment(&path, base)?;
-        let len = file.metadata().map_err(|e| LogError::io(&path, e))?.len();
+        // The gap first: it is where the damage starts, and where an export may stop (a
+        // stray segment's damaged header named its own offset, past the gap).
         if base != expected {
             return Err(LogError::Corrupt {
                 segment: path,
@@ -1502,6 +1501,8 @@ pub fn check(dir: &Path) -> Result<CheckReport, LogError> {
                 ),
             });
         }
+        let file = open_segment(&path, base)?;
+        let len = file.metadata().map_err(|e| LogError::io(&path, e))?.len();
         report.segments += 1;
         report.bytes += len;
         let scan = scan_segment(&file, &path, base, SEGMENT_HEADER_BYTES, |_, _, _| {

@@ -588,6 +588,27 @@ fn a_damaged_segment_sequence_is_an_error_for_readers_writers_and_check() {
     }
 }
 
+/// A stray segment after a gap whose header is damaged too: `check` names the gap (where
+/// the damage starts, and where an export may stop), not the stray's own offset, which it
+/// named first and advised exporting up to.
+#[test]
+fn check_names_the_gap_before_a_stray_segments_damaged_header() {
+    let tmp = tempfile::tempdir().unwrap();
+    let original = tmp.path().join("original");
+    segmented(&original);
+    let end = check(&original).unwrap().end_offset;
+    let dir = tmp.path().join("stray");
+    copy_dir(&original, &dir);
+    // The first segment's header (base 0) under a far name.
+    let header = std::fs::read(segment(&dir, 0)).unwrap()[..16].to_vec();
+    std::fs::write(segment(&dir, 999_999), header).unwrap();
+    let error = check(&dir).unwrap_err();
+    assert!(
+        matches!(error, LogError::Corrupt { offset, .. } if offset == end),
+        "{error}"
+    );
+}
+
 /// A damaged header in a later segment (the last one or one between) is damage at that
 /// segment's base offset: a reader reads every record before it, then fails naming that
 /// offset; `check` names it; an appender refuses naming it. (It was "not an lhc log

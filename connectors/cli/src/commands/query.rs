@@ -193,9 +193,16 @@ pub fn run(args: QueryArgs, quiet: bool) -> anyhow::Result<ExitCode> {
             since,
             until,
             reason,
+            outcome,
             ..
         } => {
             // Checked before anything is replayed (notes are printed with the answer).
+            if let (Some(OutcomeFilter::Brokered), Some(r)) = (outcome, reason) {
+                bail!(
+                    "--reason {r:?} with --outcome brokered: only rejections carry a reason, \
+                     so nothing could be listed (drop one of them)"
+                );
+            }
             let (from, _) = launch_window(since, until, reason, at, zone.as_ref(), true)?;
             Some(Needs::After(from))
         }
