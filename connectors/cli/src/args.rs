@@ -282,7 +282,43 @@ impl LogArgs {
                 self.dir().join(lhc_log::embedded::LOST_FILE).display()
             );
         }
+        self.keep_checkpoint_evidence(&log)?;
         Ok(Box::new(log))
+    }
+
+    /// A checkpoint covering more records than the log holds is evidence that records are
+    /// gone (the log was cut or restored without them): kept in the log's `LOST` file before
+    /// this writer appends at their offsets, where the checkpoint would soon look merely
+    /// stale, and reported.
+    fn keep_checkpoint_evidence(&self, log: &EmbeddedLog) -> anyhow::Result<()> {
+        let dir = self.dir();
+        let end = log.end_offset()?;
+        let found = lhc_replay::checkpoint::list(dir)?;
+        let Some((covers, checkpoint)) = found.iter().rev().find(|(n, _)| *n > end) else {
+            return Ok(());
+        };
+        let last = lhc_log::embedded::list_segments(dir)?
+            .last()
+            .copied()
+            .unwrap_or(0);
+        let lost = lhc_log::LostRecords {
+            segment: dir.join(format!("{last:020}.log")),
+            first: end,
+            last_listed: covers - 1,
+        };
+        if lhc_log::embedded::keep_lost(dir, &lost)? {
+            eprintln!(
+                "warning: records lost from {}: it ends at offset {end}, but checkpoint {} \
+                 covers {covers} records; records {end}..={} were written and are gone. Appends \
+                 go on at offset {end}; the loss is kept in {} and `lhc log check` names it. \
+                 Restore the log from a copy if you have one",
+                dir.display(),
+                checkpoint.display(),
+                covers - 1,
+                dir.join(lhc_log::embedded::LOST_FILE).display()
+            );
+        }
+        Ok(())
     }
 
     /// Opens an existing log for reading, changing nothing.

@@ -113,6 +113,36 @@ pub struct LostRecords {
 /// line each, `SEGMENT FIRST LAST_LISTED`.
 pub const LOST_FILE: &str = "LOST";
 
+/// Appends `lost` to `dir`'s [`LOST_FILE`], synced, unless a line there already covers
+/// it (a writer that died before rebuilding the index finds the same loss again; after
+/// appends, evidence past the end names a later part of the same loss). `true` when
+/// written. For the writer holding the log's lock, before anything reuses the offsets.
+pub fn keep_lost(dir: &Path, lost: &LostRecords) -> Result<bool, LogError> {
+    let covered = lost_records(dir)?.iter().any(|kept| {
+        kept.as_ref()
+            .is_ok_and(|k| k.first <= lost.first && k.last_listed >= lost.last_listed)
+    });
+    if covered {
+        return Ok(false);
+    }
+    let path = dir.join(LOST_FILE);
+    let name = lost
+        .segment
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut file = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .map_err(|e| LogError::io(&path, e))?;
+    use std::io::Write as _;
+    writeln!(file, "{name} {} {}", lost.first, lost.last_listed)
+        .and_then(|()| file.sync_all())
+        .map_err(|e| LogError::io(&path, e))?;
+    Ok(true)
+}
+
 /// The records writers found lost in `dir`, from its [`LOST_FILE`] (none when it is
 /// absent); a line that does not parse is named as it is.
 pub fn lost_records(dir: &Path) -> Result<Vec<Result<LostRecords, String>>, LogError> {
@@ -880,28 +910,7 @@ impl Writer {
 
     /// Appends `lost` to the log's `LOST` file, synced, before anything reuses the offsets.
     fn keep_lost(&self, lost: &LostRecords) -> Result<(), LogError> {
-        // A writer that died before rebuilding the index finds the same again: one line.
-        if lost_records(&self.dir)?
-            .iter()
-            .any(|kept| kept.as_ref() == Ok(lost))
-        {
-            return Ok(());
-        }
-        let path = self.dir.join(LOST_FILE);
-        let name = lost
-            .segment
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let mut file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .map_err(|e| LogError::io(&path, e))?;
-        use std::io::Write as _;
-        writeln!(file, "{name} {} {}", lost.first, lost.last_listed)
-            .and_then(|()| file.sync_all())
-            .map_err(|e| LogError::io(&path, e))
+        keep_lost(&self.dir, lost).map(|_| ())
     }
 
     fn create_segment(&mut self, base: u64) -> Result<ActiveSegment, LogError> {

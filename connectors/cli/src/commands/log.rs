@@ -951,9 +951,10 @@ fn check(target: &LogArgs, quiet: bool) -> anyhow::Result<ExitCode> {
             healthy = false;
             match kept {
                 Ok(lost) => println!(
-                    "records lost: {} ended at offset {}, but its index listed a record at \
-                     offset {}; records {}..={} (at least) were gone when a writer appended \
-                     after them, and their offsets now hold other records (kept in {})",
+                    "records lost: {} ended at offset {}, but its index or a checkpoint had \
+                     named a record at offset {}; records {}..={} (at least) were gone when a \
+                     writer appended after them, and their offsets now hold other records \
+                     (kept in {})",
                     lost.segment.display(),
                     lost.first,
                     lost.last_listed,
