@@ -248,6 +248,37 @@ fn without_bad_changes_goes_round_until_no_import_fails() {
     );
 }
 
+/// A change that both writes one failing object and deletes what another refers to: both
+/// its bad ops go (the delete was kept, since an op of the change named a failing object,
+/// and the what-if still failed while saying the bad changes were not made; found by an
+/// independent check against R-CSS-4).
+#[test]
+fn without_bad_changes_removes_a_delete_beside_a_bad_upsert() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("mixed.jsonl");
+    let records = [
+        r#"{"ts":"2026-01-05T09:00:00Z","type":"config.change","version":1,"ops":[{"op":"upsert","kind":"site","id":"site"},{"op":"upsert","kind":"zone","id":"z1","data":{"name":"Zone 1"}},{"op":"upsert","kind":"connector","id":"cc-a.z1.example","data":{"zone":"z1"}},{"op":"upsert","kind":"delivery_group","id":"dg","data":{"kind":"multi_session"}},{"op":"upsert","kind":"delivery_group","id":"dg-x","data":{"kind":"multi_session"}},{"op":"upsert","kind":"machine","id":"vda-1.z1.example","data":{"zone":"z1","delivery_group":"dg"}},{"op":"upsert","kind":"machine","id":"vda-5.z1.example","data":{"zone":"z1","delivery_group":"dg-x"}}]}"#,
+        r#"{"ts":"2026-01-05T09:00:01Z","type":"health.check","connector":"cc-a.z1.example","ok":true}"#,
+        r#"{"ts":"2026-01-05T09:00:02Z","type":"admin.command","connector":"cc-a.z1.example","command":"enable_css_trace"}"#,
+        r#"{"ts":"2026-01-05T09:01:00Z","type":"config.change","version":2,"ops":[{"op":"upsert","kind":"machine","id":"vda-1.z1.example","data":{"zone":"z1","delivery_group":"dg","max_sessions":0}},{"op":"delete","kind":"delivery_group","id":"dg-x"}]}"#,
+        r#"{"ts":"2026-01-05T09:30:00Z","type":"health.check","connector":"cc-a.z1.example","ok":true}"#,
+    ];
+    std::fs::write(&log, records.join("\n") + "\n").unwrap();
+    let w = whatif(&[log.to_str().unwrap(), "--without-bad-changes"]);
+    let z1 = zone(&w, "z1");
+    assert!(
+        z1["before"]["import_failures"].as_u64().unwrap() > 0,
+        "{z1}"
+    );
+    assert_eq!(z1["after"]["import_failures"], 0, "{}", w["notes"]);
+    let notes = w["notes"].to_string();
+    assert!(
+        notes.contains("2 config op(s) that introduced failed imports removed")
+            && !notes.contains("still failing"),
+        "{notes}"
+    );
+}
+
 /// The settings hold against later changes, patched ones included: a patched upsert of
 /// the site object (a heartbeat period) keeps the reuse permission.
 #[test]

@@ -166,16 +166,24 @@ impl<'a, R: Records> Modified<'a, R> {
                         let (kind, id) = op_target(op);
                         drop_ops.contains(&(offset, kind, id.to_string()))
                     };
-                    let any_named = change.ops.iter().any(named);
+                    // A failing object no op of this change names: the change broke it by
+                    // deleting what it refers to, so its deletes go too. (Per failing
+                    // object: a change that also wrote another failing object kept its
+                    // deletes, and the what-if went on failing while saying the bad
+                    // changes were not made; found by an independent check.)
+                    let orphaned =
+                        drop_ops
+                            .iter()
+                            .filter(|(o, _, _)| *o == offset)
+                            .any(|(_, kind, id)| {
+                                !change.ops.iter().any(|op| {
+                                    let (k, i) = op_target(op);
+                                    k == *kind && i == id
+                                })
+                            });
                     let unmade = &mut self.unmade;
                     change.ops.retain(|op| {
-                        // No op names the failing object: the change broke it by deleting
-                        // what it refers to.
-                        let drop = if any_named {
-                            named(op)
-                        } else {
-                            matches!(op, ConfigOp::Delete(_))
-                        };
+                        let drop = named(op) || (orphaned && matches!(op, ConfigOp::Delete(_)));
                         if drop {
                             if let ConfigOp::Upsert(o) = op {
                                 unmade.insert((o.kind(), o.id().to_string()));
