@@ -440,6 +440,18 @@ fn r_state_9_lowered_periods_fire_at_the_record_that_lowered_them() {
     assert_no_output_before_its_cause(&out);
 }
 
+/// R-STATE-9, §9: a changed `report_interval_s` applies after the report already
+/// scheduled, as a sync period does (docs/engine.md): the episode starts at 121 s, the
+/// first report comes at 241 s, the interval falls to 30 s at 250.5 s, and the report
+/// scheduled for 361 s stays; every 30 s after it.
+#[test]
+fn r_state_9_a_new_report_interval_applies_after_the_scheduled_report() {
+    let out = run("r-state-9-report-interval");
+    let reports: Vec<Ts> = events(&out, A, 3507).iter().map(|e| e.ts).collect();
+    assert_eq!(reports[..4], [at(241.0), at(361.0), at(391.0), at(421.0)]);
+    assert_no_output_before_its_cause(&out);
+}
+
 /// R-STATE-9
 #[test]
 fn r_state_9_timers_fire_at_their_deadline_in_deadline_then_fqdn_order() {

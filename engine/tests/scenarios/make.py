@@ -261,6 +261,19 @@ def lowered_params():
     log.write("r-state-9-lowered-params")
 
 
+def report_interval():
+    """R-STATE-9, §9: a changed report_interval_s applies after the report already
+    scheduled (as a sync period does): cc-a's first 3507 comes at the old interval, the
+    next ones at the new."""
+    log = Log()
+    log.config(0, 1, site(connectors=(A,)))
+    ok = outage(60, 700)
+    log.minutes(1, 800, [A], ok)
+    log.params(250.5, report_interval_s=30)
+    log.tick(1000)
+    log.write("r-state-9-report-interval")
+
+
 def storefront_daas_only():
     """R-STATE-4: the StoreFront condition holds for "daas" only, and Service Continuity
     lifts it. Zone z1 is daas without StoreFront traffic (3002), then the site enables
@@ -431,6 +444,6 @@ def disable_unforced():
 
 if __name__ == "__main__":
     for make in [restart_elected, restart_non_elected, blackout, css_restart, pending_no_pull,
-                 forced, lowered_params, storefront_daas_only, onprem, cloud_site_wide,
+                 forced, lowered_params, report_interval, storefront_daas_only, onprem, cloud_site_wide,
                  pending_expiry, split_brain, css3_ended, disable_unforced]:
         make()
