@@ -5,9 +5,11 @@
 //! `index_interval_bytes` of frames), and a `LOCK` file.
 //!
 //! Invariants:
-//! - Appends happen only under an exclusive lock on `LOCK`, so processes of one machine can
-//!   share a log directory; before writing, an appender re-reads the tail another process
-//!   may have extended.
+//! - Appends happen only under an exclusive lock on the log directory itself and on `LOCK`,
+//!   so processes of one machine can share a log directory; before writing, an appender
+//!   re-reads the tail another process may have extended. (The directory's lock is the one
+//!   that holds when `LOCK` is deleted under a running writer: the next writer would lock a
+//!   new `LOCK` file and both would write at the same offsets.)
 //! - A torn tail (a crash while appending) is cut back to the last whole record and
 //!   reported; damage with valid records after it is an error naming segment and offset,
 //!   never skipped.
@@ -691,6 +693,8 @@ struct Writer {
     dir: PathBuf,
     options: EmbeddedOptions,
     lock: File,
+    /// The log directory, locked with `lock` (a deleted `LOCK` cannot be locked anew).
+    dir_lock: File,
     /// The last segment, open for writing.
     active: Option<ActiveSegment>,
     recovery: Option<TailRecovery>,
@@ -718,10 +722,12 @@ impl Writer {
             .write(true)
             .open(&lock_path)
             .map_err(|e| LogError::io(&lock_path, e))?;
+        let dir_lock = File::open(dir).map_err(|e| LogError::io(dir, e))?;
         let mut writer = Writer {
             dir: dir.to_path_buf(),
             options,
             lock,
+            dir_lock,
             active: None,
             recovery: None,
             lost: None,
@@ -735,16 +741,25 @@ impl Writer {
         &mut self,
         f: impl FnOnce(&mut Writer) -> Result<T, LogError>,
     ) -> Result<T, LogError> {
-        self.lock
+        self.dir_lock
             .lock()
-            .map_err(|e| LogError::io(self.dir.join("LOCK"), e))?;
+            .map_err(|e| LogError::io(&self.dir, e))?;
+        if let Err(e) = self.lock.lock() {
+            let _ = self.dir_lock.unlock();
+            return Err(LogError::io(self.dir.join("LOCK"), e));
+        }
         let result = f(self);
         let unlocked = self
             .lock
             .unlock()
             .map_err(|e| LogError::io(self.dir.join("LOCK"), e));
+        let dir_unlocked = self
+            .dir_lock
+            .unlock()
+            .map_err(|e| LogError::io(&self.dir, e));
         let value = result?;
         unlocked?;
+        dir_unlocked?;
         Ok(value)
     }
 
