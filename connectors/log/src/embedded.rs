@@ -238,6 +238,9 @@ impl EmbeddedLog {
         // A directory without a segment is not a log (even an empty log has its first
         // segment): reading it as "no records" would answer "nothing happened" wrongly.
         if list_segments(&dir)?.is_empty() {
+            if let Some(orphans) = orphan_indexes(&dir) {
+                return Err(segments_deleted(&dir, orphans));
+            }
             return Err(LogError::NotALog {
                 path: dir,
                 detail: "no segment file (NNNNNNNNNNNNNNNNNNNN.log) in this directory; \
@@ -338,6 +341,44 @@ impl Log for EmbeddedLog {
 
 fn segment_path(dir: &Path, base: u64) -> PathBuf {
     dir.join(format!("{base:020}.log"))
+}
+
+/// With no segment left in `dir`: the index files that remain and name records (how many,
+/// and the last offset they list). A writer creates a segment before its index and removes
+/// the index first, so such files mean the segments were deleted, not a log never written.
+fn orphan_indexes(dir: &Path) -> Option<(usize, u64)> {
+    let entries = std::fs::read_dir(dir).ok()?;
+    let mut found = 0;
+    let mut last = None;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(base) = name
+            .to_str()
+            .and_then(|n| n.strip_suffix(".idx"))
+            .filter(|stem| stem.len() == 20)
+            .and_then(|stem| stem.parse::<u64>().ok())
+        else {
+            continue;
+        };
+        let listed = read_index(dir, base).last().map(|e| e.0);
+        if base > 0 || listed.is_some() {
+            found += 1;
+            last = last.max(listed.or(Some(base)));
+        }
+    }
+    last.map(|last| (found, last))
+}
+
+/// The refusal of a directory whose segments were deleted while their indexes remain.
+fn segments_deleted(dir: &Path, (count, last): (usize, u64)) -> LogError {
+    LogError::NotALog {
+        path: dir.to_path_buf(),
+        detail: format!(
+            "no segment file is left, but {count} index file(s) remain, listing records up to \
+             offset {last}: the log's segments were deleted. Restore them from a copy; nothing \
+             is appended here (to start a new log, give another directory)"
+        ),
+    }
 }
 
 fn index_path(dir: &Path, base: u64) -> PathBuf {
@@ -781,6 +822,11 @@ impl Writer {
         }
         let bases = list_segments(&self.dir)?;
         let Some(&base) = bases.last() else {
+            // Not a new log if its indexes remain: appending at offset 0 would give the
+            // deleted records' offsets to others (found by hostile testing).
+            if let Some(orphans) = orphan_indexes(&self.dir) {
+                return Err(segments_deleted(&self.dir, orphans));
+            }
             self.active = Some(self.create_segment(0)?);
             return Ok(());
         };

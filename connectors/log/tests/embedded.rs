@@ -855,3 +855,27 @@ fn writers_stay_exclusive_when_lock_is_deleted() {
     assert_eq!(report.records, 1 + 2 * per_writer as u64);
     assert_eq!(report.end_offset, 1 + 2 * per_writer as u64);
 }
+
+/// Every segment deleted while the indexes remain is not a new log: a writer refuses
+/// (it started a new log at offset 0, found by hostile testing), readers say the same,
+/// and nothing is created.
+#[test]
+fn a_log_whose_segments_were_all_deleted_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("log");
+    let bases = segmented(&dir);
+    for base in &bases {
+        std::fs::remove_file(segment(&dir, *base)).unwrap();
+    }
+    let said = |e: LogError| {
+        let text = e.to_string();
+        assert!(
+            matches!(e, LogError::NotALog { .. })
+                && text.contains("the log's segments were deleted"),
+            "{text}"
+        );
+    };
+    said(EmbeddedLog::open(&dir, options(512)).map(|_| ()).unwrap_err());
+    said(EmbeddedLog::open_read_only(&dir).map(|_| ()).unwrap_err());
+    assert!(list_segments(&dir).unwrap().is_empty(), "nothing created");
+}
