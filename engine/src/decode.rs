@@ -112,6 +112,37 @@ impl std::error::Error for DecodeError {}
 
 /// Decodes one record from its JSON bytes.
 pub fn decode_record(bytes: &[u8]) -> Result<Record, DecodeError> {
+    let record = decode_fields(bytes)?;
+    unique_sessions(&record)?;
+    Ok(record)
+}
+
+/// The contract's rule no schema keyword states: a heartbeat lists each session id once
+/// ("unique on its machine"). A session listed twice would count twice as load and
+/// toward limits, and refuse launches a machine has room for (found by hostile testing).
+pub fn unique_sessions(record: &Record) -> Result<(), DecodeError> {
+    let Record::VdaHeartbeat(h) = record else {
+        return Ok(());
+    };
+    for (j, s) in h.sessions.iter().enumerate().skip(1) {
+        // Heartbeats list a few sessions: comparing with those before costs less than a set.
+        if let Some(i) = h.sessions[..j].iter().position(|t| t.id == s.id) {
+            return Err(DecodeError::new(
+                format!("sessions[{j}].id"),
+                DecodeErrorKind::BadValue,
+                format!(
+                    "session id {:?} is listed twice (also at sessions[{i}]): a session id is \
+                     unique on its machine",
+                    s.id
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// [`decode_record`] without the rules across fields.
+fn decode_fields(bytes: &[u8]) -> Result<Record, DecodeError> {
     if let Some(record) = decode_tag_first(bytes) {
         return Ok(record);
     }

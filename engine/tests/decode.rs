@@ -373,3 +373,32 @@ fn a_byte_order_mark_in_front_of_a_record_is_named() {
     assert_eq!((path.as_str(), kind), ("", DecodeErrorKind::Syntax));
     assert!(shown.contains("byte order mark"), "{shown}");
 }
+
+/// "Session id, unique on its machine": a heartbeat listing one id twice is refused,
+/// naming the second (it counted as two sessions and refused launches the machine had
+/// room for; found by hostile testing). The same id on two machines is fine.
+#[test]
+fn a_heartbeat_lists_each_session_id_once() {
+    let twice = r#"{"type":"vda.heartbeat","ts":"2026-01-05T09:00:00.000Z","machine":"srv01.example","sessions":[{"id":"s-1","user":"ann","state":"active"},{"id":"s-9","user":"dave","state":"active"},{"id":"s-9","user":"dave","state":"active"}]}"#;
+    let (path, kind, shown) = err(twice);
+    assert_eq!(path, "sessions[2].id");
+    assert_eq!(kind, DecodeErrorKind::BadValue);
+    assert!(
+        shown.contains("\"s-9\" is listed twice (also at sessions[1])"),
+        "{shown}"
+    );
+    // Key order other than the fast path's takes the general way: the same rule.
+    let reordered = twice
+        .replace(
+            r#"{"type":"vda.heartbeat","ts":"2026-01-05T09:00:00.000Z","#,
+            r#"{"machine":"srv01.example","ts":"2026-01-05T09:00:00.000Z","type":"vda.heartbeat","#,
+        )
+        .replacen(
+            r#""machine":"srv01.example","sessions""#,
+            r#""sessions""#,
+            1,
+        );
+    assert_eq!(err(&reordered).0, "sessions[2].id", "{reordered}");
+    let distinct = twice.replacen("\"s-9\"", "\"s-8\"", 1);
+    assert!(decode_record(distinct.as_bytes()).is_ok());
+}

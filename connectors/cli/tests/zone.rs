@@ -356,6 +356,12 @@ fn zone_of_three_nodes(dir: &tempfile::TempDir, log: &Backend) {
             400,
         ),
         ("/vda/heartbeat", r#"{"machine":""}"#, 400),
+        // A session id listed twice (the contract: unique on its machine).
+        (
+            "/vda/heartbeat",
+            r#"{"machine":"vda1.z1.test","sessions":[{"id":"s1","user":"alice","state":"active"},{"id":"s1","user":"alice","state":"active"}]}"#,
+            400,
+        ),
         (
             "/vda/session",
             r#"{"machine":"vda1.z1.test","session":"s","user":"u","event":"explode"}"#,

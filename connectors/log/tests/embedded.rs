@@ -875,7 +875,11 @@ fn a_log_whose_segments_were_all_deleted_is_refused() {
             "{text}"
         );
     };
-    said(EmbeddedLog::open(&dir, options(512)).map(|_| ()).unwrap_err());
+    said(
+        EmbeddedLog::open(&dir, options(512))
+            .map(|_| ())
+            .unwrap_err(),
+    );
     said(EmbeddedLog::open_read_only(&dir).map(|_| ()).unwrap_err());
     assert!(list_segments(&dir).unwrap().is_empty(), "nothing created");
 }
