@@ -689,3 +689,43 @@ fn polled_offset(data: &str) -> Option<u64> {
         .parse()
         .ok()
 }
+
+/// `connector status` (and `outputs`, `journal`) without --data find the store `connector
+/// run` made by default (lhc-data/node-FQDN) when it is the only one; several are named,
+/// not guessed. (`status` after a default `run` said there was no cache snapshot: found
+/// by hostile testing.)
+#[test]
+fn read_only_commands_find_the_default_node_store() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = import(tmp.path(), &site_log(10, 1));
+    let in_tmp = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_lhc"))
+            .args(args)
+            .current_dir(tmp.path())
+            .output()
+            .unwrap()
+    };
+    let data = "lhc-data/node-cc1.z1.example";
+    ok(in_tmp(&[
+        "connector",
+        "fold",
+        "-q",
+        "--log",
+        &log,
+        "--data",
+        data,
+    ]));
+    let status: serde_json::Value =
+        serde_json::from_str(&ok(in_tmp(&["connector", "status", "--format", "json"]))).unwrap();
+    assert!(status["next_offset"].as_u64().unwrap() > 0, "{status}");
+    assert!(!ok(in_tmp(&["connector", "outputs"])).is_empty());
+    std::fs::create_dir_all(tmp.path().join("lhc-data/node-cc2.z1.example")).unwrap();
+    let out = in_tmp(&["connector", "status"]);
+    assert_eq!(out.status.code(), Some(2));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("several node data directories here")
+            && said.contains("lhc-data/node-cc2.z1.example"),
+        "{said}"
+    );
+}

@@ -143,25 +143,28 @@ pub enum ConnectorCommand {
     },
     /// Print the outputs stored in the node's cache snapshot, in order (JSONL).
     Outputs {
-        /// The node's data directory.
-        #[arg(long, value_name = "DIR", default_value = "lhc-data/node")]
-        data: PathBuf,
+        /// The node's data directory [default: lhc-data/node, else the only
+        /// lhc-data/node-FQDN that `connector run` made].
+        #[arg(long, value_name = "DIR")]
+        data: Option<PathBuf>,
     },
     /// Print the node's journal (Kafka mode), in the order the node applied it (JSONL).
     ///
     /// Every record the node applied, from the topic or written locally while Kafka was
     /// unreachable; `lhc replay` of this file reproduces the node's decisions exactly.
     Journal {
-        /// The node's data directory.
-        #[arg(long, value_name = "DIR", default_value = "lhc-data/node")]
-        data: PathBuf,
+        /// The node's data directory [default: lhc-data/node, else the only
+        /// lhc-data/node-FQDN that `connector run` made].
+        #[arg(long, value_name = "DIR")]
+        data: Option<PathBuf>,
     },
     /// Print the next offset to apply and the state digest of the node's cache snapshot
     /// (and, when it stopped part-way through a record applied in steps, how far it got).
     Status {
-        /// The node's data directory.
-        #[arg(long, value_name = "DIR", default_value = "lhc-data/node")]
-        data: PathBuf,
+        /// The node's data directory [default: lhc-data/node, else the only
+        /// lhc-data/node-FQDN that `connector run` made].
+        #[arg(long, value_name = "DIR")]
+        data: Option<PathBuf>,
         #[command(flatten)]
         format: crate::args::FormatArgs,
     },
@@ -409,7 +412,7 @@ pub fn run(command: ConnectorCommand, quiet: bool) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         ConnectorCommand::Journal { data } => {
-            let store = open_existing(&data)?;
+            let store = open_existing(&node_data(data)?)?;
             let mut out = std::io::BufWriter::new(std::io::stdout().lock());
             let mut after = None;
             loop {
@@ -427,7 +430,7 @@ pub fn run(command: ConnectorCommand, quiet: bool) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         ConnectorCommand::Outputs { data } => {
-            let store = open_existing(&data)?;
+            let store = open_existing(&node_data(data)?)?;
             let mut out = std::io::BufWriter::new(std::io::stdout().lock());
             let mut after = None;
             loop {
@@ -445,7 +448,7 @@ pub fn run(command: ConnectorCommand, quiet: bool) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         ConnectorCommand::Status { data, format } => {
-            let store = open_existing(&data)?;
+            let store = open_existing(&node_data(data)?)?;
             let (engine, next) = store.load()?;
             let mut status = serde_json::json!({ "next_offset": next, "digest": engine.digest() });
             // A record after a long gap is applied and committed in steps: stopped between
@@ -577,6 +580,40 @@ pub(crate) fn store_dir(data: &std::path::Path) -> PathBuf {
         run_layout
     } else {
         data.to_path_buf()
+    }
+}
+
+/// The data directory a read-only command looks at: `--data`, else `lhc-data/node` (the
+/// default of `connector fold`), else the one `lhc-data/node-FQDN` (the default of
+/// `connector run`). Several of those: the user says which (a `status` right after a
+/// default `run` said there was no cache snapshot; found by hostile testing).
+fn node_data(given: Option<PathBuf>) -> anyhow::Result<PathBuf> {
+    if let Some(data) = given {
+        return Ok(data);
+    }
+    let fold = PathBuf::from("lhc-data/node");
+    if fold.exists() {
+        return Ok(fold);
+    }
+    let mut runs: Vec<PathBuf> = std::fs::read_dir("lhc-data")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("node-"))
+        .map(|e| PathBuf::from("lhc-data").join(e.file_name()))
+        .collect();
+    runs.sort();
+    match runs.as_slice() {
+        [] => Ok(fold),
+        [one] => Ok(one.clone()),
+        several => anyhow::bail!(
+            "several node data directories here ({}): say which with --data",
+            several
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
     }
 }
 
