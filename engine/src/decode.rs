@@ -503,6 +503,22 @@ fn classify(path: &str, message: String) -> DecodeError {
         };
         return DecodeError::new(full, DecodeErrorKind::UnknownField, message);
     }
+    // An integer too large for any integer type reaches serde as a float: say what it
+    // likely is (a counter or a period beyond the field's range), not only "float".
+    let message =
+        match ["u64", "u32"]
+            .iter()
+            .find(|t| message.starts_with("invalid type: floating point") && message.ends_with(*t))
+        {
+            Some(&t) => {
+                format!(
+            "{message} (a number written as an integer reads so when it is too large: this \
+             field holds at most {})",
+            if t == "u64" { u64::MAX.to_string() } else { u32::MAX.to_string() }
+        )
+            }
+            None => message,
+        };
     let kind = if message.contains(TIMESTAMP_ERROR_PREFIX) {
         DecodeErrorKind::BadTimestamp
     } else if message.starts_with("invalid type") {

@@ -402,3 +402,18 @@ fn a_heartbeat_lists_each_session_id_once() {
     let distinct = twice.replacen("\"s-9\"", "\"s-8\"", 1);
     assert!(decode_record(distinct.as_bytes()).is_ok());
 }
+
+/// An integer too large for its field reaches serde as a float: the message says so and
+/// gives the field's range, not only "floating point" (found by hostile testing).
+#[test]
+fn an_integer_too_large_is_named_as_such() {
+    let (path, kind, shown) = err(
+        r#"{"type":"engine.params","ts":"2026-01-05T09:00:00.000Z","report_interval_s":18446744073709551616}"#,
+    );
+    assert_eq!(path, "report_interval_s");
+    assert_eq!(kind, DecodeErrorKind::WrongType);
+    assert!(
+        shown.contains("this field holds at most 18446744073709551615"),
+        "{shown}"
+    );
+}

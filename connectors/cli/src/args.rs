@@ -439,6 +439,17 @@ impl SourceArgs {
         self.finish_replay(source, bar, quiet, compute)
     }
 
+    /// [`SourceArgs::replay_with`] for `lhc lint`: a source whose every record is
+    /// quarantined is an answer (the quarantines listed), not an error.
+    pub fn lint_with<T>(
+        &self,
+        quiet: bool,
+        compute: impl FnOnce(&mut lhc_replay::Source) -> Result<T, lhc_replay::SourceError>,
+    ) -> anyhow::Result<T> {
+        let (source, bar) = self.open_with_progress("replaying", quiet)?;
+        finish_replay_as(source, bar, quiet, false, compute)
+    }
+
     /// [`SourceArgs::replay_with`] from offset `from` of an embedded log (a checkpoint's
     /// next offset), counting `quarantined` records before it.
     pub fn replay_from_with<T>(
@@ -553,9 +564,21 @@ pub fn finish_started<T>(
 /// The end of every replay with a spinner: `compute`, then a refusal of an answer computed
 /// from no record, and a note of the records quarantined.
 fn finish_replay<T>(
+    source: lhc_replay::Source,
+    bar: indicatif::ProgressBar,
+    quiet: bool,
+    compute: impl FnOnce(&mut lhc_replay::Source) -> Result<T, lhc_replay::SourceError>,
+) -> anyhow::Result<T> {
+    finish_replay_as(source, bar, quiet, true, compute)
+}
+
+/// [`finish_replay`]; `refuse_all_quarantined: false` for `lhc lint`, whose answer is the
+/// list of what was quarantined (it said "`lhc lint` names why" instead of naming it).
+fn finish_replay_as<T>(
     mut source: lhc_replay::Source,
     bar: indicatif::ProgressBar,
     quiet: bool,
+    refuse_all_quarantined: bool,
     compute: impl FnOnce(&mut lhc_replay::Source) -> Result<T, lhc_replay::SourceError>,
 ) -> anyhow::Result<T> {
     let result =
@@ -566,14 +589,15 @@ fn finish_replay<T>(
     if records == 0 {
         bail!("{} holds no records", source.describe());
     }
-    if quarantined == records {
+    if quarantined == records && refuse_all_quarantined {
         bail!(
             "none of the {records} record(s) of {} could be applied: every one was \
              quarantined (is it a site log? `lhc lint` or `lhc replay` names why)",
             source.describe()
         );
     }
-    if quarantined > 0 && !quiet {
+    // (lint lists them itself.)
+    if quarantined > 0 && !quiet && refuse_all_quarantined {
         eprintln!(
             "note: {quarantined} of {records} record(s) of {} were quarantined and changed \
              nothing (`lhc lint` lists them)",

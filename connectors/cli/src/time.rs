@@ -59,11 +59,15 @@ impl Zone {
 /// milliseconds: a finer instant would silently mean another one).
 pub fn parse_instant(text: &str, zone: Option<&Zone>) -> anyhow::Result<Ts> {
     let text = text.trim();
-    if let Ok(ts) = Ts::parse(text) {
-        return Ok(ts);
-    }
+    let utc = match Ts::parse(text) {
+        Ok(ts) => return Ok(ts),
+        Err(e) => e,
+    };
     let timestamp = match text.parse::<Timestamp>() {
         Ok(t) => t,
+        // The log's own reading refused it for a reason of its own (the leap second at
+        // the very end of 9999): that reason, not jiff's range arithmetic.
+        Err(_) if utc.contains("after the year 9999") => bail!("{utc}"),
         Err(offset_error) => {
             let Some(zone) = zone else {
                 bail!(
@@ -127,6 +131,17 @@ fn leap_second(text: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The leap second at the very end of 9999 is refused for that reason, as a record's
+    /// `ts` is, not with jiff's range arithmetic (found by hostile testing).
+    #[test]
+    fn the_last_leap_second_is_refused_in_the_logs_words() {
+        let said = parse_instant("9999-12-31T23:59:60Z", None)
+            .unwrap_err()
+            .to_string();
+        assert!(said.contains("after the year 9999"), "{said}");
+        assert!(!said.contains("Unix timestamp"), "{said}");
+    }
 
     /// Second 60 is the next minute's :00 in every form `--at` takes, as in a record's
     /// `ts` (review of 2026-12-05: jiff read it as :59 in every form but UTC's).

@@ -299,3 +299,18 @@ fn a_clock_jump_is_named_with_what_it_cost() {
         String::from_utf8_lossy(&out.stdout)
     );
 }
+
+/// A file whose every record is quarantined is what lint is for: it lists them (it said
+/// "`lhc lint` names why" and listed nothing; found by hostile testing).
+#[test]
+fn a_file_of_only_quarantined_records_is_linted() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("bad.jsonl");
+    std::fs::write(
+        &path,
+        "{\"type\":\"engine.params\",\"ts\":\"2026-01-05T09:00:00.000Z\",\"report_interval_s\":18446744073709551616}\n",
+    )
+    .unwrap();
+    let (found, _) = findings(path.to_str().unwrap());
+    assert!(has(&found, "quarantined-records", "offset 0"), "{found:?}");
+}

@@ -26,7 +26,7 @@ pub fn run(args: LintArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     if args.fleet.all_sites {
         return fleet(args, quiet);
     }
-    let report = args.source.replay_with(quiet, lhc_replay::lint)?;
+    let report = args.source.lint_with(quiet, lhc_replay::lint)?;
     match args.format.get() {
         Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
         Format::Jsonl => {

@@ -347,7 +347,8 @@ pub fn run(args: QueryArgs, quiet: bool) -> anyhow::Result<ExitCode> {
             match (used.get(), quiet) {
                 (Some(offset), false) => eprintln!(
                     "note: started from the checkpoint after {offset} records{} (its state's \
-                     digest verified); --from-start replays from the first record",
+                     digest verified; the records it covers were checked by samples, not \
+                     read); --from-start replays from the first record",
                     node.as_ref()
                         .map(|n| format!(" in {}", n.dir.display()))
                         .unwrap_or_default()
