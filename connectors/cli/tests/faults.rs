@@ -222,6 +222,43 @@ fn a_node_whose_data_disk_fills_says_so_on_every_probe_and_exits_non_zero() {
     drop(disk);
 }
 
+/// The site log's disk full: every request is refused (503) and the probes say why, but the
+/// error is logged once, not once per refused request (thousands of identical lines a
+/// second; found by hostile testing); space freed, appends go on.
+#[test]
+fn a_full_log_disk_is_logged_once_and_appends_resume_when_space_is_freed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(disk) = Tmpfs::mount(&tmp.path().join("disk"), 16) else {
+        eprintln!("skipped: mounting a tmpfs needs root (CI runs as root)");
+        return;
+    };
+    let log = disk.0.join("log");
+    import_example(&log);
+    let data = tmp.path().join("node");
+    let port = free_port();
+    let child = spawn_node(&log, &data, port, NO_CLOUD, &[], Stdio::piped());
+    let filler = fill(&disk.0);
+    let beat = r#"{"machine":"vda-01.corp.example","sessions":[]}"#;
+    let mut refused = 0;
+    // (The segment's last page takes a few more records before writes fail.)
+    for _ in 0..200 {
+        if let Some((503, _)) = http(port, "POST", "/vda/heartbeat", Some(beat), None) {
+            refused += 1;
+        }
+    }
+    assert!(refused >= 100, "{refused} of 200 refused");
+    std::fs::remove_file(filler).unwrap();
+    wait_until("appends resume", Duration::from_secs(10), || {
+        http(port, "POST", "/vda/heartbeat", Some(beat), None).is_some_and(|(s, _)| s == 202)
+    });
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines = stderr.matches("No space left on device").count();
+    assert!((1..=3).contains(&lines), "{lines} lines:\n{stderr}");
+    drop(disk);
+}
+
 /// Item 5, "concurrent identical admin commands get 503 although they were applied": the
 /// same command sent many times at once is stamped alike within one batch, so the records
 /// are byte-identical; each request must still be told it was applied.

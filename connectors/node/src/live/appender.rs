@@ -240,7 +240,9 @@ fn reply_all(
             }
         }
         Err(e) => {
-            tracing::error!("append to {} failed: {e}", log.describe());
+            // Logged by `append_failed`, once per change of error: a full disk refused
+            // every request, and each logged the same line (thousands a second; found by
+            // hostile testing).
             for reply in replies {
                 let _ = reply.send(Err(e.clone()));
             }

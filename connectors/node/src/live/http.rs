@@ -543,9 +543,17 @@ async fn launch(
             Err(_) => {
                 forget();
                 shared.counters.launch_failed("timeout");
+                // Behind, or stopped for good: say which (a fold that died read as behind;
+                // found by hostile testing).
+                let why = match shared.health.trouble() {
+                    Some(("node_failed", reason)) => {
+                        format!("this node cannot decide any more ({reason})")
+                    }
+                    Some((_, reason)) => reason,
+                    None => "the fold is behind (see /healthz)".to_string(),
+                };
                 return Err(ApiError::unavailable(format!(
-                    "no decision for request {request:?} within {} ms; the fold is behind \
-                     (see /healthz)",
+                    "no decision for request {request:?} within {} ms: {why}",
                     shared.config.launch_timeout.as_millis()
                 )));
             }
