@@ -200,6 +200,37 @@ fn record_hash(
     Ok(format::record_bytes_in(log, offset, holds)?.map(|bytes| hex(&bytes)))
 }
 
+/// The checkpoint proving that records past `end` were written to `log` (the embedded
+/// log in `log_dir`): the latest covering more than `end` whose header is whole and sealed,
+/// names as many records as its file name, and whose first record is this log's (when the
+/// log holds one). A file of junk named like a checkpoint, or one copied from another
+/// log, proves nothing: it is an unusable checkpoint, which `lhc log checkpoint` removes
+/// (counting a junk file as evidence recorded a loss that never happened, for good; found
+/// by hostile testing). (covers, path).
+pub fn beyond(
+    log_dir: &Path,
+    log: &dyn Log,
+    end: u64,
+) -> Result<Option<(u64, PathBuf)>, CheckpointError> {
+    let past: Vec<_> = list(log_dir)?
+        .into_iter()
+        .filter(|(n, _)| *n > end)
+        .collect();
+    if past.is_empty() {
+        return Ok(None);
+    }
+    let first = record_hash(log, 0, log.start_offset()?..end)?;
+    for (covers, path) in past.into_iter().rev() {
+        let Ok((header, _)) = read_header(&path) else {
+            continue;
+        };
+        if first.as_deref().is_none_or(|f| f == header.first_record) {
+            return Ok(Some((covers, path)));
+        }
+    }
+    Ok(None)
+}
+
 /// Reads a checkpoint's header alone.
 fn read_header(path: &Path) -> Result<(Header, BufReader<File>), String> {
     // Asked before opening: opening a FIFO waits for a writer, and a device never ends.
@@ -681,12 +712,12 @@ pub fn refresh(
     // is then loaded in full, and if it is damaged the one before it is tried.
     let mut fit = Vec::new();
     let found = list(log_dir)?;
-    // Refreshing would remove them as unfit for this log; they prove records are gone.
-    if let Some((covers, path)) = found.iter().rev().find(|(n, _)| *n > done.records) {
+    // Refreshing would remove it as unfit for this log; it proves records are gone.
+    if let Some((covers, path)) = beyond(log_dir, &log, done.records)? {
         return Err(CheckpointError::Lost {
             log: log_dir.display().to_string(),
             end: done.records,
-            covers: *covers,
+            covers,
             checkpoint: path.display().to_string(),
         });
     }

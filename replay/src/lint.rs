@@ -270,6 +270,9 @@ pub fn lint(source: &mut Source) -> Result<LintReport, SourceError> {
     let mut engine = Engine::new();
     let mut seen = Seen::default();
     crate::drive::drive(source, &mut engine, &mut seen)?;
+    // Nothing applied at all: not a site log (random bytes, another program's JSONL), an
+    // error rather than a warning about some records.
+    let nothing_applied = source.records() > 0 && source.quarantined() == source.records();
     let Seen {
         storefront,
         failures_by_hour,
@@ -469,14 +472,21 @@ pub fn lint(source: &mut Source) -> Result<LintReport, SourceError> {
         let at: Vec<String> = offsets.iter().map(u64::to_string).collect();
         findings.push(Finding {
             check: "quarantined-records",
-            severity: Severity::Warning,
+            severity: if nothing_applied {
+                Severity::Error
+            } else {
+                Severity::Warning
+            },
             subject: format!("offset {}", at.join(", ")),
             detail: format!(
                 "{count} record(s) quarantined ({field}), changing nothing; the first: {first}"
             ),
             fix: format!(
-                "fix the producer of these records; `lhc log cat --from {}` shows the first",
-                offsets[0]
+                "fix the producer of these records; the first is at offset {} (`lhc log cat \
+                 --from {}` in a log; non-blank line {} of a JSONL file)",
+                offsets[0],
+                offsets[0],
+                offsets[0] + 1
             ),
             cites: "R-LOG-4",
             docs: LOG_DOCS,
@@ -513,9 +523,9 @@ pub fn lint(source: &mut Source) -> Result<LintReport, SourceError> {
             ),
             fix: format!(
                 "if its clock was wrong, fix the clock of whatever produced it; `lhc log cat --from {}` \
-                 shows the record, and `lhc whatif --drop '{} ts={}'` what the log says \
-                 without it",
-                jump.offset, jump.kind, jump.to
+                 shows the record (in a JSONL file: non-blank line {}), and `lhc whatif --drop \
+                 '{} ts={}'` what the log says without it",
+                jump.offset, jump.offset + 1, jump.kind, jump.to
             ),
             cites: "R-STATE-9",
             docs: LOG_DOCS,

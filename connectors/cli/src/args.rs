@@ -293,8 +293,7 @@ impl LogArgs {
     fn keep_checkpoint_evidence(&self, log: &EmbeddedLog) -> anyhow::Result<()> {
         let dir = self.dir();
         let end = log.end_offset()?;
-        let found = lhc_replay::checkpoint::list(dir)?;
-        let Some((covers, checkpoint)) = found.iter().rev().find(|(n, _)| *n > end) else {
+        let Some((covers, checkpoint)) = lhc_replay::checkpoint::beyond(dir, log, end)? else {
             return Ok(());
         };
         let last = lhc_log::embedded::list_segments(dir)?
@@ -338,12 +337,22 @@ impl LogArgs {
                 dir.display()
             );
         }
-        let log = EmbeddedLog::open_read_only(dir).with_context(|| {
-            format!(
-                "no log at {} (create one with `lhc log import FILE.jsonl {}`)",
-                dir.display(),
-                dir.display()
-            )
+        let log = EmbeddedLog::open_read_only(dir).map_err(|e| {
+            // "Create one" only where there is nothing: not over a damaged log.
+            let nothing = match std::fs::read_dir(dir) {
+                Ok(mut entries) => entries.next().is_none(),
+                Err(_) => true,
+            };
+            let context = if nothing {
+                format!(
+                    "no log at {} (create one with `lhc log import FILE.jsonl {}`)",
+                    dir.display(),
+                    dir.display()
+                )
+            } else {
+                format!("cannot read the log at {}", dir.display())
+            };
+            anyhow::Error::new(e).context(context)
         })?;
         Ok(Box::new(log))
     }

@@ -311,6 +311,9 @@ fn a_file_of_only_quarantined_records_is_linted() {
         "{\"type\":\"engine.params\",\"ts\":\"2026-01-05T09:00:00.000Z\",\"report_interval_s\":18446744073709551616}\n",
     )
     .unwrap();
-    let (found, _) = findings(path.to_str().unwrap());
+    let (found, ok) = findings(path.to_str().unwrap());
     assert!(has(&found, "quarantined-records", "offset 0"), "{found:?}");
+    // Nothing applied at all: an error (exit 1), not a warning.
+    assert!(!ok);
+    assert_eq!(found[0]["severity"], "error", "{found:?}");
 }

@@ -384,7 +384,27 @@ fn demo_never_replaces_a_log_it_did_not_write() {
         );
         assert_eq!(run(&["log", "export", "--log", &log]).stdout, before);
     }
-    assert!(!tmp.path().join(".lhc-demo").exists());
+    assert!(!tmp.path().join("log/.lhc-demo").exists());
+    // A demo's own log, replaced by a real one later: the real one is refused too (a
+    // marker beside log/ outlived the demo's log; found by hostile testing).
+    let work = tmp.path().join("work");
+    let run_demo = || run(&["demo", "--example", "--dir", work.to_str().unwrap()]);
+    assert!(run_demo().status.success());
+    assert!(run_demo().status.success(), "the demo replaces its own log");
+    std::fs::remove_dir_all(work.join("log")).unwrap();
+    let real = work.join("log").display().to_string();
+    assert!(run(&[
+        "log",
+        "import",
+        "-q",
+        file.to_str().unwrap(),
+        "--log",
+        &real
+    ])
+    .status
+    .success());
+    assert_eq!(run_demo().status.code(), Some(2));
+    assert_eq!(run(&["log", "export", "--log", &real]).stdout, before);
     let out = run(&["log", "check", "--log", &log]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
 }
@@ -785,6 +805,48 @@ fn an_append_after_records_only_a_checkpoint_shows_names_them_for_good() {
         );
     }
     assert_eq!(end_offset(&log), 202);
+}
+
+/// A file of junk named like a checkpoint past the end proves nothing: `log check` does not
+/// call records lost, a writer keeps no loss, and `log checkpoint` removes it as unusable
+/// (it was taken as evidence by its name alone and recorded a loss for good; found by
+/// hostile testing).
+#[test]
+fn junk_named_like_a_checkpoint_is_no_evidence_of_loss() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = log_arg(tmp.path());
+    let file = write(tmp.path(), "in.jsonl", EXAMPLE);
+    assert!(
+        run(&["log", "import", "-q", file.to_str().unwrap(), "--log", &log])
+            .status
+            .success()
+    );
+    let dir = tmp.path().join("log").join("checkpoints");
+    std::fs::create_dir_all(&dir).unwrap();
+    for (name, bytes) in [
+        ("00000000000000099999.ckpt", &b""[..]),
+        (
+            "18446744073709551615.ckpt",
+            &b"{\"format\":\"lhc-checkpoint/1\"}\n"[..],
+        ),
+    ] {
+        std::fs::write(dir.join(name), bytes).unwrap();
+    }
+    let out = run(&["log", "check", "--log", &log]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+    let tick = "{\"ts\":\"2026-01-05T10:00:00.000Z\",\"type\":\"clock.tick\"}\n";
+    let out = run_stdin(&["log", "append", "--log", &log], tick);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        !text(&out.stderr).contains("records lost"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(!tmp.path().join("log").join("LOST").exists());
+    let out = run(&["log", "checkpoint", "--every", "100", &log]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(!dir.join("00000000000000099999.ckpt").exists());
+    assert!(!dir.join("18446744073709551615.ckpt").exists());
 }
 
 /// `--resume --skip-invalid` keeps the rejects the interrupted import wrote for the lines

@@ -347,19 +347,9 @@ fn segment_path(dir: &Path, base: u64) -> PathBuf {
 /// and the last offset they list). A writer creates a segment before its index and removes
 /// the index first, so such files mean the segments were deleted, not a log never written.
 fn orphan_indexes(dir: &Path) -> Option<(usize, u64)> {
-    let entries = std::fs::read_dir(dir).ok()?;
     let mut found = 0;
     let mut last = None;
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let Some(base) = name
-            .to_str()
-            .and_then(|n| n.strip_suffix(".idx"))
-            .filter(|stem| stem.len() == 20)
-            .and_then(|stem| stem.parse::<u64>().ok())
-        else {
-            continue;
-        };
+    for base in index_bases(dir) {
         let listed = read_index(dir, base).last().map(|e| e.0);
         if base > 0 || listed.is_some() {
             found += 1;
@@ -369,13 +359,28 @@ fn orphan_indexes(dir: &Path) -> Option<(usize, u64)> {
     last.map(|last| (found, last))
 }
 
+/// The refusal of a log whose first segment holds no record while its index lists some:
+/// every record is gone, and appending would start the log again at offset 0 over them,
+/// as a directory whose segments were deleted would (found by hostile testing).
+fn first_segment_emptied(dir: &Path, listed: u64) -> LogError {
+    LogError::NotALog {
+        path: dir.to_path_buf(),
+        detail: format!(
+            "its first segment holds no record, but its index lists records up to offset \
+             {listed} at least: every record is gone (the segment was emptied or cut). Restore \
+             it from a copy; nothing is appended here (to start a new log, give another \
+             directory)"
+        ),
+    }
+}
+
 /// The refusal of a directory whose segments were deleted while their indexes remain.
 fn segments_deleted(dir: &Path, (count, last): (usize, u64)) -> LogError {
     LogError::NotALog {
         path: dir.to_path_buf(),
         detail: format!(
             "no segment file is left, but {count} index file(s) remain, listing records up to \
-             offset {last}: the log's segments were deleted. Restore them from a copy; nothing \
+             offset {last} at least: the log's segments were deleted. Restore them from a copy; nothing \
              is appended here (to start a new log, give another directory)"
         ),
     }
@@ -415,19 +420,53 @@ fn listed_past(dir: &Path, base: u64, end: u64, whole_end: u64) -> Option<u64> {
         .map(|&(offset, _)| offset)
 }
 
-/// The last offset listed by an index at `end` (where the log's records end) whose
-/// segment is missing or shorter than its header: records of a segment that was deleted
-/// or emptied.
+/// The last offset that indexes at or after `end` (where the log's records end) show was
+/// written, when the segment at `end` is missing or shorter than its header: records of
+/// segments that were deleted or emptied. An index at `end` counts by what it lists; one
+/// further on (its segment and those between deleted too) also by its name, the base of a
+/// segment that existed, when its entries agree with that name (a file of junk named like
+/// an index proves nothing). (Only the index at `end` was looked at: a later one left
+/// behind was ignored, and an append then reused the offsets silently; found by hostile
+/// testing.)
 fn orphan_listing(dir: &Path, end: u64) -> Option<u64> {
     let whole =
         std::fs::metadata(segment_path(dir, end)).is_ok_and(|m| m.len() >= SEGMENT_HEADER_BYTES);
     if whole {
         return None;
     }
-    read_index(dir, end)
-        .last()
-        .map(|&(offset, _)| offset)
-        .filter(|&offset| offset >= end)
+    let mut last = None;
+    for base in index_bases(dir) {
+        let entries = read_index(dir, base);
+        if base == end {
+            last = last.max(entries.last().map(|e| e.0).filter(|&o| o >= end));
+        } else if base > end
+            && entries
+                .first()
+                .is_some_and(|&(o, p)| o >= base && p >= SEGMENT_HEADER_BYTES)
+        {
+            last = last.max(Some(base - 1)).max(entries.last().map(|e| e.0));
+        }
+    }
+    last
+}
+
+/// The bases of the index files in `dir` (named like `{base:020}.idx`).
+fn index_bases(dir: &Path) -> Vec<u64> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| {
+            entry
+                .file_name()
+                .to_str()?
+                .strip_suffix(".idx")
+                .filter(|stem| stem.len() == 20)?
+                .parse::<u64>()
+                .ok()
+        })
+        .collect()
 }
 
 fn read_index(dir: &Path, base: u64) -> Vec<(u64, u64)> {
@@ -789,6 +828,14 @@ impl Writer {
             let _ = self.dir_lock.unlock();
             return Err(LogError::io(self.dir.join("LOCK"), e));
         }
+        // The path must still name the directory locked: a symbolic link swapped under a
+        // running writer sent other writers to another directory at the same offsets
+        // (found by hostile testing). One `stat` per batch.
+        if let Err(e) = self.same_directory() {
+            let _ = self.lock.unlock();
+            let _ = self.dir_lock.unlock();
+            return Err(e);
+        }
         let result = f(self);
         let unlocked = self
             .lock
@@ -802,6 +849,27 @@ impl Writer {
         unlocked?;
         dir_unlocked?;
         Ok(value)
+    }
+
+    /// Whether the log's path still names the directory this writer opened and locked.
+    fn same_directory(&self) -> Result<(), LogError> {
+        use std::os::unix::fs::MetadataExt;
+        let held = self
+            .dir_lock
+            .metadata()
+            .map_err(|e| LogError::io(&self.dir, e))?;
+        let named = std::fs::metadata(&self.dir).map_err(|e| LogError::io(&self.dir, e))?;
+        if (held.dev(), held.ino()) == (named.dev(), named.ino()) {
+            return Ok(());
+        }
+        Err(LogError::io(
+            &self.dir,
+            std::io::Error::other(
+                "the log directory was moved or replaced while this writer had it open (the \
+                 path now names another directory); nothing was appended: restart the writer \
+                 on the log you mean",
+            ),
+        ))
     }
 
     /// Brings the view of the tail up to date with what other processes appended, cutting a
@@ -899,6 +967,9 @@ impl Writer {
                         .map(|listed| (segment_path(&self.dir, scan.next_offset), listed))
                 });
             if let Some((segment, listed)) = listed {
+                if scan.next_offset == 0 {
+                    return Err(first_segment_emptied(&self.dir, listed));
+                }
                 self.found_lost(LostRecords {
                     segment,
                     first: scan.next_offset,
@@ -980,6 +1051,9 @@ impl Writer {
         // kept before the new segment's empty index replaces it.
         if let Some(&(listed, _)) = read_index(&self.dir, base).last() {
             if listed >= base {
+                if base == 0 {
+                    return Err(first_segment_emptied(&self.dir, listed));
+                }
                 self.found_lost(LostRecords {
                     segment: path.clone(),
                     first: base,

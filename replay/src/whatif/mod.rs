@@ -285,11 +285,22 @@ fn bad_causes(side: &Side) -> (Vec<(BadOp, String)>, Vec<String>) {
             storage += 1;
             continue;
         };
+        // A change that broke the object by deleting what it refers to loses its deletes,
+        // not an op on the object: say so (the note named the object as if its op went).
+        let by_delete = cause.detail.contains("(deleted by the change at offset");
         causes.push((
             (cause.introduced_by.offset, kind, cause.id.clone()),
             format!(
-                "{} {} (version {version}, offset {}: {})",
-                cause.kind, cause.id, cause.introduced_by.offset, cause.rule
+                "{}{} {} (version {version}, offset {}: {})",
+                if by_delete {
+                    "the delete that broke "
+                } else {
+                    ""
+                },
+                cause.kind,
+                cause.id,
+                cause.introduced_by.offset,
+                cause.rule
             ),
         ));
     }

@@ -15,7 +15,7 @@ const EXAMPLE: &str = include_str!("../../../../docs/examples/site-outage.jsonl"
 #[derive(clap::Args)]
 pub struct DemoArgs {
     /// Working directory; its `log/` is replaced on each run (only a log the demo wrote:
-    /// it leaves a `.lhc-demo` file beside it; any other log is refused, never replaced).
+    /// it leaves a `.lhc-demo` file in it; any other log is refused, never replaced).
     #[arg(long, default_value = "lhc-demo")]
     dir: PathBuf,
     /// Import the small bundled example (two connectors, one outage) and print every
@@ -282,15 +282,17 @@ fn most_helpful_whatif(log_dir: &Path) -> anyhow::Result<(String, lhc_replay::Wh
     Ok((command, whatif, tried))
 }
 
-/// The file beside `log/` that says `lhc demo` wrote it, so the next run may replace it.
+/// The file inside `log/` that says `lhc demo` wrote that log, so the next run may
+/// replace it. Inside, not beside: a marker beside `log/` outlived the demo's log and let
+/// the next run delete a real log imported there later (found by hostile testing).
 const MARKER: &str = ".lhc-demo";
 
-/// Removes the log a previous `lhc demo` wrote into `dir` (`log/` beside the marker), and
-/// leaves the marker for the next run. Refuses to delete anything else: a log the demo did
-/// not write (an admin's real log given as `--dir`) or a folder holding other files.
+/// Removes the log a previous `lhc demo` wrote at `dir` (it holds the marker), then makes
+/// `dir` anew with the marker for the next run. Refuses to delete anything else: a log the
+/// demo did not write (an admin's real log given as `--dir`), or a folder holding other
+/// files.
 fn remove_previous_log(dir: &Path) -> anyhow::Result<()> {
     let work = dir.parent().unwrap_or(Path::new("."));
-    let marker = work.join(MARKER);
     if work.join(format!("{:020}.log", 0)).exists() {
         bail!(
             "{} is an lhc log directory; the demo writes a log of its own into DIR/log: give \
@@ -298,14 +300,14 @@ fn remove_previous_log(dir: &Path) -> anyhow::Result<()> {
             work.display()
         );
     }
+    let marker = dir.join(MARKER);
     if dir.exists() {
         if !marker.is_file() {
             bail!(
-                "{} holds a log that `lhc demo` did not write (no {} beside it); not \
+                "{} holds a log that `lhc demo` did not write (no {MARKER} in it); not \
                  replacing it: give the demo a directory of its own (--dir), or remove {} \
                  yourself if an earlier lhc's demo wrote it",
                 dir.display(),
-                marker.display(),
                 dir.display()
             );
         }
@@ -313,6 +315,7 @@ fn remove_previous_log(dir: &Path) -> anyhow::Result<()> {
             let name = entry?.file_name();
             let name = name.to_string_lossy();
             let of_a_log = name == "LOCK"
+                || name == MARKER
                 || name == lhc_log::embedded::LOST_FILE
                 || name == lhc_replay::checkpoint::DIR
                 || name.ends_with(".log")
@@ -327,10 +330,10 @@ fn remove_previous_log(dir: &Path) -> anyhow::Result<()> {
         std::fs::remove_dir_all(dir)
             .with_context(|| format!("removing the previous demo log {}", dir.display()))?;
     }
-    std::fs::create_dir_all(work).with_context(|| format!("creating {}", work.display()))?;
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     std::fs::write(
         &marker,
-        "lhc demo writes log/ here and replaces it on its next run\n",
+        "lhc demo wrote this log and replaces it on its next run\n",
     )
     .with_context(|| format!("writing {}", marker.display()))
 }

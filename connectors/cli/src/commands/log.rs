@@ -947,7 +947,8 @@ fn check(target: &LogArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         }
         // Losses a writer found (and appended after, rebuilding the index that showed
         // them): named for good, since the offsets now hold other records.
-        for kept in lhc_log::embedded::lost_records(dir)? {
+        let all_kept = lhc_log::embedded::lost_records(dir)?;
+        for kept in all_kept.iter().cloned() {
             healthy = false;
             match kept {
                 Ok(lost) => println!(
@@ -970,8 +971,15 @@ fn check(target: &LogArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         }
         // A checkpoint covers the records it was written after: one past the end is
         // evidence of records that are gone (`lhc log checkpoint` refuses to remove it).
-        if let Ok(found) = lhc_replay::checkpoint::list(dir) {
-            if let Some((covers, path)) = found.iter().rev().find(|(n, _)| *n > report.end_offset) {
+        if let Ok(log) = lhc_log::EmbeddedLog::open_read_only(dir) {
+            let checkpoint = lhc_replay::checkpoint::beyond(dir, &log, report.end_offset);
+            // Said once: a loss a writer kept already names these records.
+            let kept = |covers: u64| {
+                all_kept.iter().flatten().any(|k| {
+                    k.first <= report.end_offset && k.last_listed >= covers.saturating_sub(1)
+                })
+            };
+            if let Ok(Some((covers, path))) = checkpoint.map(|c| c.filter(|(n, _)| !kept(*n))) {
                 healthy = false;
                 println!(
                     "records lost: checkpoint {} covers {covers} records, but the log holds \
