@@ -417,3 +417,28 @@ fn an_integer_too_large_is_named_as_such() {
         "{shown}"
     );
 }
+
+/// The same rule on a long list (past the few sessions compared pairwise): the second
+/// listing is named, and a long list of distinct ids decodes.
+#[test]
+fn a_long_heartbeat_lists_each_session_id_once() {
+    let sessions = |ids: &[usize]| {
+        ids.iter()
+            .map(|i| format!(r#"{{"id":"s-{i}","user":"u{i}","state":"active"}}"#))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let record = |ids: &[usize]| {
+        format!(
+            r#"{{"type":"vda.heartbeat","ts":"2026-01-05T09:00:00.000Z","machine":"srv01.example","sessions":[{}]}}"#,
+            sessions(ids)
+        )
+    };
+    let distinct: Vec<usize> = (0..5000).collect();
+    assert!(decode_record(record(&distinct).as_bytes()).is_ok());
+    let mut twice: Vec<usize> = (0..40).collect();
+    twice.push(3);
+    let (path, _, shown) = err(&record(&twice));
+    assert_eq!(path, "sessions[40].id");
+    assert!(shown.contains("also at sessions[3]"), "{shown}");
+}

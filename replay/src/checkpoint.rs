@@ -712,8 +712,13 @@ pub fn refresh(
     // is then loaded in full, and if it is damaged the one before it is tried.
     let mut fit = Vec::new();
     let found = list(log_dir)?;
-    // Refreshing would remove it as unfit for this log; it proves records are gone.
-    if let Some((covers, path)) = beyond(log_dir, &log, done.records)? {
+    // Refreshing would remove it as unfit for this log; it proves records are gone, unless
+    // the log's LOST file already says so for good (a writer kept it before appending).
+    let kept = |covers: u64| {
+        lhc_log::embedded::lost_covers(log_dir, done.records, covers.saturating_sub(1))
+            .unwrap_or(false)
+    };
+    if let Some((covers, path)) = beyond(log_dir, &log, done.records)?.filter(|(n, _)| !kept(*n)) {
         return Err(CheckpointError::Lost {
             log: log_dir.display().to_string(),
             end: done.records,

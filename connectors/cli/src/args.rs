@@ -305,7 +305,7 @@ impl LogArgs {
             first: end,
             last_listed: covers - 1,
         };
-        if lhc_log::embedded::keep_lost(dir, &lost)? {
+        if lhc_log::embedded::keep_lost_unless_covered(dir, &lost)? {
             eprintln!(
                 "warning: records lost from {}: it ends at offset {end}, but checkpoint {} \
                  covers {covers} records; records {end}..={} were written and are gone. Appends \

@@ -405,6 +405,11 @@ fn demo_never_replaces_a_log_it_did_not_write() {
     .success());
     assert_eq!(run_demo().status.code(), Some(2));
     assert_eq!(run(&["log", "export", "--log", &real]).stdout, before);
+    // An empty log/ holds nothing to protect (made by hand, or a run stopped before its
+    // marker).
+    std::fs::remove_dir_all(work.join("log")).unwrap();
+    std::fs::create_dir_all(work.join("log")).unwrap();
+    assert!(run_demo().status.success());
     let out = run(&["log", "check", "--log", &log]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
 }
@@ -805,6 +810,12 @@ fn an_append_after_records_only_a_checkpoint_shows_names_them_for_good() {
         );
     }
     assert_eq!(end_offset(&log), 202);
+    // The loss said for good in LOST, the checkpoint past the end is no longer needed as
+    // evidence: `log checkpoint` refreshes (removing it) instead of refusing for ever.
+    let out = run(&["log", "checkpoint", "-q", "--every", "100", &log]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = run(&["log", "check", "--log", &log]);
+    assert_eq!(out.status.code(), Some(1), "still named from LOST");
 }
 
 /// A file of junk named like a checkpoint past the end proves nothing: `log check` does not

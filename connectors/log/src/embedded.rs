@@ -115,18 +115,40 @@ pub struct LostRecords {
 /// line each, `SEGMENT FIRST LAST_LISTED`.
 pub const LOST_FILE: &str = "LOST";
 
-/// Appends `lost` to `dir`'s [`LOST_FILE`], synced, unless a line there already covers
-/// it (a writer that died before rebuilding the index finds the same loss again; after
-/// appends, evidence past the end names a later part of the same loss). `true` when
-/// written. For the writer holding the log's lock, before anything reuses the offsets.
+/// Whether a line of `dir`'s [`LOST_FILE`] already names records `first..=last` as lost.
+pub fn lost_covers(dir: &Path, first: u64, last: u64) -> Result<bool, LogError> {
+    Ok(lost_records(dir)?
+        .iter()
+        .flatten()
+        .any(|k| k.first <= first && k.last_listed >= last))
+}
+
+/// Appends `lost` to `dir`'s [`LOST_FILE`], synced, unless a line there already names
+/// the same loss (a writer that died before rebuilding the index finds it again). `true`
+/// when written. For the writer holding the log's lock, before anything reuses the
+/// offsets. (Offsets are reused after a loss, so a later loss may fall inside an earlier
+/// one's range: only the same line counts as said; found in review.)
 pub fn keep_lost(dir: &Path, lost: &LostRecords) -> Result<bool, LogError> {
-    let covered = lost_records(dir)?.iter().any(|kept| {
-        kept.as_ref()
-            .is_ok_and(|k| k.first <= lost.first && k.last_listed >= lost.last_listed)
-    });
-    if covered {
+    if lost_records(dir)?
+        .iter()
+        .any(|kept| kept.as_ref() == Ok(lost))
+    {
         return Ok(false);
     }
+    write_lost(dir, lost)
+}
+
+/// [`keep_lost`] for evidence that stays after a writer appended (a checkpoint past the
+/// end): not said again while a line covers what it shows, which after appends is a
+/// later part of the same loss.
+pub fn keep_lost_unless_covered(dir: &Path, lost: &LostRecords) -> Result<bool, LogError> {
+    if lost_covers(dir, lost.first, lost.last_listed)? {
+        return Ok(false);
+    }
+    write_lost(dir, lost)
+}
+
+fn write_lost(dir: &Path, lost: &LostRecords) -> Result<bool, LogError> {
     let path = dir.join(LOST_FILE);
     let name = lost
         .segment
@@ -350,10 +372,15 @@ fn orphan_indexes(dir: &Path) -> Option<(usize, u64)> {
     let mut found = 0;
     let mut last = None;
     for base in index_bases(dir) {
-        let listed = read_index(dir, base).last().map(|e| e.0);
-        if base > 0 || listed.is_some() {
+        // Entries that agree with the name: a junk file named like an index proves
+        // nothing (it kept a new log from being made; found in review).
+        let entries = read_index(dir, base);
+        let agrees = entries
+            .first()
+            .is_some_and(|&(o, p)| o >= base && p >= SEGMENT_HEADER_BYTES);
+        if agrees {
             found += 1;
-            last = last.max(listed.or(Some(base)));
+            last = last.max(entries.last().map(|e| e.0));
         }
     }
     last.map(|last| (found, last))
@@ -435,7 +462,7 @@ fn orphan_listing(dir: &Path, end: u64) -> Option<u64> {
         return None;
     }
     let mut last = None;
-    for base in index_bases(dir) {
+    for base in index_bases(dir).into_iter().filter(|&b| b >= end) {
         let entries = read_index(dir, base);
         if base == end {
             last = last.max(entries.last().map(|e| e.0).filter(|&o| o >= end));
@@ -773,8 +800,13 @@ struct Writer {
     dir: PathBuf,
     options: EmbeddedOptions,
     lock: File,
-    /// The log directory, locked with `lock` (a deleted `LOCK` cannot be locked anew).
+    /// The log directory, locked with `lock` (a deleted `LOCK` cannot be locked anew) where
+    /// its file system locks directories, and compared with the path before each batch.
     dir_lock: File,
+    /// Whether `dir_lock` takes a lock: not on file systems that refuse to lock a
+    /// directory (NFS turns `flock` into a POSIX lock, which needs a file open for
+    /// writing), where `LOCK` alone serializes writers, as before.
+    dir_locks: bool,
     /// The last segment, open for writing.
     active: Option<ActiveSegment>,
     recovery: Option<TailRecovery>,
@@ -803,11 +835,32 @@ impl Writer {
             .open(&lock_path)
             .map_err(|e| LogError::io(&lock_path, e))?;
         let dir_lock = File::open(dir).map_err(|e| LogError::io(dir, e))?;
+        let dir_locks = match dir_lock.try_lock() {
+            Ok(()) => {
+                dir_lock.unlock().map_err(|e| LogError::io(dir, e))?;
+                true
+            }
+            Err(std::fs::TryLockError::WouldBlock) => true,
+            // EBADF, ENOLCK, EOPNOTSUPP (Linux numbers): this file system cannot lock a
+            // directory opened for reading.
+            Err(std::fs::TryLockError::Error(e))
+                if matches!(e.raw_os_error(), Some(9 | 37 | 95)) =>
+            {
+                tracing::warn!(
+                    dir = %dir.display(),
+                    "this file system cannot lock the log directory ({e}); writers are \
+                     serialized by LOCK alone, so do not delete LOCK while one runs"
+                );
+                false
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(LogError::io(dir, e)),
+        };
         let mut writer = Writer {
             dir: dir.to_path_buf(),
             options,
             lock,
             dir_lock,
+            dir_locks,
             active: None,
             recovery: None,
             lost: None,
@@ -821,11 +874,13 @@ impl Writer {
         &mut self,
         f: impl FnOnce(&mut Writer) -> Result<T, LogError>,
     ) -> Result<T, LogError> {
-        self.dir_lock
-            .lock()
-            .map_err(|e| LogError::io(&self.dir, e))?;
+        if self.dir_locks {
+            self.dir_lock
+                .lock()
+                .map_err(|e| LogError::io(&self.dir, e))?;
+        }
         if let Err(e) = self.lock.lock() {
-            let _ = self.dir_lock.unlock();
+            let _ = self.unlock_dir();
             return Err(LogError::io(self.dir.join("LOCK"), e));
         }
         // The path must still name the directory locked: a symbolic link swapped under a
@@ -833,7 +888,7 @@ impl Writer {
         // (found by hostile testing). One `stat` per batch.
         if let Err(e) = self.same_directory() {
             let _ = self.lock.unlock();
-            let _ = self.dir_lock.unlock();
+            let _ = self.unlock_dir();
             return Err(e);
         }
         let result = f(self);
@@ -841,14 +896,20 @@ impl Writer {
             .lock
             .unlock()
             .map_err(|e| LogError::io(self.dir.join("LOCK"), e));
-        let dir_unlocked = self
-            .dir_lock
-            .unlock()
-            .map_err(|e| LogError::io(&self.dir, e));
+        let dir_unlocked = self.unlock_dir();
         let value = result?;
         unlocked?;
         dir_unlocked?;
         Ok(value)
+    }
+
+    fn unlock_dir(&self) -> Result<(), LogError> {
+        if !self.dir_locks {
+            return Ok(());
+        }
+        self.dir_lock
+            .unlock()
+            .map_err(|e| LogError::io(&self.dir, e))
     }
 
     /// Whether the log's path still names the directory this writer opened and locked.

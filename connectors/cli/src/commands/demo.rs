@@ -301,7 +301,10 @@ fn remove_previous_log(dir: &Path) -> anyhow::Result<()> {
         );
     }
     let marker = dir.join(MARKER);
-    if dir.exists() {
+    // An empty folder holds nothing to protect (made by hand, or a run that stopped before
+    // its marker).
+    let empty = std::fs::read_dir(dir).is_ok_and(|mut entries| entries.next().is_none());
+    if dir.exists() && !empty {
         if !marker.is_file() {
             bail!(
                 "{} holds a log that `lhc demo` did not write (no {MARKER} in it); not \

@@ -972,7 +972,8 @@ fn check(target: &LogArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         // A checkpoint covers the records it was written after: one past the end is
         // evidence of records that are gone (`lhc log checkpoint` refuses to remove it).
         if let Ok(log) = lhc_log::EmbeddedLog::open_read_only(dir) {
-            let checkpoint = lhc_replay::checkpoint::beyond(dir, &log, report.end_offset);
+            let checkpoint = lhc_replay::checkpoint::beyond(dir, &log, report.end_offset)
+                .inspect_err(|e| eprintln!("warning: the checkpoints could not be read: {e}"));
             // Said once: a loss a writer kept already names these records.
             let kept = |covers: u64| {
                 all_kept.iter().flatten().any(|k| {

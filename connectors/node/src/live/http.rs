@@ -594,19 +594,19 @@ async fn vda_heartbeat(
         non_empty(&format!("sessions[{i}].id"), &s.id)?;
         non_empty(&format!("sessions[{i}].user"), &s.user)?;
     }
-    let record = move |ts| {
+    // The record contract's rule across fields, as `lhc log import` applies it.
+    lhc_engine::decode::unique_session_ids(&body.sessions)
+        .map_err(|e| ApiError::bad(format!("field `{}`: {}", e.path, e.detail)))?;
+    me(&shared)?;
+    let offset = append_kept(&shared, move |ts| {
         Record::VdaHeartbeat(VdaHeartbeat {
             record_id: None,
             ts,
             machine: body.machine.as_str().into(),
             sessions: body.sessions.clone(),
         })
-    };
-    // The record contract's rule across fields, as `lhc log import` applies it.
-    lhc_engine::decode::unique_sessions(&record(lhc_engine::Ts(0)))
-        .map_err(|e| ApiError::bad(format!("field `{}`: {}", e.path, e.detail)))?;
-    me(&shared)?;
-    let offset = append_kept(&shared, record).await?;
+    })
+    .await?;
     Ok(accepted(offset))
 }
 
