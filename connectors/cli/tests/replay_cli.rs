@@ -959,4 +959,18 @@ fn query_launches_names_the_user_of_each_request_when_ids_are_reused() {
         ],
         "{out}"
     );
+    // A connector the log never named: refused, naming those it did (it listed nothing).
+    let out = lhc(&[
+        "query",
+        &file,
+        "-q",
+        "--at",
+        "2026-01-05T09:05:00Z",
+        "launches",
+        "--connector",
+        "nosuch.example",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("no connector \"nosuch.example\""), "{said}");
 }

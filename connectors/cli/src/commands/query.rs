@@ -824,6 +824,18 @@ fn answer(
             ..
         } => {
             let (from, to) = launch_window(since, until, reason, at, zone, quiet)?;
+            // A connector the log never named is a typo, not "no launches" (as `lhc-data`
+            // and `machine` say for theirs; found by hostile testing).
+            if let Some(name) = connector {
+                let known = engine.connectors();
+                if !known.keys().any(|k| k.eq_ignore_ascii_case(name)) {
+                    let names: Vec<&str> = known.keys().map(|k| k.as_str()).collect();
+                    bail!(
+                        "no connector {name:?} in the log up to {at} (its connectors: {})",
+                        names.join(", ")
+                    );
+                }
+            }
             let same = |filter: &Option<String>, value: &str| {
                 filter
                     .as_ref()
