@@ -228,12 +228,20 @@ impl Simulator {
         if !(options.session_minutes > 0.0 && options.session_minutes <= 100_000.0) {
             return bad("--session-minutes must be a number of minutes in (0, 100000]".into());
         }
+        // R-CSS-4's range: outside it every import of the simulated site fails (505).
+        if !(60_000..=3_600_000).contains(&options.heartbeat_period_ms) {
+            return bad(format!(
+                "--heartbeat-period must be from 1m to 1h (the range a configuration may \
+                 hold, R-CSS-4), not {} ms: outside it every import fails",
+                options.heartbeat_period_ms
+            ));
+        }
         // Record times must stay within RFC 3339's four-digit years.
         const LAST_MS: i64 = 253_402_300_799_999; // 9999-12-31T23:59:59.999Z
         let end_ms = options.start.millis() + (options.hours * 3_600_000.0) as i64;
         if options.start.millis() < 0 || end_ms > LAST_MS {
             return bad(format!(
-                "--start {} with --hours {} leaves the years 1970..=9999 that records can carry",
+                "--start {} with --hours {} leaves the years 1970..=9999 the simulator writes",
                 options.start, options.hours
             ));
         }

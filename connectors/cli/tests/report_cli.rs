@@ -486,3 +486,54 @@ fn the_report_counts_what_users_saw_apart_from_retried_rejections() {
         .collect();
     assert_eq!(affected, seen.into_iter().collect::<Vec<_>>());
 }
+
+/// `--out` that cannot be a page (a directory, a folder that does not exist) is refused
+/// before the work, with nothing printed (the report was computed and printed, then the
+/// write failed with the OS's words; found by hostile testing). And `simulate` refuses a
+/// heartbeat period outside the range a configuration may hold (every import failed).
+#[test]
+fn unusable_out_paths_and_heartbeat_periods_are_refused_up_front() {
+    let tmp = tempfile::tempdir().unwrap();
+    let example = root().join("docs/examples/site-outage.jsonl");
+    let example = example.to_str().unwrap();
+    let missing = tmp.path().join("no/such/page.html");
+    for command in [["report", "outage"], ["forensics", "sync"]] {
+        for (out, says) in [
+            (
+                tmp.path().to_str().unwrap(),
+                "is a directory: give a file name",
+            ),
+            (missing.to_str().unwrap(), "does not exist"),
+        ] {
+            let done = std::process::Command::new(env!("CARGO_BIN_EXE_lhc"))
+                .args(command)
+                .args([example, "--out", out])
+                .output()
+                .unwrap();
+            assert_eq!(done.status.code(), Some(2), "{command:?} {out}");
+            assert!(
+                done.stdout.is_empty(),
+                "{command:?}: printed before refusing"
+            );
+            let said = String::from_utf8_lossy(&done.stderr);
+            assert!(said.contains(says), "{said}");
+        }
+    }
+    let done = std::process::Command::new(env!("CARGO_BIN_EXE_lhc"))
+        .args([
+            "simulate",
+            "-q",
+            "--hours",
+            "1",
+            "--heartbeat-period",
+            "0s",
+            "--out",
+        ])
+        .arg(tmp.path().join("s.jsonl"))
+        .output()
+        .unwrap();
+    assert_eq!(done.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&done.stderr).contains("--heartbeat-period must be from 1m to 1h")
+    );
+}

@@ -376,6 +376,29 @@ fn the_as_it_happened_side_verifies_a_recorded_chain() {
     let w = whatif(&[&log, "--site", setting, "--verify", chain]);
     assert_eq!(w["before"]["verified"]["links"], 11, "{}", w["before"]);
     assert!(w["before"]["verified"].get("first_difference").is_none());
+    let whole_log_after_last_link = w["before"]["verified"]["unverified"].as_u64().unwrap();
+    // A chain cut short verifies only what it covers, and says so (it claimed the side
+    // checked; found by hostile testing).
+    let short = tmp.path().join("short.jsonl");
+    let two: String = text.lines().take(2).map(|l| format!("{l}\n")).collect();
+    std::fs::write(&short, two).unwrap();
+    let w = whatif(&[&log, "--site", setting, "--verify", short.to_str().unwrap()]);
+    assert_eq!(w["before"]["verified"]["links"], 2);
+    assert!(
+        w["before"]["verified"]["unverified"].as_u64().unwrap() > whole_log_after_last_link,
+        "{}",
+        w["before"]
+    );
+    let (said, _) = ok(lhc(&[
+        "whatif",
+        &log,
+        "-q",
+        "--site",
+        setting,
+        "--verify",
+        short.to_str().unwrap(),
+    ]));
+    assert!(said.contains("record(s) were not verified"), "{said}");
     // One hex digit of the digest after offset 99 changed (still a well-formed digest).
     let at =
         text.find("\"offset\":99,\"digest\":\"").unwrap() + "\"offset\":99,\"digest\":\"".len();

@@ -155,6 +155,9 @@ pub struct Verified {
     pub links: u64,
     /// Links of the chain past the end of the replay.
     pub unreached: u64,
+    /// Records of the replay after the chain's last link: not verified (a chain written
+    /// from a shorter log, or cut).
+    pub unverified: u64,
     /// The first link that differs: (offset, digest in the chain, digest of the replay).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub first_difference: Option<(u64, String, String)>,
@@ -341,6 +344,7 @@ pub fn replay_side<R: Records + ?Sized>(
         verified: Verified {
             links: 0,
             unreached: 0,
+            unverified: 0,
             first_difference: None,
         },
         launch: None,
@@ -364,6 +368,9 @@ pub fn replay_side<R: Records + ?Sized>(
     } = watcher;
     let verified = verify.map(|chain| {
         verified.unreached = chain.range(last_offset.map_or(0, |o| o + 1)..).count() as u64;
+        if let (Some(last), Some((&linked, _))) = (last_offset, chain.last_key_value()) {
+            verified.unverified = last.saturating_sub(linked);
+        }
         verified
     });
     Ok(Side {

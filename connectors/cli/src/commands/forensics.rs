@@ -54,6 +54,9 @@ pub fn run(command: ForensicsCommand, quiet: bool) -> anyhow::Result<ExitCode> {
                 crate::args::print_sites(&sites, format.get(), summary, |r| &r.root_causes)?;
                 return Ok(ExitCode::SUCCESS);
             }
+            if let Some(path) = &out {
+                crate::render::check_out(path)?;
+            }
             if let (Some(path), Some(input)) = (&out, source.input_path()) {
                 crate::args::refuse_overwrite(path, &[&input])?;
             }

@@ -68,6 +68,9 @@ pub fn run(command: ReportCommand, quiet: bool) -> anyhow::Result<ExitCode> {
                 )?;
                 return Ok(ExitCode::SUCCESS);
             }
+            if let Some(path) = &out {
+                crate::render::check_out(path)?;
+            }
             if let (Some(path), Some(input)) = (&out, source.input_path()) {
                 crate::args::refuse_overwrite(path, &[&input])?;
             }

@@ -42,7 +42,8 @@ pub struct SimulateArgs {
     /// Time of the first record (RFC 3339, UTC).
     #[arg(long, default_value = "2026-01-05T09:00:00Z")]
     start: String,
-    /// VDA registration heartbeat period; VDAs heartbeat every half period.
+    /// VDA registration heartbeat period (1m to 1h, the range a configuration may hold);
+    /// VDAs heartbeat every half period.
     #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = humantime::parse_duration)]
     heartbeat_period: Duration,
     /// Cloud outage: START+DURATION from the start of the log, like 1h+40m (repeatable).

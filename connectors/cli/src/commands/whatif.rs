@@ -19,11 +19,12 @@ use crate::render::duration;
 #[derive(clap::Args)]
 #[command(after_long_help = "Examples:\n  \
     lhc whatif lhc-demo/log --without-bad-changes\n  \
-    lhc whatif site.jsonl --site reuse_machines_without_shutdown_in_outage_allowed=true \\\n      \
-    --group pooled-w11:reuse_machines_without_shutdown_in_outage=true\n  \
-    lhc whatif site.jsonl --drop 'connector.lifecycle connector=cc1.z2.example event=start'\n  \
-    lhc whatif site.jsonl --set onprem_outage_s=30\n  \
-    lhc whatif site.jsonl --patch extra-connector.jsonl\n\n\
+    lhc whatif lhc-demo/log --site reuse_machines_without_shutdown_in_outage_allowed=true \\\n      \
+    --group pool-z1:reuse_machines_without_shutdown_in_outage=true\n  \
+    lhc whatif lhc-demo/log --drop 'peer.probe connector=cc2.z1.sim.example peer=cc1.z1.sim.example'\n  \
+    lhc whatif lhc-demo/log --set onprem_outage_s=30\n  \
+    lhc whatif lhc-demo/log --patch extra.jsonl    # records of your own, merged by time\n\n\
+    (lhc-demo/log is what `lhc demo` writes; any log or JSONL file works the same.)\n\n\
     Observations (health checks, probes, heartbeats, sessions, launch requests) are replayed \
     as recorded; only the engine's decisions change. Nothing is written to the log.")]
 pub struct WhatIfArgs {
@@ -60,9 +61,13 @@ pub struct WhatIfArgs {
     /// (repeatable).
     #[arg(long, value_name = "FILE")]
     patch: Vec<PathBuf>,
-    /// Give every --patch record this time instead of its own (RFC 3339, UTC).
+    /// Give every --patch record this time instead of its own (RFC 3339 with Z or an
+    /// offset, or a local time read in --tz).
     #[arg(long, value_name = "TIME", requires = "patch")]
     at: Option<String>,
+    /// Time zone (IANA name, like Europe/Berlin) of an --at given without an offset.
+    #[arg(long, value_name = "ZONE", requires = "at")]
+    tz: Option<String>,
     /// Remove the records matching TYPE [FIELD=VALUE ...] (a value ending in * matches a
     /// prefix), like 'config.change version=7' (repeatable).
     #[arg(long = "drop", value_name = "FILTER")]
@@ -131,10 +136,15 @@ fn plan(args: &WhatIfArgs) -> anyhow::Result<Plan> {
     for g in &args.group {
         plan.set_group(g)?;
     }
+    let zone = args
+        .tz
+        .as_deref()
+        .map(crate::time::Zone::named)
+        .transpose()?;
     let at = args
         .at
         .as_deref()
-        .map(|t| crate::time::parse_instant(t, None))
+        .map(|t| crate::time::parse_instant(t, zone.as_ref()))
         .transpose()
         .context("--at")?;
     for path in &args.patch {
@@ -292,6 +302,14 @@ pub fn summary(w: &WhatIf, limit: usize) -> String {
                 String::new()
             }
         );
+        if v.unverified > 0 {
+            let _ = writeln!(
+                t,
+                "warning: the chain ends before the log does: the last {} record(s) were not \
+                 verified (was the chain written from a shorter log?)",
+                v.unverified
+            );
+        }
     }
     let _ = writeln!(t, "\n{}", w.verdict);
     let _ = writeln!(

@@ -46,6 +46,23 @@ pub fn duration(s: i64) -> String {
     }
 }
 
+/// Refuses an `--out` that cannot be written as a page, before any work: a directory, or a
+/// path whose folder does not exist (the report was computed, printed, then refused).
+pub fn check_out(path: &Path) -> anyhow::Result<()> {
+    if path.is_dir() {
+        anyhow::bail!("--out {} is a directory: give a file name", path.display());
+    }
+    let folder = path.parent().filter(|p| !p.as_os_str().is_empty());
+    if let Some(folder) = folder.filter(|f| !f.is_dir()) {
+        anyhow::bail!(
+            "--out {}: the folder {} does not exist",
+            path.display(),
+            folder.display()
+        );
+    }
+    Ok(())
+}
+
 /// Writes an HTML page and says so unless quiet.
 pub fn write_page(path: &Path, html: &str, quiet: bool) -> anyhow::Result<()> {
     std::fs::write(path, html).with_context(|| format!("writing {}", path.display()))?;
