@@ -1110,7 +1110,12 @@ impl Writer {
         let path = segment_path(&self.dir, base);
         // An index already there lists records of a segment that was emptied or deleted:
         // kept before the new segment's empty index replaces it.
-        if let Some(&(listed, _)) = read_index(&self.dir, base).last() {
+        // (Entries that agree with the segment's name and header: junk proves nothing.)
+        let entries = read_index(&self.dir, base);
+        let agrees = entries
+            .first()
+            .is_some_and(|&(o, p)| o >= base && p >= SEGMENT_HEADER_BYTES);
+        if let Some(&(listed, _)) = entries.last().filter(|_| agrees) {
             if listed >= base {
                 if base == 0 {
                     return Err(first_segment_emptied(&self.dir, listed));

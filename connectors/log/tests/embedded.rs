@@ -1019,6 +1019,10 @@ fn a_later_loss_over_reused_offsets_is_kept_and_junk_indexes_prove_nothing() {
     let fresh = tmp.path().join("fresh");
     std::fs::create_dir_all(&fresh).unwrap();
     std::fs::write(fresh.join(format!("{:020}.idx", 5)), b"junk").unwrap();
+    // One entry's worth of junk at the first index's name: a position inside the header.
+    let mut entry = 5u64.to_le_bytes().to_vec();
+    entry.extend(3u64.to_le_bytes());
+    std::fs::write(fresh.join(format!("{:020}.idx", 0)), entry).unwrap();
     let log = EmbeddedLog::open(&fresh, options(1 << 20)).unwrap();
     assert_eq!(log.append(&[&record(0)]).unwrap(), vec![0]);
 }
