@@ -444,8 +444,7 @@ impl SourceArgs {
         quiet: bool,
         compute: impl FnOnce(&mut lhc_replay::Source) -> Result<T, lhc_replay::SourceError>,
     ) -> anyhow::Result<T> {
-        let (source, bar) = self.open_with_progress("replaying", quiet)?;
-        self.finish_replay(source, bar, quiet, compute)
+        self.replay_as(quiet, true, compute)
     }
 
     /// [`SourceArgs::replay_with`] for `lhc lint`: a source whose every record is
@@ -455,8 +454,19 @@ impl SourceArgs {
         quiet: bool,
         compute: impl FnOnce(&mut lhc_replay::Source) -> Result<T, lhc_replay::SourceError>,
     ) -> anyhow::Result<T> {
+        self.replay_as(quiet, false, compute)
+    }
+
+    /// Opens the source with a spinner and replays it through `compute`
+    /// ([`finish_replay_as`]).
+    fn replay_as<T>(
+        &self,
+        quiet: bool,
+        refuse_all_quarantined: bool,
+        compute: impl FnOnce(&mut lhc_replay::Source) -> Result<T, lhc_replay::SourceError>,
+    ) -> anyhow::Result<T> {
         let (source, bar) = self.open_with_progress("replaying", quiet)?;
-        finish_replay_as(source, bar, quiet, false, compute)
+        finish_replay_as(source, bar, quiet, refuse_all_quarantined, compute)
     }
 
     /// [`SourceArgs::replay_with`] from offset `from` of an embedded log (a checkpoint's
@@ -474,16 +484,6 @@ impl SourceArgs {
         let log = lhc_log::EmbeddedLog::open_read_only(&dir)
             .with_context(|| format!("cannot read {}", dir.display()))?;
         replay_log_with(quiet, Box::new(log), from, quarantined, compute)
-    }
-
-    fn finish_replay<T>(
-        &self,
-        source: lhc_replay::Source,
-        bar: indicatif::ProgressBar,
-        quiet: bool,
-        compute: impl FnOnce(&mut lhc_replay::Source) -> Result<T, lhc_replay::SourceError>,
-    ) -> anyhow::Result<T> {
-        finish_replay(source, bar, quiet, compute)
     }
 }
 

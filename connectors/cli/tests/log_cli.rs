@@ -39,6 +39,17 @@ fn log_arg(dir: &Path) -> String {
     dir.join("log").display().to_string()
 }
 
+/// Cuts segment `seg` right after its first `n` records: 16 bytes of segment header, then
+/// frames of 20 bytes + payload.
+fn cut_after_records(seg: &Path, n: usize) {
+    let bytes = std::fs::read(seg).unwrap();
+    let mut at = 16usize;
+    for _ in 0..n {
+        at += 20 + u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+    }
+    std::fs::write(seg, &bytes[..at]).unwrap();
+}
+
 fn end_offset(log: &str) -> u64 {
     let out = run(&["log", "stats", "--json", "--log", log]);
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -659,14 +670,8 @@ fn check_names_records_cut_off_at_a_frame_boundary() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
     assert!(!text(&out.stdout).contains("records lost"));
 
-    // Cut after 200 records: 16 bytes of segment header, then frames of 20 bytes + payload.
     let seg = tmp.path().join("log").join(format!("{:020}.log", 0));
-    let bytes = std::fs::read(&seg).unwrap();
-    let mut at = 16usize;
-    for _ in 0..200 {
-        at += 20 + u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
-    }
-    std::fs::write(&seg, &bytes[..at]).unwrap();
+    cut_after_records(&seg, 200);
     let out = run(&["log", "check", "--log", &log]);
     let said = text(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{said}");
@@ -738,12 +743,7 @@ fn an_append_after_lost_records_names_them_for_good() {
             .success()
     );
     let seg = tmp.path().join("log").join(format!("{:020}.log", 0));
-    let bytes = std::fs::read(&seg).unwrap();
-    let mut at = 16usize;
-    for _ in 0..200 {
-        at += 20 + u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
-    }
-    std::fs::write(&seg, &bytes[..at]).unwrap();
+    cut_after_records(&seg, 200);
     let tick = "{\"ts\":\"2026-01-05T10:00:00.000Z\",\"type\":\"clock.tick\"}\n";
     for round in 0..2 {
         let out = run_stdin(&["log", "append", "--log", &log], tick);
@@ -781,12 +781,7 @@ fn an_append_after_records_only_a_checkpoint_shows_names_them_for_good() {
     let out = run(&["log", "checkpoint", "-q", "--every", "100", &log]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let seg = tmp.path().join("log").join(format!("{:020}.log", 0));
-    let bytes = std::fs::read(&seg).unwrap();
-    let mut at = 16usize;
-    for _ in 0..200 {
-        at += 20 + u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
-    }
-    std::fs::write(&seg, &bytes[..at]).unwrap();
+    cut_after_records(&seg, 200);
     std::fs::remove_file(seg.with_extension("idx")).unwrap();
     let tick = "{\"ts\":\"2026-01-05T10:00:00.000Z\",\"type\":\"clock.tick\"}\n";
     for round in 0..2 {

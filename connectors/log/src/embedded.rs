@@ -375,10 +375,7 @@ fn orphan_indexes(dir: &Path) -> Option<(usize, u64)> {
         // Entries that agree with the name: a junk file named like an index proves
         // nothing (it kept a new log from being made; found in review).
         let entries = read_index(dir, base);
-        let agrees = entries
-            .first()
-            .is_some_and(|&(o, p)| o >= base && p >= SEGMENT_HEADER_BYTES);
-        if agrees {
+        if index_agrees(&entries, base) {
             found += 1;
             last = last.max(entries.last().map(|e| e.0));
         }
@@ -466,15 +463,19 @@ fn orphan_listing(dir: &Path, end: u64) -> Option<u64> {
         let entries = read_index(dir, base);
         if base == end {
             last = last.max(entries.last().map(|e| e.0).filter(|&o| o >= end));
-        } else if base > end
-            && entries
-                .first()
-                .is_some_and(|&(o, p)| o >= base && p >= SEGMENT_HEADER_BYTES)
-        {
+        } else if base > end && index_agrees(&entries, base) {
             last = last.max(Some(base - 1)).max(entries.last().map(|e| e.0));
         }
     }
     last
+}
+
+/// Whether the entries of the index named for segment `base` agree with that name and a
+/// segment's header: evidence of records, where a junk file named like an index is not.
+fn index_agrees(entries: &[(u64, u64)], base: u64) -> bool {
+    entries
+        .first()
+        .is_some_and(|&(o, p)| o >= base && p >= SEGMENT_HEADER_BYTES)
 }
 
 /// The bases of the index files in `dir` (named like `{base:020}.idx`).
@@ -1112,10 +1113,7 @@ impl Writer {
         // kept before the new segment's empty index replaces it.
         // (Entries that agree with the segment's name and header: junk proves nothing.)
         let entries = read_index(&self.dir, base);
-        let agrees = entries
-            .first()
-            .is_some_and(|&(o, p)| o >= base && p >= SEGMENT_HEADER_BYTES);
-        if let Some(&(listed, _)) = entries.last().filter(|_| agrees) {
+        if let Some(&(listed, _)) = entries.last().filter(|_| index_agrees(&entries, base)) {
             if listed >= base {
                 if base == 0 {
                     return Err(first_segment_emptied(&self.dir, listed));

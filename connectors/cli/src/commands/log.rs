@@ -947,8 +947,7 @@ fn check(target: &LogArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         }
         // Losses a writer found (and appended after, rebuilding the index that showed
         // them): named for good, since the offsets now hold other records.
-        let all_kept = lhc_log::embedded::lost_records(dir)?;
-        for kept in all_kept.iter().cloned() {
+        for kept in lhc_log::embedded::lost_records(dir)? {
             healthy = false;
             match kept {
                 Ok(lost) => println!(
@@ -976,9 +975,8 @@ fn check(target: &LogArgs, quiet: bool) -> anyhow::Result<ExitCode> {
                 .inspect_err(|e| eprintln!("warning: the checkpoints could not be read: {e}"));
             // Said once: a loss a writer kept already names these records.
             let kept = |covers: u64| {
-                all_kept.iter().flatten().any(|k| {
-                    k.first <= report.end_offset && k.last_listed >= covers.saturating_sub(1)
-                })
+                lhc_log::embedded::lost_covers(dir, report.end_offset, covers.saturating_sub(1))
+                    .unwrap_or(false)
             };
             if let Ok(Some((covers, path))) = checkpoint.map(|c| c.filter(|(n, _)| !kept(*n))) {
                 healthy = false;
