@@ -99,9 +99,97 @@ pub struct Snapshot {
     pub(crate) assigned: BTreeSet<String>,
     /// Machines per group, then zone, lowercased, in FQDN order: where a group can run.
     pub(crate) group_zone_machines: BTreeMap<String, BTreeMap<String, BTreeSet<String>>>,
+    /// What placing a machine asks of this catalog, by rank. Derived, so not saved.
+    #[serde(skip)]
+    pub(crate) fits: Fits,
+}
+
+/// What placing a machine in a pool asks of its catalog entry and of its delivery group,
+/// resolved once per catalog: a dense row by rank.
+///
+/// Why: every heartbeat that moves a session, every session event and every launch places
+/// its machine again; looking the machine up in a 40,000-entry map and its group in the
+/// groups' tree each time cost a cache miss and a dozen string comparisons per placement.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Fit {
+    /// Its delivery group's name (lowercased), an index into [`FitTable::names`].
+    pub(crate) group: u32,
+    /// Its zone (lowercased), an index into [`FitTable::names`].
+    pub(crate) zone: u32,
+    /// Session capacity.
+    pub(crate) max_sessions: u32,
+    /// It carries its group's required tag (or the group requires none, or is unknown).
+    pub(crate) tagged: bool,
+    /// Its group is pooled and power-managed: the cloud may power it on.
+    pub(crate) power_on: bool,
+    /// A Remote PC Access machine.
+    pub(crate) remote_pc: bool,
+    /// In maintenance mode per the configuration.
+    pub(crate) maintenance: bool,
+}
+
+/// The fits of a catalog's machines, and the group and zone names they point to.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct FitTable {
+    /// By rank.
+    pub(crate) rows: Vec<Fit>,
+    /// Group and zone names, each once.
+    pub(crate) names: Vec<String>,
+}
+
+/// A catalog's [`FitTable`], built on first use. A cache of what the catalog says:
+/// snapshots that differ only in it are equal.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Fits(std::sync::OnceLock<FitTable>);
+
+impl PartialEq for Fits {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
 }
 
 impl Snapshot {
+    /// What placing each machine asks of this catalog, by rank (built on first use).
+    pub(crate) fn fits(&self) -> &FitTable {
+        self.fits.0.get_or_init(|| {
+            /// `name`'s index in `names`, added at the end the first time.
+            fn intern<'a>(
+                name: &'a str,
+                names: &mut Vec<String>,
+                known: &mut HashMap<&'a str, u32, FxBuildHasher>,
+            ) -> u32 {
+                *known.entry(name).or_insert_with(|| {
+                    names.push(name.to_string());
+                    (names.len() - 1) as u32
+                })
+            }
+            let mut names: Vec<String> = Vec::new();
+            let mut known = HashMap::default();
+            let rows =
+                self.by_rank
+                    .iter()
+                    .map(|id| {
+                        let entry = self.machines.get(id).expect("ranked machines are indexed");
+                        let group = self.groups.get(&entry.delivery_group);
+                        Fit {
+                            group: intern(&entry.delivery_group, &mut names, &mut known),
+                            zone: intern(&entry.zone, &mut names, &mut known),
+                            max_sessions: entry.max_sessions,
+                            tagged: group.and_then(|g| g.restrict_to_tag.as_ref()).is_none_or(
+                                |tag| entry.tags.iter().any(|t| t.eq_ignore_ascii_case(tag)),
+                            ),
+                            power_on: group.is_some_and(|g| {
+                                g.kind == DeliveryGroupKind::SingleSessionPooled && g.power_managed
+                            }),
+                            remote_pc: entry.remote_pc,
+                            maintenance: entry.maintenance,
+                        }
+                    })
+                    .collect();
+            FitTable { rows, names }
+        })
+    }
+
     /// The machine named (case-insensitively).
     pub fn machine(&self, name: &str) -> Option<&MachineEntry> {
         self.machines
@@ -421,6 +509,7 @@ pub fn index(config: &SiteConfig) -> Snapshot {
         assignments: BTreeMap::new(),
         assigned: BTreeSet::new(),
         group_zone_machines: BTreeMap::new(),
+        fits: Fits::default(),
     };
     let count = |kind| config.objects.get(&kind).map_or(0, |m| m.len());
     snapshot.user_groups.reserve(count(ObjectKind::User));

@@ -121,7 +121,14 @@ fn render(steps: &[(Step, i64)]) -> Vec<String> {
                     version += if bad % 7 == 0 { 0 } else { 1 };
                     let zone_ref = if bad % 5 == 0 { "z9" } else { "z1" };
                     let max = if bad % 11 == 0 { 0 } else { 5 };
-                    let extra = if bad % 3 == 0 { r#",{"op":"delete","kind":"machine","id":"vda-2.z1.example"}"# } else { "" };
+                    let mut extra = String::from(if bad % 3 == 0 { r#",{"op":"delete","kind":"machine","id":"vda-2.z1.example"}"# } else { "" });
+                    // A machine first in FQDN order, in some versions only: a change then
+                    // moves the ranks of vda-1 and vda-2, which share a pool.
+                    if bad % 2 == 0 {
+                        extra.push_str(r#",{"op":"upsert","kind":"machine","id":"vda-0.z1.example","data":{"zone":"z1","delivery_group":"g"}}"#);
+                    } else {
+                        extra.push_str(r#",{"op":"delete","kind":"machine","id":"vda-0.z1.example"}"#);
+                    }
                     format!(
                         r#"{{"ts":"{ts}","type":"config.change","version":{version},"ops":[{{"op":"upsert","kind":"site","id":"site"}},{{"op":"upsert","kind":"zone","id":"z1","data":{{"name":"one"}}}},{{"op":"upsert","kind":"zone","id":"z2","data":{{"name":"two"}}}},{{"op":"upsert","kind":"connector","id":"cc-a.z1.example","data":{{"zone":"z1"}}}},{{"op":"upsert","kind":"connector","id":"cc-b.z1.example","data":{{"zone":"z1"}}}},{{"op":"upsert","kind":"connector","id":"CC-C.z1.example","data":{{"zone":"Z1"}}}},{{"op":"upsert","kind":"connector","id":"cc-d.z2.example","data":{{"zone":"z2"}}}},{{"op":"upsert","kind":"delivery_group","id":"g","data":{{"kind":"multi_session"}}}},{{"op":"upsert","kind":"machine","id":"vda-1.z1.example","data":{{"zone":"z1","delivery_group":"g","max_sessions":{max}}}}},{{"op":"upsert","kind":"machine","id":"vda-2.z1.example","data":{{"zone":"{zone_ref}","delivery_group":"g"}}}},{{"op":"upsert","kind":"machine","id":"vda-3.z2.example","data":{{"zone":"z2","delivery_group":"g"}}}}{extra}{BROKERING}]}}"#
                     )

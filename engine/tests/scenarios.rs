@@ -1524,6 +1524,25 @@ fn r_launch_3_reconnect_first_except_in_the_re_registration_gap() {
     );
 }
 
+/// R-LAUNCH-4 across a configuration change that moves every machine's rank (a machine
+/// added first in FQDN order): the pools order machines by rank, and re-placing them one by
+/// one after the change dropped m-b from its pool (taken out as m-c's old rank), so the
+/// launch went to m-c.
+#[test]
+fn r_launch_4_fewest_sessions_still_wins_after_a_change_moves_every_rank() {
+    let out = run("r-launch-4-ranks-move");
+    assert_eq!(
+        summary(decision(&out, "before-change")),
+        brokered(Via::Cloud, "m-c.z1.example", SessionKind::New)
+    );
+    // m-b (bob's session) and m-c (alice's launch, not yet reported) hold one each, m-a
+    // never registered: the tie goes to m-b in FQDN order.
+    assert_eq!(
+        summary(decision(&out, "after-change")),
+        brokered(Via::Cloud, "m-b.z1.example", SessionKind::New)
+    );
+}
+
 /// R-LAUNCH-4
 #[test]
 fn r_launch_4_multi_session_picks_the_fewest_sessions_then_fqdn_and_knows_capacity() {

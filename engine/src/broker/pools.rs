@@ -35,43 +35,54 @@ impl Engine {
             Registrar::Connector(_) => Holder::Connector(&name),
         };
         let load = (runtime.sessions.len() + runtime.pending.len()) as u32;
+        let placed_in = runtime.placed_in.0;
         let catalog = self.catalog_of(holder);
-        let lower = crate::snapshot::lower(machine);
-        // `None`: no catalog knows it (or, powered off, it needs no pool entry).
-        let desired = catalog.as_ref().and_then(|catalog| {
-            let entry = catalog.machines.get(lower.as_ref())?;
-            let group = catalog.groups.get(&entry.delivery_group);
-            let maintenance = entry.maintenance || self.marked(holder, machine);
-            let tagged = group
-                .and_then(|g| g.restrict_to_tag.as_ref())
-                .is_none_or(|tag| entry.tags.iter().any(|t| t.eq_ignore_ascii_case(tag)));
-            let room = load < entry.max_sessions;
-            // R-LAUNCH-5: a Remote PC machine is only ever its assigned user's, never in a
-            // pool (neither offered nor counted: a pool's reasons are its own machines').
-            let offered = !entry.remote_pc;
-            let available = if holder == Holder::Off {
-                // Powered off: the cloud powers on only idle pooled, power-managed machines;
-                // other kinds need no pool entry (a static machine is found by assignment).
-                let power_on = group.is_some_and(|g| {
-                    g.kind == DeliveryGroupKind::SingleSessionPooled && g.power_managed
-                });
-                if !power_on {
-                    return None;
-                }
-                (offered && !maintenance && tagged && load == 0).then_some(0)
-            } else {
-                (offered && !maintenance && tagged && room).then_some(load)
-            };
-            Some(Wanted {
-                group: entry.delivery_group.as_str(),
-                zone: entry.zone.as_str(),
-                rank: entry.rank,
-                available,
-                registered: offered && !maintenance && holder != Holder::Off,
-                tagged: offered && !maintenance && holder != Holder::Off && tagged,
-            })
+        // The machine's rank in the catalog: remembered from its last placement while the
+        // catalog's version is the same (a version's catalog, the cloud's or a
+        // connector's, indexes the same objects), else looked up by name.
+        let rank = catalog.as_ref().map(|catalog| match placed_in {
+            Some((version, rank)) if version == catalog.version => rank,
+            _ => catalog
+                .machines
+                .get(crate::snapshot::lower(machine).as_ref())
+                .map(|e| e.rank),
         });
+        // `None`: no catalog knows it (or, powered off, it needs no pool entry).
+        let desired = catalog
+            .as_ref()
+            .zip(rank.flatten())
+            .and_then(|(catalog, rank)| {
+                let table = catalog.fits();
+                let fit = table.rows[rank as usize];
+                let maintenance = fit.maintenance || self.marked(holder, machine);
+                let tagged = fit.tagged;
+                let room = load < fit.max_sessions;
+                // R-LAUNCH-5: a Remote PC machine is only ever its assigned user's, never in a
+                // pool (neither offered nor counted: a pool's reasons are its own machines').
+                let offered = !fit.remote_pc;
+                let available = if holder == Holder::Off {
+                    // Powered off: the cloud powers on only idle pooled, power-managed machines;
+                    // other kinds need no pool entry (a static machine is found by assignment).
+                    if !fit.power_on {
+                        return None;
+                    }
+                    (offered && !maintenance && tagged && load == 0).then_some(0)
+                } else {
+                    (offered && !maintenance && tagged && room).then_some(load)
+                };
+                Some(Wanted {
+                    group: table.names[fit.group as usize].as_str(),
+                    zone: table.names[fit.zone as usize].as_str(),
+                    rank,
+                    available,
+                    registered: offered && !maintenance && holder != Holder::Off,
+                    tagged: offered && !maintenance && holder != Holder::Off && tagged,
+                })
+            });
         let runtime = self.machines.get_mut(machine).expect("found above");
+        if let (Some(catalog), Some(rank)) = (&catalog, rank) {
+            runtime.placed_in.0 = Some((catalog.version, rank));
+        }
         let unchanged = match (runtime.placement.as_deref(), &desired) {
             (None, None) => true,
             (Some(now), Some(wanted)) => wanted.is(now, holder),
@@ -83,26 +94,8 @@ impl Engine {
         let desired = desired.map(|w| w.placement(holder));
         let old =
             std::mem::replace(&mut runtime.placement, desired.clone().map(Box::new)).map(|b| *b);
-        // A pool exists only while something contributes to it, so kept and rebuilt pools agree.
-        let contributes = |p: &Placement| p.available.is_some() || p.registered;
-        if let Some(old) = old.filter(contributes) {
-            let pool = self
-                .pools
-                .get_mut(&old.key)
-                .expect("contributing machines have a pool");
-            if let Some(load) = old.available {
-                if let Some(at_load) = pool.available.get_mut(&load) {
-                    at_load.remove(&old.rank);
-                    if at_load.is_empty() {
-                        pool.available.remove(&load);
-                    }
-                }
-            }
-            pool.registered -= u32::from(old.registered);
-            pool.tagged -= u32::from(old.tagged);
-            if pool.available.is_empty() && pool.registered == 0 {
-                self.pools.remove(&old.key);
-            }
+        if let Some(old) = old {
+            self.withdraw(old);
         }
         if let Some(new) = desired.filter(contributes) {
             let pool = self.pools.or_default(new.key);
@@ -111,6 +104,51 @@ impl Engine {
             }
             pool.registered += u32::from(new.registered);
             pool.tagged += u32::from(new.tagged);
+        }
+    }
+
+    /// Takes a machine's contribution out of its pool (a pool exists only while something
+    /// contributes to it, so kept and rebuilt pools agree).
+    fn withdraw(&mut self, old: Placement) {
+        if !contributes(&old) {
+            return;
+        }
+        let pool = self
+            .pools
+            .get_mut(&old.key)
+            .expect("contributing machines have a pool");
+        if let Some(load) = old.available {
+            if let Some(at_load) = pool.available.get_mut(&load) {
+                at_load.remove(&old.rank);
+                if at_load.is_empty() {
+                    pool.available.remove(&load);
+                }
+            }
+        }
+        pool.registered -= u32::from(old.registered);
+        pool.tagged -= u32::from(old.tagged);
+        if pool.available.is_empty() && pool.registered == 0 {
+            self.pools.remove(&old.key);
+        }
+    }
+
+    /// Places `machines` again after the catalog they are placed from changed: every one
+    /// leaves its pool before any is placed anew.
+    ///
+    /// Why: a pool orders machines by their rank in the catalog, and a new catalog moves
+    /// ranks (a machine added first in FQDN order moves all the others). Placed one by one,
+    /// a machine that left rank 1 for rank 2 would take out, as its old rank 1, the entry of
+    /// the machine that had just moved to rank 1.
+    pub(crate) fn replace_all(&mut self, machines: &[impl AsRef<str>]) {
+        for machine in machines {
+            if let Some(runtime) = self.machines.get_mut(machine.as_ref()) {
+                if let Some(old) = runtime.placement.take() {
+                    self.withdraw(*old);
+                }
+            }
+        }
+        for machine in machines {
+            self.place(machine.as_ref());
         }
     }
 
@@ -127,9 +165,7 @@ impl Engine {
         }
         let mut names: Vec<compact_str::CompactString> = self.machines.keys().cloned().collect();
         names.sort_unstable();
-        for name in names {
-            self.place(&name);
-        }
+        self.replace_all(&names);
     }
 
     /// After a machine's sessions changed: the user index, pending launches matched or
@@ -342,6 +378,12 @@ impl Wanted<'_> {
             tagged: self.tagged,
         }
     }
+}
+
+/// Whether a placement counts in its pool (a pool exists only while something contributes
+/// to it).
+fn contributes(p: &Placement) -> bool {
+    p.available.is_some() || p.registered
 }
 
 /// Whether `key` is `pieces` joined with U+001F, as [`pool_key`] joins them.

@@ -111,7 +111,25 @@ pub struct MachineRuntime {
     pub(crate) pending: Vec<crate::broker::PendingLaunch>,
     /// Its contribution to the brokering pools.
     pub(crate) placement: Option<Box<crate::broker::Placement>>,
+    /// Its rank in the catalog it was last placed from, as of that catalog's version
+    /// (None: the catalog does not know it), so placing it again costs no lookup by name.
+    /// Derived from the configuration, so not saved.
+    #[serde(skip)]
+    pub(crate) placed_in: PlacedIn,
 }
+
+/// A machine's rank in the catalog of a configuration version, remembered (see
+/// [`MachineRuntime::placed_in`]). A cache: runtimes that differ only in it are equal.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct PlacedIn(pub(crate) Option<(u64, Option<u32>)>);
+
+impl PartialEq for PlacedIn {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for PlacedIn {}
 
 /// A machine as listings show it (the node's SDK, `lhc query`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]

@@ -105,6 +105,8 @@ impl Engine {
         rebuilt.pools.all_mut().clear();
         for runtime in rebuilt.machines.all_mut().values_mut() {
             runtime.placement = None;
+            // Rebuilt by name, so that a stale remembered rank shows as a difference.
+            runtime.placed_in = Default::default();
         }
         rebuilt.place_all();
         if rebuilt.pools != self.pools {

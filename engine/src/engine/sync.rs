@@ -151,9 +151,7 @@ impl Engine {
                 .iter()
                 .cloned()
                 .collect();
-            for machine in held {
-                self.place(&machine);
-            }
+            self.replace_all(&held);
             self.update_view(name, ts, out);
         } else {
             if !trace {
