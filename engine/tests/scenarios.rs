@@ -1524,6 +1524,25 @@ fn r_launch_3_reconnect_first_except_in_the_re_registration_gap() {
     );
 }
 
+/// R-LAUNCH-4 with a leftover runtime: a heartbeat named `P-B.Z1.example` before any such
+/// machine was configured left a runtime of that (unknown) name; the configured machine is
+/// `p-b.z1.example`, another object. The leftover must not take p-b's rank into the pool of
+/// powered-off machines: after a change re-placed every machine it did, and carol's launch
+/// went to p-b, single-session and busy, instead of the idle p-d (or, where that pool was
+/// gone, the engine panicked).
+#[test]
+fn r_launch_4_a_runtime_named_in_another_case_takes_no_configured_machines_rank() {
+    let out = run("r-launch-4-case-twin");
+    assert_eq!(
+        summary(decision(&out, "L1")),
+        brokered(Via::Cloud, "p-c.z1.example", SessionKind::New)
+    );
+    assert_eq!(
+        summary(decision(&out, "L2")),
+        brokered(Via::Cloud, "p-d.z1.example", SessionKind::New)
+    );
+}
+
 /// R-LAUNCH-4 across a configuration change that moves every machine's rank (a machine
 /// added first in FQDN order): the pools order machines by rank, and re-placing them one by
 /// one after the change dropped m-b from its pool (taken out as m-c's old rank), so the

@@ -200,7 +200,7 @@ impl Engine {
     }
 
     /// The catalog a registrar brokers from: the cloud's, or a connector's snapshot.
-    fn catalog_of(&mut self, holder: Holder<'_>) -> Option<Arc<Snapshot>> {
+    pub(crate) fn catalog_of(&mut self, holder: Holder<'_>) -> Option<Arc<Snapshot>> {
         match holder {
             Holder::Cloud | Holder::Off => Some(self.cloud_catalog()),
             Holder::Connector(name) => self.snapshot_of(name).cloned(),

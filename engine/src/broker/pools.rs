@@ -39,12 +39,16 @@ impl Engine {
         let catalog = self.catalog_of(holder);
         // The machine's rank in the catalog: remembered from its last placement while the
         // catalog's version is the same (a version's catalog, the cloud's or a
-        // connector's, indexes the same objects), else looked up by name.
+        // connector's, indexes the same objects), else looked up by name. Only the object
+        // of this exact id is this machine: a runtime left under a name that differs only
+        // in case (a heartbeat before the machine was configured) is another, unknown
+        // machine, and must not take the configured machine's rank into a pool.
         let rank = catalog.as_ref().map(|catalog| match placed_in {
             Some((version, rank)) if version == catalog.version => rank,
             _ => catalog
                 .machines
                 .get(crate::snapshot::lower(machine).as_ref())
+                .filter(|e| e.id == machine)
                 .map(|e| e.rank),
         });
         // `None`: no catalog knows it (or, powered off, it needs no pool entry).

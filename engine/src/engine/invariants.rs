@@ -109,6 +109,30 @@ impl Engine {
             runtime.placed_in = Default::default();
         }
         rebuilt.place_all();
+        // A pool names its machines by rank: each rank must be the machine that holds the
+        // placement (its exact id), or the pool offers another machine in its stead.
+        // (In name order: `sorted`, so the first machine named is the same from run to run.)
+        let placed: Vec<(String, Registrar, u32)> = rebuilt
+            .machines
+            .sorted()
+            .into_iter()
+            .filter_map(|(name, r)| {
+                let p = r.placement.as_deref()?;
+                Some((name.to_string(), r.registrar.clone(), p.rank))
+            })
+            .collect();
+        for (name, registrar, rank) in placed {
+            let catalog = rebuilt.catalog_of(registrar.holder());
+            let at_rank = catalog.as_ref().and_then(|c| {
+                let id = c.by_rank.get(rank as usize)?;
+                c.machines.get(id.as_str()).map(|e| e.id.clone())
+            });
+            if at_rank.as_deref() != Some(name.as_str()) {
+                return Err(format!(
+                    "machine {name:?} is placed at rank {rank}, which is {at_rank:?} in its catalog"
+                ));
+            }
+        }
         if rebuilt.pools != self.pools {
             // In key order, so that the message is the same from run to run.
             let differ: Vec<_> = self
