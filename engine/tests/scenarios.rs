@@ -1543,6 +1543,19 @@ fn r_launch_4_a_runtime_named_in_another_case_takes_no_configured_machines_rank(
     );
 }
 
+/// R-LAUNCH-4 (and R-REG-4) for a machine renamed by case in the cloud during an outage:
+/// the connector's snapshot still names it `M-A.z1.example`, the cloud now
+/// `m-a.z1.example`, and its heartbeat registers it (under the current id) with the LHC
+/// broker, which must offer it: it is the machine its snapshot's entry stands for.
+#[test]
+fn r_launch_4_a_machine_renamed_by_case_is_offered_from_the_older_snapshot() {
+    let out = run("r-launch-4-renamed-by-case");
+    assert_eq!(
+        summary(decision(&out, "L1")),
+        brokered(Via::Lhc, "M-A.z1.example", SessionKind::New)
+    );
+}
+
 /// R-LAUNCH-4 across a configuration change that moves every machine's rank (a machine
 /// added first in FQDN order): the pools order machines by rank, and re-placing them one by
 /// one after the change dropped m-b from its pool (taken out as m-c's old rank), so the

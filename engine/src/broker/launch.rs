@@ -552,20 +552,24 @@ impl Engine {
             .machines
             .get(machine.as_str())
             .map_or(machine.clone(), |m| m.id.clone());
-        self.machines.or_default(exact.as_str().into());
+        // The launch counts on the runtime the catalog entry stands for (`catalog_rank`):
+        // under the current configuration's id when a connector's older snapshot names a
+        // machine renamed by case since, so that its load is the one its pool sees.
+        let own = self
+            .site
+            .machine(&exact)
+            .map_or_else(|| exact.clone(), |m| m.id.clone());
+        self.machines.or_default(own.as_str().into());
         let tally = self.user_sessions.or_default(user.into());
-        tally.get_or_default(exact.as_str()).pending += 1;
-        let runtime = self
-            .machines
-            .get_mut(exact.as_str())
-            .expect("just inserted");
+        tally.get_or_default(own.as_str()).pending += 1;
+        let runtime = self.machines.get_mut(own.as_str()).expect("just inserted");
         runtime.pending.push(PendingLaunch {
             request: compact_str::CompactString::default(),
             user: user.into(),
             ts,
         });
-        self.pending_expiry.insert((ts, exact.as_str().into()));
-        self.place(&exact);
+        self.pending_expiry.insert((ts, own.as_str().into()));
+        self.place(&own);
         Choice {
             machine: exact,
             session: SessionKind::New,

@@ -39,17 +39,11 @@ impl Engine {
         let catalog = self.catalog_of(holder);
         // The machine's rank in the catalog: remembered from its last placement while the
         // catalog's version is the same (a version's catalog, the cloud's or a
-        // connector's, indexes the same objects), else looked up by name. Only the object
-        // of this exact id is this machine: a runtime left under a name that differs only
-        // in case (a heartbeat before the machine was configured) is another, unknown
-        // machine, and must not take the configured machine's rank into a pool.
+        // connector's, indexes the same objects; a configuration change forgets it, see
+        // `replace_all`), else looked up.
         let rank = catalog.as_ref().map(|catalog| match placed_in {
             Some((version, rank)) if version == catalog.version => rank,
-            _ => catalog
-                .machines
-                .get(crate::snapshot::lower(machine).as_ref())
-                .filter(|e| e.id == machine)
-                .map(|e| e.rank),
+            _ => self.catalog_rank(catalog, machine),
         });
         // `None`: no catalog knows it (or, powered off, it needs no pool entry).
         let desired = catalog
@@ -143,9 +137,13 @@ impl Engine {
     /// ranks (a machine added first in FQDN order moves all the others). Placed one by one,
     /// a machine that left rank 1 for rank 2 would take out, as its old rank 1, the entry of
     /// the machine that had just moved to rank 1.
+    ///
+    /// Their remembered ranks are forgotten too: which runtime a catalog entry stands for
+    /// depends on the current configuration as well (`catalog_rank`).
     pub(crate) fn replace_all(&mut self, machines: &[impl AsRef<str>]) {
         for machine in machines {
             if let Some(runtime) = self.machines.get_mut(machine.as_ref()) {
+                runtime.placed_in = Default::default();
                 if let Some(old) = runtime.placement.take() {
                     self.withdraw(*old);
                 }
@@ -154,6 +152,31 @@ impl Engine {
         for machine in machines {
             self.place(machine.as_ref());
         }
+    }
+
+    /// The rank of `machine` in `catalog`, if this runtime is the machine the catalog's
+    /// entry of that name stands for: the runtime under the current configuration's id of
+    /// the name or, for a name the configuration no longer holds, under the catalog's own.
+    ///
+    /// Why: runtimes are keyed by exact id and catalogs by lowercased id. A runtime left by
+    /// a heartbeat that named `P-B.Z1.example` before `p-b.z1.example` was configured is
+    /// another (unknown) object and must not take p-b's rank into a pool; but a machine
+    /// renamed by case in the cloud (its runtime now under the new id) still brokers from a
+    /// connector's older snapshot, which names it the old way. At most one runtime stands
+    /// for an entry, so no two share a rank in a pool.
+    pub(crate) fn catalog_rank(
+        &self,
+        catalog: &crate::snapshot::Snapshot,
+        machine: &str,
+    ) -> Option<u32> {
+        let entry = catalog
+            .machines
+            .get(crate::snapshot::lower(machine).as_ref())?;
+        let stands_for = match self.site.machine(machine) {
+            Some(current) => current.id == machine,
+            None => entry.id == machine,
+        };
+        stands_for.then_some(entry.rank)
     }
 
     /// Re-places every machine (after a configuration change or an import), creating the

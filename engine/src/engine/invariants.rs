@@ -110,7 +110,8 @@ impl Engine {
         }
         rebuilt.place_all();
         // A pool names its machines by rank: each rank must be the machine that holds the
-        // placement (its exact id), or the pool offers another machine in its stead.
+        // placement (the one runtime its catalog entry stands for), or the pool offers
+        // another machine in its stead.
         // (In name order: `sorted`, so the first machine named is the same from run to run.)
         let placed: Vec<(String, Registrar, u32)> = rebuilt
             .machines
@@ -123,13 +124,14 @@ impl Engine {
             .collect();
         for (name, registrar, rank) in placed {
             let catalog = rebuilt.catalog_of(registrar.holder());
-            let at_rank = catalog.as_ref().and_then(|c| {
-                let id = c.by_rank.get(rank as usize)?;
-                c.machines.get(id.as_str()).map(|e| e.id.clone())
-            });
-            if at_rank.as_deref() != Some(name.as_str()) {
+            let own = catalog
+                .as_ref()
+                .and_then(|c| rebuilt.catalog_rank(c, &name));
+            if own != Some(rank) {
+                let at_rank = catalog.as_ref().and_then(|c| c.by_rank.get(rank as usize));
                 return Err(format!(
-                    "machine {name:?} is placed at rank {rank}, which is {at_rank:?} in its catalog"
+                    "machine {name:?} is placed at rank {rank} ({at_rank:?} in its catalog), \
+                     its own rank there is {own:?}"
                 ));
             }
         }
