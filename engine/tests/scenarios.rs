@@ -1556,6 +1556,20 @@ fn r_launch_4_a_machine_renamed_by_case_is_offered_from_the_older_snapshot() {
     );
 }
 
+/// R-LAUNCH-5 for an assigned machine renamed by case in the cloud during an outage: the
+/// connector's snapshot assigns `S-A.z1.example`, the cloud now names it `s-a.z1.example`,
+/// and its heartbeat registers it with the LHC broker, which must give alice her machine
+/// (it looked for the runtime under the snapshot's id and refused
+/// `no_registered_machine`).
+#[test]
+fn r_launch_5_an_assigned_machine_renamed_by_case_is_still_its_users() {
+    let out = run("r-launch-5-static-renamed-by-case");
+    assert_eq!(
+        summary(decision(&out, "L1")),
+        brokered(Via::Lhc, "S-A.z1.example", SessionKind::New)
+    );
+}
+
 /// R-LAUNCH-4 across a configuration change that moves every machine's rank (a machine
 /// added first in FQDN order): the pools order machines by rank, and re-placing them one by
 /// one after the change dropped m-b from its pool (taken out as m-c's old rank), so the

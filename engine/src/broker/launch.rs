@@ -243,6 +243,9 @@ impl Engine {
             let entry = catalog
                 .machines
                 .get(crate::snapshot::lower(machine).as_ref())?;
+            // Only the runtime the entry stands for (a machine's stale old-case record
+            // after a rename by case is not it).
+            self.catalog_rank(catalog, machine)?;
             // The cloud reaches a machine only while its zone offers the cloud path.
             let held = runtime.registrar.holder() == holder
                 && (lhc || crate::engine::zone_offers_cloud(&self.connectors, &entry.zone));
@@ -469,7 +472,12 @@ impl Engine {
             .machines
             .get(machine.as_str())
             .ok_or(Reason::NoRegisteredMachine)?;
-        let exact = entry.id.clone();
+        // The runtime the entry stands for (see `catalog_rank`): under the current
+        // configuration's id when the machine was renamed by case since this snapshot.
+        let exact = self
+            .site
+            .machine(&entry.id)
+            .map_or_else(|| entry.id.clone(), |m| m.id.clone());
         let runtime = self.machines.get(exact.as_str());
         let reachable = lhc || crate::engine::zone_offers_cloud(&self.connectors, &entry.zone);
         let held = reachable && runtime.is_some_and(|r| r.registrar.holder() == holder);
