@@ -57,6 +57,15 @@ fn end_offset(log: &str) -> u64 {
     v["end_offset"].as_u64().unwrap()
 }
 
+/// A log at `dir`/log holding the example site's records, imported as a user would.
+fn example_log(dir: &Path) -> String {
+    let log = log_arg(dir);
+    let file = write(dir, "in.jsonl", EXAMPLE);
+    let out = run(&["log", "import", "-q", file.to_str().unwrap(), "--log", &log]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    log
+}
+
 fn write(dir: &Path, name: &str, content: &str) -> PathBuf {
     let path = dir.join(name);
     std::fs::write(&path, content).unwrap();
@@ -657,13 +666,7 @@ fn two_imports_at_once_never_both_claim_the_log() {
 #[test]
 fn check_names_records_cut_off_at_a_frame_boundary() {
     let tmp = tempfile::tempdir().unwrap();
-    let log = log_arg(tmp.path());
-    let file = write(tmp.path(), "in.jsonl", EXAMPLE);
-    assert!(
-        run(&["log", "import", "-q", file.to_str().unwrap(), "--log", &log])
-            .status
-            .success()
-    );
+    let log = example_log(tmp.path());
     let out = run(&["log", "checkpoint", "-q", "--every", "100", &log]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let out = run(&["log", "check", "--log", &log]);
@@ -735,13 +738,7 @@ fn log_commands_on_a_jsonl_file_say_what_to_run() {
 #[test]
 fn an_append_after_lost_records_names_them_for_good() {
     let tmp = tempfile::tempdir().unwrap();
-    let log = log_arg(tmp.path());
-    let file = write(tmp.path(), "in.jsonl", EXAMPLE);
-    assert!(
-        run(&["log", "import", "-q", file.to_str().unwrap(), "--log", &log])
-            .status
-            .success()
-    );
+    let log = example_log(tmp.path());
     let seg = tmp.path().join("log").join(format!("{:020}.log", 0));
     cut_after_records(&seg, 200);
     let tick = "{\"ts\":\"2026-01-05T10:00:00.000Z\",\"type\":\"clock.tick\"}\n";
@@ -771,13 +768,7 @@ fn an_append_after_lost_records_names_them_for_good() {
 #[test]
 fn an_append_after_records_only_a_checkpoint_shows_names_them_for_good() {
     let tmp = tempfile::tempdir().unwrap();
-    let log = log_arg(tmp.path());
-    let file = write(tmp.path(), "in.jsonl", EXAMPLE);
-    assert!(
-        run(&["log", "import", "-q", file.to_str().unwrap(), "--log", &log])
-            .status
-            .success()
-    );
+    let log = example_log(tmp.path());
     let out = run(&["log", "checkpoint", "-q", "--every", "100", &log]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let seg = tmp.path().join("log").join(format!("{:020}.log", 0));
@@ -820,13 +811,7 @@ fn an_append_after_records_only_a_checkpoint_shows_names_them_for_good() {
 #[test]
 fn junk_named_like_a_checkpoint_is_no_evidence_of_loss() {
     let tmp = tempfile::tempdir().unwrap();
-    let log = log_arg(tmp.path());
-    let file = write(tmp.path(), "in.jsonl", EXAMPLE);
-    assert!(
-        run(&["log", "import", "-q", file.to_str().unwrap(), "--log", &log])
-            .status
-            .success()
-    );
+    let log = example_log(tmp.path());
     let dir = tmp.path().join("log").join("checkpoints");
     std::fs::create_dir_all(&dir).unwrap();
     for (name, bytes) in [

@@ -361,7 +361,8 @@ impl Log for EmbeddedLog {
     }
 }
 
-fn segment_path(dir: &Path, base: u64) -> PathBuf {
+/// The file of the segment whose first offset is `base` in log directory `dir`.
+pub fn segment_path(dir: &Path, base: u64) -> PathBuf {
     dir.join(format!("{base:020}.log"))
 }
 

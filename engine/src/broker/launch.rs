@@ -245,7 +245,9 @@ impl Engine {
                 .get(crate::snapshot::lower(machine).as_ref())?;
             // Only the runtime the entry stands for (a machine's stale old-case record
             // after a rename by case is not it).
-            self.catalog_rank(catalog, machine)?;
+            if self.runtime_id(&entry.id) != machine.as_str() {
+                return None;
+            }
             // The cloud reaches a machine only while its zone offers the cloud path.
             let held = runtime.registrar.holder() == holder
                 && (lhc || crate::engine::zone_offers_cloud(&self.connectors, &entry.zone));
@@ -472,12 +474,9 @@ impl Engine {
             .machines
             .get(machine.as_str())
             .ok_or(Reason::NoRegisteredMachine)?;
-        // The runtime the entry stands for (see `catalog_rank`): under the current
-        // configuration's id when the machine was renamed by case since this snapshot.
-        let exact = self
-            .site
-            .machine(&entry.id)
-            .map_or_else(|| entry.id.clone(), |m| m.id.clone());
+        // The runtime the entry stands for: under the current configuration's id when the
+        // machine was renamed by case since this snapshot.
+        let exact = self.runtime_id(&entry.id).to_string();
         let runtime = self.machines.get(exact.as_str());
         let reachable = lhc || crate::engine::zone_offers_cloud(&self.connectors, &entry.zone);
         let held = reachable && runtime.is_some_and(|r| r.registrar.holder() == holder);
@@ -560,13 +559,10 @@ impl Engine {
             .machines
             .get(machine.as_str())
             .map_or(machine.clone(), |m| m.id.clone());
-        // The launch counts on the runtime the catalog entry stands for (`catalog_rank`):
-        // under the current configuration's id when a connector's older snapshot names a
-        // machine renamed by case since, so that its load is the one its pool sees.
-        let own = self
-            .site
-            .machine(&exact)
-            .map_or_else(|| exact.clone(), |m| m.id.clone());
+        // The launch counts on the runtime the catalog entry stands for: under the current
+        // configuration's id when a connector's older snapshot names a machine renamed by
+        // case since, so that its load is the one its pool sees.
+        let own = self.runtime_id(&exact).to_string();
         self.machines.or_default(own.as_str().into());
         let tally = self.user_sessions.or_default(user.into());
         tally.get_or_default(own.as_str()).pending += 1;

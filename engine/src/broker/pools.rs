@@ -154,16 +154,25 @@ impl Engine {
         }
     }
 
-    /// The rank of `machine` in `catalog`, if this runtime is the machine the catalog's
-    /// entry of that name stands for: the runtime under the current configuration's id of
-    /// the name or, for a name the configuration no longer holds, under the catalog's own.
+    /// The id of the runtime a catalog entry of id `entry_id` stands for: the current
+    /// configuration's id of that name or, for a name the configuration no longer holds,
+    /// the entry's own.
     ///
     /// Why: runtimes are keyed by exact id and catalogs by lowercased id. A runtime left by
     /// a heartbeat that named `P-B.Z1.example` before `p-b.z1.example` was configured is
     /// another (unknown) object and must not take p-b's rank into a pool; but a machine
     /// renamed by case in the cloud (its runtime now under the new id) still brokers from a
-    /// connector's older snapshot, which names it the old way. At most one runtime stands
-    /// for an entry, so no two share a rank in a pool.
+    /// connector's older snapshot, which names it the old way. One runtime stands for an
+    /// entry, so no two share a rank in a pool, and placement, launches and reconnects all
+    /// ask this.
+    pub(crate) fn runtime_id<'a>(&'a self, entry_id: &'a str) -> &'a str {
+        self.site
+            .machine(entry_id)
+            .map_or(entry_id, |m| m.id.as_str())
+    }
+
+    /// The rank of `machine` in `catalog`, if this runtime is the one its catalog entry
+    /// stands for ([`Engine::runtime_id`]).
     pub(crate) fn catalog_rank(
         &self,
         catalog: &crate::snapshot::Snapshot,
@@ -172,11 +181,7 @@ impl Engine {
         let entry = catalog
             .machines
             .get(crate::snapshot::lower(machine).as_ref())?;
-        let stands_for = match self.site.machine(machine) {
-            Some(current) => current.id == machine,
-            None => entry.id == machine,
-        };
-        stands_for.then_some(entry.rank)
+        (self.runtime_id(&entry.id) == machine).then_some(entry.rank)
     }
 
     /// Re-places every machine (after a configuration change or an import), creating the

@@ -293,7 +293,7 @@ const MARKER: &str = ".lhc-demo";
 /// files.
 fn remove_previous_log(dir: &Path) -> anyhow::Result<()> {
     let work = dir.parent().unwrap_or(Path::new("."));
-    if work.join(format!("{:020}.log", 0)).exists() {
+    if lhc_log::embedded::segment_path(work, 0).exists() {
         bail!(
             "{} is an lhc log directory; the demo writes a log of its own into DIR/log: give \
              it a directory of its own (--dir)",
