@@ -1052,6 +1052,60 @@ fn r_reg_4_machines_missing_from_the_snapshot_are_refused_as_unknown() {
         .any(|r| r.connector == A && r.accepted));
 }
 
+/// R-REG-4 (and R-REG-2/3): a machine deleted from the cloud's configuration during LHC
+/// mode is still in the elected broker's snapshot: it registers there at its next
+/// heartbeat and takes launches; once LHC mode ends the cloud, which no longer knows it,
+/// refuses it.
+#[test]
+fn r_reg_4_a_machine_deleted_in_the_cloud_during_lhc_mode_registers_from_the_snapshot() {
+    let out = run("r-reg-4-deleted-in-outage");
+    let m2: Vec<(Ts, &str, bool, Option<Reason>)> = registrations(&out, M2)
+        .iter()
+        .map(|r| (r.ts, r.connector.as_str(), r.accepted, r.reason))
+        .collect();
+    assert_eq!(
+        m2,
+        vec![
+            (at(305.0), A, true, None),
+            (at(1501.0), A, false, None),
+            (at(1630.0), "cloud", false, Some(Reason::UnknownMachine)),
+        ],
+        "no refusal by the cloud while the zone is in LHC mode"
+    );
+    let l1 = decision(&out, "L1");
+    assert_eq!(
+        (l1.outcome, l1.machine.as_deref()),
+        (Outcome::Brokered, Some(M2))
+    );
+}
+
+/// R-REG-1/3: a machine registered with the cloud, then deleted from its configuration,
+/// leaves the cloud at its next heartbeat (the refusal); added again, it is not brokered
+/// onto until a heartbeat registers it again, visibly.
+#[test]
+fn r_reg_1_a_machine_refused_as_unknown_is_not_registered_until_it_registers_again() {
+    let out = run("r-reg-1-deleted-and-added");
+    let m2: Vec<(Ts, &str, bool, Option<Reason>)> = registrations(&out, M2)
+        .iter()
+        .map(|r| (r.ts, r.connector.as_str(), r.accepted, r.reason))
+        .collect();
+    assert_eq!(
+        m2,
+        vec![
+            (at(5.0), "cloud", true, None),
+            (at(15.0), "cloud", false, Some(Reason::UnknownMachine)),
+            (at(30.0), "cloud", true, None),
+        ]
+    );
+    let l1 = decision(&out, "L1");
+    assert_eq!(
+        (l1.outcome, l1.reason),
+        (Outcome::Rejected, Some(Reason::NoRegisteredMachine)),
+        "added again but not registered again"
+    );
+    assert_eq!(decision(&out, "L2").machine.as_deref(), Some(M2));
+}
+
 /// R-CSS-1
 #[test]
 fn r_css_1_first_check_at_first_naming_then_every_interval_with_overrides() {

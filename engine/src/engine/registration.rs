@@ -86,25 +86,48 @@ impl Engine {
                 found = machines.get_mut_unrecorded(id);
             }
         }
-        let Some((machine, zone_index)) = resolved else {
-            // Not in the site configuration: the cloud broker refuses it.
-            let name = CompactString::from(hb.machine.as_str());
-            let runtime = match found {
-                Some(r) => r,
-                None => machines.or_default(name.clone()),
-            };
-            let change = unknown_machine(runtime, connectors, site.version, hb, ts, out);
-            // (Rare: recorded whether it changed anything or not.)
-            machines.record(name.as_str());
-            return change;
+        // Where the VDA is: its zone in the site configuration, or (not in it, rare) in the
+        // snapshot of a broker of its zone in LHC mode.
+        let (machine, zone, zone_index, cloud) = match resolved {
+            Some((machine, zone_index)) => {
+                let zone: &str = site.zone_name(zone_index);
+                // R-REG-1: the zone offers the cloud path through a connector in
+                // working_normally that has had a check since its start, or, in the
+                // detection gap while no connector of the zone is in LHC mode, through one
+                // in pending_ha. So a restarted or pending connector never pulls VDAs off
+                // the LHC broker. (Any order will do for this question: no lookup of each
+                // connector by name.)
+                let cloud = zone_index_offers_cloud(connectors, zone_index, zone);
+                (machine, zone, Some(zone_index), cloud)
+            }
+            None => {
+                // Deleted from the site configuration during LHC mode, a machine is still
+                // in the snapshot its zone's LHC broker brokers from: the VDA talks to that
+                // broker, not to the cloud, and R-REG-4 refuses only machines the snapshot
+                // lacks. Otherwise, or once its zone offers the cloud path again, the cloud
+                // broker refuses it.
+                let entry =
+                    lhc_snapshot_entry(connectors, connector_order, validations, &hb.machine)
+                        .filter(|entry| !zone_offers_cloud(connectors, &entry.zone));
+                let Some(entry) = entry else {
+                    let name = CompactString::from(hb.machine.as_str());
+                    let runtime = match found {
+                        Some(r) => r,
+                        None => machines.or_default(name.clone()),
+                    };
+                    let change = unknown_machine(runtime, connectors, site.version, hb, ts, out);
+                    // (Rare: recorded whether it changed anything or not.)
+                    machines.record(name.as_str());
+                    return change;
+                };
+                if entry.id != hb.machine {
+                    // Named in another case than the snapshot's id: the runtime is keyed by
+                    // the id (as `Engine::runtime_id` answers for an entry the site lacks).
+                    found = machines.get_mut_unrecorded(entry.id.as_str());
+                }
+                (entry.id.as_str(), entry.zone.as_str(), None, false)
+            }
         };
-        let zone: &str = site.zone_name(zone_index);
-        // R-REG-1: the zone offers the cloud path through a connector in working_normally
-        // that has had a check since its start, or, in the detection gap while no connector
-        // of the zone is in LHC mode, through one in pending_ha. So a restarted or pending
-        // connector never pulls VDAs off the LHC broker. (Any order will do for this
-        // question: no lookup of each connector by name.)
-        let cloud = zone_index_offers_cloud(connectors, zone_index, zone);
         let current = found.as_deref().map(|r| &r.registrar);
         let (target, refusals) = if cloud {
             (None, Vec::new())
@@ -129,9 +152,9 @@ impl Engine {
         if runtime
             .resolved
             .as_ref()
-            .is_none_or(|(version, _)| *version != site.version)
+            .is_none_or(|(version, zone)| *version != site.version || *zone != zone_index)
         {
-            runtime.resolved = Some((site.version, Some(zone_index)));
+            runtime.resolved = Some((site.version, zone_index));
         }
         // What a row of the machine holds changed: its sessions, a refusal (perhaps: one
         // already reported changes nothing, but is rare enough to count), its registrar.
@@ -241,10 +264,13 @@ pub(super) struct SessionsChange {
 }
 
 /// A heartbeat of a machine the site configuration does not name: the cloud refuses it
-/// (once per change). Deleted from the configuration while registered with a broker, the
-/// broker still holds it, so its session count follows; held by nobody, its sessions are
-/// not kept: what a VDA unknown to the site can cost is bounded (its refusal), whatever it
-/// reports.
+/// (once per change). Registered with the cloud (deleted from the configuration since), it
+/// is so no longer: the refusal is that change (R-REG-3), and the cloud brokers nothing
+/// onto it even if the machine is added again, until a heartbeat registers it anew.
+/// Registered with a connector that no longer knows it (not reached from a heartbeat in LHC
+/// mode, whose broker's snapshot holds the machine), that broker still holds it, so its
+/// session count follows; held by nobody, its sessions are not kept: what a VDA unknown to
+/// the site can cost is bounded (its refusal), whatever it reports.
 fn unknown_machine(
     runtime: &mut MachineRuntime,
     connectors: &mut BTreeMap<String, Connector>,
@@ -253,6 +279,10 @@ fn unknown_machine(
     ts: Ts,
     out: &mut Vec<Output>,
 ) -> Option<SessionsChange> {
+    let left_cloud = runtime.registrar == Registrar::Cloud;
+    if left_cloud {
+        runtime.registrar = Registrar::None;
+    }
     let reported = if runtime.registrar == Registrar::None {
         Vec::new()
     } else {
@@ -271,12 +301,33 @@ fn unknown_machine(
         0,
         out,
     );
-    let changed = old != runtime.sessions;
-    changed.then(|| SessionsChange {
+    let same = old == runtime.sessions;
+    // Leaving the cloud takes the machine out of the cloud's pools.
+    (!same || left_cloud).then(|| SessionsChange {
         machine: hb.machine.into(),
         old,
-        same: false,
+        same,
     })
+}
+
+/// The snapshot entry of `machine` at the first connector in LHC mode (FQDN order) whose
+/// snapshot holds it in the connector's own zone: where a VDA the site configuration no
+/// longer names can still register (R-REG-4).
+fn lhc_snapshot_entry<'v>(
+    connectors: &BTreeMap<String, Connector>,
+    connector_order: &[String],
+    validations: &'v BTreeMap<u64, Validation>,
+    machine: &str,
+) -> Option<&'v crate::snapshot::MachineEntry> {
+    connector_order
+        .iter()
+        .map(|name| &connectors[name])
+        .filter(|c| c.in_lhc())
+        .find_map(|c| {
+            snapshot_in(validations, c)
+                .and_then(|s| s.machine(machine))
+                .filter(|entry| entry.zone == c.zone)
+        })
 }
 
 /// Without the cloud path: the first connector of `zone` (FQDN order) in LHC mode that
