@@ -1106,6 +1106,113 @@ fn r_reg_1_a_machine_refused_as_unknown_is_not_registered_until_it_registers_aga
     assert_eq!(decision(&out, "L2").machine.as_deref(), Some(M2));
 }
 
+/// (time, connector, accepted, reason) of a machine's registration outputs.
+fn registration_history(
+    outputs: &[Output],
+    machine: &str,
+) -> Vec<(Ts, String, bool, Option<Reason>)> {
+    registrations(outputs, machine)
+        .iter()
+        .map(|r| (r.ts, r.connector.clone(), r.accepted, r.reason))
+        .collect()
+}
+
+/// R-REG-1/3: the refusal of a deleted machine whose VDA spells its name in another case
+/// ends the cloud registration of the machine's runtime, not of a second one.
+#[test]
+fn r_reg_1_a_deleted_machine_named_in_another_case_leaves_the_cloud() {
+    let out = run("r-reg-1-deleted-named-in-another-case");
+    assert_eq!(
+        registration_history(&out, M2),
+        vec![
+            (at(5.0), "cloud".into(), true, None),
+            (
+                at(15.0),
+                "cloud".into(),
+                false,
+                Some(Reason::UnknownMachine)
+            ),
+            (at(30.0), "cloud".into(), true, None),
+        ]
+    );
+    assert_eq!(
+        decision(&out, "L1").reason,
+        Some(Reason::NoRegisteredMachine)
+    );
+    assert_eq!(decision(&out, "L2").machine.as_deref(), Some(M2));
+}
+
+/// R-REG-2/3: a deleted machine that registered with the LHC broker from its snapshot
+/// leaves it, visibly, once its zone offers the cloud path again (a connector restarted and
+/// checked), and the cloud refuses it; the broker no longer brokers onto it.
+#[test]
+fn r_reg_3_a_deleted_machine_leaves_the_lhc_broker_when_the_cloud_path_returns() {
+    let out = run("r-reg-3-deleted-leaves-lhc-broker");
+    let history = registration_history(&out, M2);
+    let leave = history.iter().position(|r| r.0 == at(500.0)).unwrap();
+    assert_eq!(
+        history[leave..],
+        [
+            (at(500.0), A.to_string(), false, None),
+            (
+                at(500.0),
+                "cloud".into(),
+                false,
+                Some(Reason::UnknownMachine)
+            ),
+        ]
+    );
+    assert_eq!(
+        decision(&out, "L1").reason,
+        Some(Reason::NoRegisteredMachine)
+    );
+}
+
+/// R-REG-4: after a failover the elected broker, whose snapshot (imported after the delete)
+/// lacks the machine, refuses it `unknown_machine`; the cloud, unreachable, does not.
+#[test]
+fn r_reg_4_a_deleted_machine_is_refused_by_the_broker_whose_snapshot_lacks_it() {
+    let out = run("r-reg-4-deleted-failover");
+    let history = registration_history(&out, M2);
+    assert!(history.iter().all(|r| r.1 != "cloud"), "{history:?}");
+    assert!(history.contains(&(
+        at(900.0),
+        "cc-b.z1.example".into(),
+        false,
+        Some(Reason::UnknownMachine)
+    )));
+    assert_eq!(decision(&out, "L1").machine.as_deref(), Some(M2));
+    assert_eq!(
+        decision(&out, "L2").reason,
+        Some(Reason::NoRegisteredMachine)
+    );
+}
+
+/// R-REG-2: a machine the cloud refused, then registered with an LHC broker, is refused by
+/// the cloud again when it comes back to it still unknown.
+#[test]
+fn r_reg_2_the_cloud_refuses_an_unknown_machine_again_after_it_registered_elsewhere() {
+    let out = run("r-reg-2-unknown-refused-again");
+    let refusals: Vec<Ts> = registration_history(&out, M2)
+        .into_iter()
+        .filter(|r| r.1 == "cloud")
+        .map(|r| r.0)
+        .collect();
+    assert_eq!(refusals, vec![at(40.0), at(1700.0)]);
+}
+
+/// R-LAUNCH-3: a session event naming a deleted (snapshot-registered) machine in another
+/// case reaches the machine's sessions, so the launch reconnects.
+#[test]
+fn r_launch_3_a_session_event_in_another_case_reaches_a_deleted_machine() {
+    let out = run("r-launch-3-deleted-session-event-case");
+    let l1 = decision(&out, "L1");
+    assert_eq!(
+        (l1.machine.as_deref(), l1.session),
+        (Some(M2), Some(SessionKind::Reconnect))
+    );
+}
+
 /// R-CSS-1
 #[test]
 fn r_css_1_first_check_at_first_naming_then_every_interval_with_overrides() {

@@ -101,30 +101,28 @@ impl Engine {
                 (machine, zone, Some(zone_index), cloud)
             }
             None => {
-                // Deleted from the site configuration during LHC mode, a machine is still
-                // in the snapshot its zone's LHC broker brokers from: the VDA talks to that
-                // broker, not to the cloud, and R-REG-4 refuses only machines the snapshot
-                // lacks. Otherwise, or once its zone offers the cloud path again, the cloud
-                // broker refuses it.
-                let entry =
-                    lhc_snapshot_entry(connectors, connector_order, validations, &hb.machine)
-                        .filter(|entry| !zone_offers_cloud(connectors, &entry.zone));
-                let Some(entry) = entry else {
-                    let name = CompactString::from(hb.machine.as_str());
-                    let runtime = match found {
+                // Deleted from the site configuration (during LHC mode, or since the last
+                // import of a connector), a machine is still in the snapshots its zone's
+                // connectors broker from in LHC mode: while the zone has no cloud path, the
+                // VDA deals with them, not with the cloud, and R-REG-4 refuses only a
+                // machine the LHC broker's snapshot lacks. Otherwise the cloud broker
+                // refuses it.
+                let entry = snapshot_entry(connectors, connector_order, validations, &hb.machine);
+                let lhc = entry.filter(|entry| !zone_offers_cloud(connectors, &entry.zone));
+                let Some(entry) = lhc else {
+                    let key = unconfigured_key(machines, entry, &hb.machine);
+                    let runtime = match machines.get_mut_unrecorded(key.as_str()) {
                         Some(r) => r,
-                        None => machines.or_default(name.clone()),
+                        None => machines.or_default(key.clone()),
                     };
-                    let change = unknown_machine(runtime, connectors, site.version, hb, ts, out);
+                    let change = unknown_machine(runtime, connectors, site.version, &key, ts, out);
                     // (Rare: recorded whether it changed anything or not.)
-                    machines.record(name.as_str());
+                    machines.record(key.as_str());
                     return change;
                 };
-                if entry.id != hb.machine {
-                    // Named in another case than the snapshot's id: the runtime is keyed by
-                    // the id (as `Engine::runtime_id` answers for an entry the site lacks).
-                    found = machines.get_mut_unrecorded(entry.id.as_str());
-                }
+                // The runtime is keyed by the snapshot's id (as `Engine::runtime_id`
+                // answers for an entry the site lacks).
+                found = machines.get_mut_unrecorded(entry.id.as_str());
                 (entry.id.as_str(), entry.zone.as_str(), None, false)
             }
         };
@@ -205,7 +203,19 @@ impl Engine {
     pub(super) fn session_event(&mut self, ev: &SessionEvent, ts: Ts, out: &mut Vec<Output>) {
         // One site lookup; the name is inline (no allocation) for ids of up to 24 bytes.
         let configured = self.site.machine_id(&ev.machine);
-        let machine = CompactString::from(configured.unwrap_or(&ev.machine));
+        let machine = match configured {
+            Some(id) => CompactString::from(id),
+            // Not in the site configuration (rare): the runtime its heartbeats keep.
+            None => {
+                let entry = snapshot_entry(
+                    &self.connectors,
+                    &self.connector_order,
+                    &self.validations,
+                    &ev.machine,
+                );
+                unconfigured_key(&self.machines, entry, &ev.machine)
+            }
+        };
         if configured.is_none()
             && !self
                 .machines
@@ -263,71 +273,94 @@ pub(super) struct SessionsChange {
     pub(super) same: bool,
 }
 
-/// A heartbeat of a machine the site configuration does not name: the cloud refuses it
-/// (once per change). Registered with the cloud (deleted from the configuration since), it
-/// is so no longer: the refusal is that change (R-REG-3), and the cloud brokers nothing
-/// onto it even if the machine is added again, until a heartbeat registers it anew.
-/// Registered with a connector that no longer knows it (not reached from a heartbeat in LHC
-/// mode, whose broker's snapshot holds the machine), that broker still holds it, so its
-/// session count follows; held by nobody, its sessions are not kept: what a VDA unknown to
-/// the site can cost is bounded (its refusal), whatever it reports.
+/// A heartbeat of a machine the site configuration does not name, and no LHC broker of its
+/// zone deals with: the cloud refuses it (once, until it registers somewhere again). A
+/// registration it held ends: with the cloud, the refusal is that change (R-REG-3), so the
+/// cloud brokers nothing onto it even once the machine is added again, until a heartbeat
+/// registers it anew; with a connector (its zone has the cloud path again), it leaves that
+/// connector visibly, as any VDA does. Held by nobody, its sessions are not kept: what a VDA
+/// unknown to the site can cost is bounded (its refusal), whatever it reports.
 fn unknown_machine(
     runtime: &mut MachineRuntime,
     connectors: &mut BTreeMap<String, Connector>,
     site_version: u64,
-    hb: VdaHeartbeat,
+    machine: &str,
     ts: Ts,
     out: &mut Vec<Output>,
 ) -> Option<SessionsChange> {
-    let left_cloud = runtime.registrar == Registrar::Cloud;
-    if left_cloud {
-        runtime.registrar = Registrar::None;
+    let registered = runtime.registrar != Registrar::None;
+    match runtime.registrar {
+        Registrar::None => {}
+        Registrar::Cloud => runtime.registrar = Registrar::None,
+        Registrar::Connector(_) => {
+            let sessions = (runtime.sessions.len() as u64, 0);
+            move_registration(
+                connectors,
+                runtime,
+                machine,
+                Registrar::None,
+                sessions,
+                ts,
+                out,
+            );
+        }
     }
-    let reported = if runtime.registrar == Registrar::None {
-        Vec::new()
-    } else {
-        hb.sessions
-    };
-    let (before, after) = (runtime.sessions.len(), reported.len());
-    follow_sessions(connectors, &runtime.registrar, before, after);
-    let old = std::mem::replace(&mut runtime.sessions, reported);
+    let old = std::mem::take(&mut runtime.sessions);
     runtime.resolved = Some((site_version, None));
     refuse(
         runtime,
         ts,
-        &hb.machine,
+        machine,
         Holder::Cloud,
         Reason::UnknownMachine,
         0,
         out,
     );
-    let same = old == runtime.sessions;
-    // Leaving the cloud takes the machine out of the cloud's pools.
-    (!same || left_cloud).then(|| SessionsChange {
-        machine: hb.machine.into(),
+    let same = old.is_empty();
+    // Leaving a registrar takes the machine out of that broker's pools.
+    (!same || registered).then(|| SessionsChange {
+        machine: machine.into(),
         old,
         same,
     })
 }
 
-/// The snapshot entry of `machine` at the first connector in LHC mode (FQDN order) whose
-/// snapshot holds it in the connector's own zone: where a VDA the site configuration no
-/// longer names can still register (R-REG-4).
-fn lhc_snapshot_entry<'v>(
+/// The runtime key of a machine the site configuration does not name, called `name` by a
+/// record: the id of its snapshot `entry` if any, else the runtime already kept under
+/// `name` or (ids are FQDNs, mostly lowercase) under `name` lowercased, else `name`. So a
+/// VDA that spells its name in another case than its former id meets its own runtime.
+fn unconfigured_key(
+    machines: &crate::detmap::Tracked<CompactString, MachineRuntime>,
+    entry: Option<&crate::snapshot::MachineEntry>,
+    name: &str,
+) -> CompactString {
+    if let Some(entry) = entry {
+        return entry.id.as_str().into();
+    }
+    if !machines.contains_key(name) {
+        let lower = name.to_lowercase();
+        if machines.contains_key(lower.as_str()) {
+            return lower.into();
+        }
+    }
+    name.into()
+}
+
+/// The snapshot entry of `machine` at the first connector (FQDN order) whose snapshot holds
+/// it in the connector's own zone: where a VDA the site configuration no longer names is,
+/// for the brokers of that zone in LHC mode (R-REG-4).
+fn snapshot_entry<'v>(
     connectors: &BTreeMap<String, Connector>,
     connector_order: &[String],
     validations: &'v BTreeMap<u64, Validation>,
     machine: &str,
 ) -> Option<&'v crate::snapshot::MachineEntry> {
-    connector_order
-        .iter()
-        .map(|name| &connectors[name])
-        .filter(|c| c.in_lhc())
-        .find_map(|c| {
-            snapshot_in(validations, c)
-                .and_then(|s| s.machine(machine))
-                .filter(|entry| entry.zone == c.zone)
-        })
+    connector_order.iter().find_map(|name| {
+        let c = &connectors[name];
+        snapshot_in(validations, c)
+            .and_then(|s| s.machine(machine))
+            .filter(|entry| entry.zone == c.zone)
+    })
 }
 
 /// Without the cloud path: the first connector of `zone` (FQDN order) in LHC mode that
@@ -425,6 +458,9 @@ fn move_registration(
     }
     let holder = runtime.registrar.holder();
     runtime.refusals.remove(holder.key().as_ref());
+    // Registered somewhere, a machine the cloud refused (unknown to the site) is refused
+    // again, visibly, should it come back to the cloud still unknown.
+    runtime.refusals.remove(Holder::Cloud.key().as_ref());
     out.push(Output::Registration(Registration {
         ts,
         machine: machine.to_string(),
