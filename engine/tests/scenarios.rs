@@ -1188,6 +1188,23 @@ fn r_reg_4_a_deleted_machine_is_refused_by_the_broker_whose_snapshot_lacks_it() 
     );
 }
 
+/// R-REG-2/4: a machine moved to zone 2, then deleted during zone 2's outage, stays with
+/// zone 2's broker (whose snapshot holds it there) although a zone-1 connector whose name
+/// comes first still has a snapshot from before the move.
+#[test]
+fn r_reg_4_a_deleted_machine_stays_with_its_broker_when_snapshots_disagree() {
+    let out = run("r-reg-4-deleted-snapshots-disagree");
+    let d = "cc-d.z2.example";
+    assert_eq!(
+        registration_history(&out, "vda-9.example"),
+        vec![(at(450.0), d.to_string(), true, None)]
+    );
+    assert_eq!(
+        decision(&out, "L1").machine.as_deref(),
+        Some("vda-9.example")
+    );
+}
+
 /// R-REG-2: a machine the cloud refused, then registered with an LHC broker, is refused by
 /// the cloud again when it comes back to it still unknown.
 #[test]

@@ -107,7 +107,17 @@ impl Engine {
                 // VDA deals with them, not with the cloud, and R-REG-4 refuses only a
                 // machine the LHC broker's snapshot lacks. Otherwise the cloud broker
                 // refuses it.
-                let entry = snapshot_entry(connectors, connector_order, validations, &hb.machine);
+                let holder = found.as_deref().and_then(|r| match &r.registrar {
+                    Registrar::Connector(name) => Some(name.clone()),
+                    _ => None,
+                });
+                let entry = snapshot_entry(
+                    connectors,
+                    connector_order,
+                    validations,
+                    &hb.machine,
+                    holder.as_deref(),
+                );
                 let lhc = entry.filter(|entry| !zone_offers_cloud(connectors, &entry.zone));
                 let Some(entry) = lhc else {
                     let key = unconfigured_key(machines, entry, &hb.machine);
@@ -212,6 +222,7 @@ impl Engine {
                     &self.connector_order,
                     &self.validations,
                     &ev.machine,
+                    None,
                 );
                 unconfigured_key(&self.machines, entry, &ev.machine)
             }
@@ -346,21 +357,30 @@ fn unconfigured_key(
     name.into()
 }
 
-/// The snapshot entry of `machine` at the first connector (FQDN order) whose snapshot holds
-/// it in the connector's own zone: where a VDA the site configuration no longer names is,
-/// for the brokers of that zone in LHC mode (R-REG-4).
+/// The snapshot entry of `machine` that tells the brokers where a VDA the site
+/// configuration no longer names is: the snapshot of the connector holding it (`holder`),
+/// else of the first connector in LHC mode, else of the first connector (FQDN order), whose
+/// snapshot holds it in the connector's own zone. Connectors may disagree (a machine moved
+/// to another zone, one of them still on an older snapshot): those that broker it decide,
+/// not the order of their names.
 fn snapshot_entry<'v>(
     connectors: &BTreeMap<String, Connector>,
     connector_order: &[String],
     validations: &'v BTreeMap<u64, Validation>,
     machine: &str,
+    holder: Option<&str>,
 ) -> Option<&'v crate::snapshot::MachineEntry> {
-    connector_order.iter().find_map(|name| {
-        let c = &connectors[name];
+    let entry = |c: &Connector| {
         snapshot_in(validations, c)
             .and_then(|s| s.machine(machine))
             .filter(|entry| entry.zone == c.zone)
-    })
+    };
+    let ordered = || connector_order.iter().map(|name| &connectors[name]);
+    holder
+        .and_then(|name| connectors.get(name))
+        .and_then(entry)
+        .or_else(|| ordered().filter(|c| c.in_lhc()).find_map(entry))
+        .or_else(|| ordered().find_map(entry))
 }
 
 /// Without the cloud path: the first connector of `zone` (FQDN order) in LHC mode that
