@@ -1205,6 +1205,58 @@ fn r_reg_4_a_deleted_machine_stays_with_its_broker_when_snapshots_disagree() {
     );
 }
 
+/// R-REG-1/3: a machine moved to zone 2 and registered with the cloud there, then deleted,
+/// is refused by the cloud; a zone-1 broker in LHC mode whose snapshot (older than the
+/// move) still has it in zone 1 does not take it: it was deleted from zone 2.
+#[test]
+fn r_reg_1_a_deleted_machine_is_not_taken_by_a_stale_snapshot_of_another_zone() {
+    let out = run("r-reg-1-deleted-stale-snapshot-elsewhere");
+    let history = registration_history(&out, "vda-9.example");
+    assert!(history.iter().all(|r| r.1 == "cloud"), "{history:?}");
+    assert_eq!(
+        history.last().map(|r| (r.2, r.3)),
+        Some((false, Some(Reason::UnknownMachine)))
+    );
+    assert_eq!(
+        decision(&out, "L1").reason,
+        Some(Reason::NoRegisteredMachine)
+    );
+}
+
+/// R-REG-3 and 3507: a deleted machine with sessions, registered from the snapshot, leaves
+/// the broker when the cloud path returns; the broker's session count drops by its
+/// sessions (a session event spelled in another case counted among them).
+#[test]
+fn r_reg_3_a_deleted_machine_leaving_the_broker_takes_its_sessions_out_of_the_count() {
+    let out = run("r-reg-3-deleted-leaves-with-sessions");
+    let counts: Vec<(u64, u64)> = events(&out, A, 3507)
+        .iter()
+        .filter_map(|e| match &e.data {
+            EventData::ElectedReport(r) => Some((r.registered_machines, r.sessions)),
+            _ => None,
+        })
+        .collect();
+    assert!(counts.contains(&(2, 4)), "{counts:?}");
+    assert!(counts.contains(&(1, 1)), "{counts:?}");
+    assert_eq!(counts.last(), Some(&(0, 0)));
+}
+
+/// R-REG-2/4: as `r-reg-4-deleted-snapshots-disagree`, with both zones in LHC mode and the
+/// heartbeat after the delete naming the machine in another case.
+#[test]
+fn r_reg_4_a_deleted_machine_named_in_another_case_stays_with_its_broker() {
+    let out = run("r-reg-4-deleted-snapshots-disagree-case");
+    let history = registration_history(&out, "vda-9.example");
+    assert_eq!(
+        history,
+        vec![(at(450.0), "cc-d.z2.example".to_string(), true, None)]
+    );
+    assert_eq!(
+        decision(&out, "L1").machine.as_deref(),
+        Some("vda-9.example")
+    );
+}
+
 /// R-REG-2: a machine the cloud refused, then registered with an LHC broker, is refused by
 /// the cloud again when it comes back to it still unknown.
 #[test]

@@ -107,6 +107,11 @@ pub struct MachineRuntime {
     /// costs one lookup. Derived from the configuration, so not saved.
     #[serde(skip)]
     pub(crate) resolved: Option<(u64, Option<u32>)>,
+    /// The zone (lowercased id) the site configuration gave it when a change deleted it,
+    /// until a change names it again: where its VDA still is for the brokers, whatever
+    /// other zones' older snapshots say (R-REG-4). Absent for every configured machine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) deleted_from: Option<compact_str::CompactString>,
     /// Launches brokered to it that it has not reported yet (they count as load).
     pub(crate) pending: Vec<crate::broker::PendingLaunch>,
     /// Its contribution to the brokering pools.

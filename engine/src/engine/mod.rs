@@ -448,7 +448,53 @@ impl Engine {
                 let Record::ConfigChange(change) = record else {
                     unreachable!("matched above")
                 };
+                // Machines the change deletes remember their zone (see
+                // `MachineRuntime::deleted_from`); those it names again forget it.
+                let deleted: Vec<(String, String)> = change
+                    .ops
+                    .iter()
+                    .filter_map(|op| match op {
+                        crate::config::ConfigOp::Delete(r)
+                            if r.kind == crate::config::ObjectKind::Machine =>
+                        {
+                            let m = self.site.machine(&r.id)?;
+                            Some((m.id.clone(), self.site.zone_name(m.zone).to_string()))
+                        }
+                        _ => None,
+                    })
+                    .collect();
+                let named: Vec<String> = change
+                    .ops
+                    .iter()
+                    .filter_map(|op| match op {
+                        crate::config::ConfigOp::Upsert(object)
+                            if object.kind() == crate::config::ObjectKind::Machine =>
+                        {
+                            Some(object.id().to_string())
+                        }
+                        _ => None,
+                    })
+                    .collect();
                 Arc::make_mut(&mut self.site).apply_checked(change, offset);
+                for (id, zone) in deleted {
+                    if self.site.machine(&id).is_none() {
+                        if let Some(runtime) = self.machines.get_mut(id.as_str()) {
+                            runtime.deleted_from = Some(zone.into());
+                        }
+                    }
+                }
+                for id in named {
+                    let id = self.site.machine_id(&id).unwrap_or(&id).to_string();
+                    if self
+                        .machines
+                        .get(id.as_str())
+                        .is_some_and(|r| r.deleted_from.is_some())
+                    {
+                        if let Some(runtime) = self.machines.get_mut(id.as_str()) {
+                            runtime.deleted_from = None;
+                        }
+                    }
+                }
                 for id in self.site.connector_ids.values() {
                     let zone = self
                         .site

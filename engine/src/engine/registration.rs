@@ -86,8 +86,10 @@ impl Engine {
                 found = machines.get_mut_unrecorded(id);
             }
         }
-        // Where the VDA is: its zone in the site configuration, or (not in it, rare) in the
-        // snapshot of a broker of its zone in LHC mode.
+        // Where the VDA is: its zone in the site configuration, or (not in it, rare) the
+        // zone it had when deleted, or its connectors' snapshots give it.
+        let unconfigured_zone: CompactString;
+        let unconfigured_id: CompactString;
         let (machine, zone, zone_index, cloud) = match resolved {
             Some((machine, zone_index)) => {
                 let zone: &str = site.zone_name(zone_index);
@@ -107,20 +109,31 @@ impl Engine {
                 // VDA deals with them, not with the cloud, and R-REG-4 refuses only a
                 // machine the LHC broker's snapshot lacks. Otherwise the cloud broker
                 // refuses it.
-                let holder = found.as_deref().and_then(|r| match &r.registrar {
-                    Registrar::Connector(name) => Some(name.clone()),
-                    _ => None,
-                });
+                let known = unconfigured_key(machines, None, &hb.machine);
+                let (holder, deleted_from) = match machines.get(known.as_str()) {
+                    Some(r) => (
+                        match &r.registrar {
+                            Registrar::Connector(name) => Some(name.clone()),
+                            _ => None,
+                        },
+                        r.deleted_from.clone(),
+                    ),
+                    None => (None, None),
+                };
                 let entry = snapshot_entry(
                     connectors,
                     connector_order,
                     validations,
                     &hb.machine,
                     holder.as_deref(),
+                    deleted_from.as_deref(),
                 );
-                let lhc = entry.filter(|entry| !zone_offers_cloud(connectors, &entry.zone));
-                let Some(entry) = lhc else {
-                    let key = unconfigured_key(machines, entry, &hb.machine);
+                let zone = entry
+                    .map(|entry| CompactString::from(entry.zone.as_str()))
+                    .or(deleted_from)
+                    .filter(|zone| !zone_offers_cloud(connectors, zone));
+                let Some(zone) = zone else {
+                    let key = entry.map_or(known, |entry| entry.id.as_str().into());
                     let runtime = match machines.get_mut_unrecorded(key.as_str()) {
                         Some(r) => r,
                         None => machines.or_default(key.clone()),
@@ -131,9 +144,16 @@ impl Engine {
                     return change;
                 };
                 // The runtime is keyed by the snapshot's id (as `Engine::runtime_id`
-                // answers for an entry the site lacks).
-                found = machines.get_mut_unrecorded(entry.id.as_str());
-                (entry.id.as_str(), entry.zone.as_str(), None, false)
+                // answers for an entry the site lacks), else as it was found.
+                unconfigured_id = entry.map_or(known, |entry| entry.id.as_str().into());
+                unconfigured_zone = zone;
+                found = machines.get_mut_unrecorded(unconfigured_id.as_str());
+                (
+                    unconfigured_id.as_str(),
+                    unconfigured_zone.as_str(),
+                    None,
+                    false,
+                )
             }
         };
         let current = found.as_deref().map(|r| &r.registrar);
@@ -217,14 +237,20 @@ impl Engine {
             Some(id) => CompactString::from(id),
             // Not in the site configuration (rare): the runtime its heartbeats keep.
             None => {
+                let known = unconfigured_key(&self.machines, None, &ev.machine);
+                let zone = self
+                    .machines
+                    .get(known.as_str())
+                    .and_then(|r| r.deleted_from.as_deref());
                 let entry = snapshot_entry(
                     &self.connectors,
                     &self.connector_order,
                     &self.validations,
                     &ev.machine,
                     None,
+                    zone,
                 );
-                unconfigured_key(&self.machines, entry, &ev.machine)
+                entry.map_or(known, |entry| entry.id.as_str().into())
             }
         };
         if configured.is_none()
@@ -360,22 +386,29 @@ fn unconfigured_key(
 /// The snapshot entry of `machine` that tells the brokers where a VDA the site
 /// configuration no longer names is: the snapshot of the connector holding it (`holder`),
 /// else of the first connector in LHC mode, else of the first connector (FQDN order), whose
-/// snapshot holds it in the connector's own zone. Connectors may disagree (a machine moved
-/// to another zone, one of them still on an older snapshot): those that broker it decide,
-/// not the order of their names.
+/// snapshot holds it in the connector's own zone, among the connectors of `zone` when the
+/// zone the machine had when deleted is known. Connectors may disagree (a machine moved to
+/// another zone, one of them still on an older snapshot): those that broker it, and the
+/// configuration it was deleted from, decide, not the order of their names.
 fn snapshot_entry<'v>(
     connectors: &BTreeMap<String, Connector>,
     connector_order: &[String],
     validations: &'v BTreeMap<u64, Validation>,
     machine: &str,
     holder: Option<&str>,
+    zone: Option<&str>,
 ) -> Option<&'v crate::snapshot::MachineEntry> {
     let entry = |c: &Connector| {
         snapshot_in(validations, c)
             .and_then(|s| s.machine(machine))
             .filter(|entry| entry.zone == c.zone)
     };
-    let ordered = || connector_order.iter().map(|name| &connectors[name]);
+    let ordered = || {
+        connector_order
+            .iter()
+            .map(|name| &connectors[name])
+            .filter(|c| zone.is_none_or(|zone| c.zone == zone))
+    };
     holder
         .and_then(|name| connectors.get(name))
         .and_then(entry)
