@@ -1038,6 +1038,59 @@ fn r_reg_3_lhc_end_drops_registrations_and_vdas_register_anew() {
     assert_eq!(m1.last().unwrap().ts, at(1300.0));
 }
 
+/// R-STATE-10: restarted during an outage, a connector whose first check after the start
+/// passes still re-enters LHC mode at once at its first *failed* check after the start (no
+/// `second_check_s` wait), as SPEC.md words it.
+#[test]
+fn r_state_10_the_first_failed_check_after_a_restart_in_an_outage_re_enters_at_once() {
+    let out = run("r-state-10-restart-checked-ok-first");
+    let a: Vec<_> = transitions(&out, "a.ex")
+        .into_iter()
+        .filter(|t| t.0 >= at(200.0))
+        .collect();
+    assert_eq!(
+        a,
+        vec![
+            (
+                at(200.0),
+                ConnectorState::Stopped,
+                ConnectorState::WorkingNormally,
+                TransitionCause::ConnectorStarted
+            ),
+            (
+                at(240.0),
+                ConnectorState::WorkingNormally,
+                ConnectorState::PendingHa,
+                TransitionCause::HealthCheckFailed
+            ),
+            (
+                at(240.0),
+                ConnectorState::PendingHa,
+                ConnectorState::InitialHa,
+                TransitionCause::OutageConfirmed
+            ),
+        ]
+    );
+}
+
+/// R-STATE-4: 3002 once per reason change, not again each time flapping health checks
+/// bring a forced connector (kept out by its unforced peer) back to try.
+#[test]
+fn r_state_4_a_forced_connector_flapping_reports_its_reason_once() {
+    let out = run("r-state-4-forced-flapping");
+    let reasons: Vec<Ts> = events(&out, "a.ex", 3002).iter().map(|e| e.ts).collect();
+    assert_eq!(reasons, vec![at(5.0)]);
+    assert!(transitions(&out, "a.ex").len() >= 4, "it flaps");
+}
+
+/// R-STATE-4: the same with `no_storefront_traffic` (profile "daas", no StoreFront).
+#[test]
+fn r_state_4_a_connector_without_storefront_traffic_flapping_reports_its_reason_once() {
+    let out = run("r-state-4-flapping-without-storefront");
+    let reasons: Vec<Ts> = events(&out, "a.ex", 3002).iter().map(|e| e.ts).collect();
+    assert_eq!(reasons, vec![at(80.0)]);
+}
+
 /// R-REG-4
 #[test]
 fn r_reg_4_machines_missing_from_the_snapshot_are_refused_as_unknown() {

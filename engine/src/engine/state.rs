@@ -134,8 +134,9 @@ impl Engine {
     fn note_check(&mut self, name: &str, ts: Ts, ok: bool) -> (bool, bool) {
         let c = self.connector_mut(name);
         let first_after_start = std::mem::take(&mut c.first_check_after_start);
-        // R-STATE-10: what the restart did to the snapshot shows at the first check.
-        let restarted_in_outage = std::mem::take(&mut c.stopped_in_lhc) && first_after_start;
+        // R-STATE-10: restarted during an outage, the connector's first failed check after
+        // the start (whether checks passed before it or not) re-enters at once.
+        let restarted_in_outage = !ok && std::mem::take(&mut c.stopped_in_lhc);
         // (Also for a forced connector that entered LHC mode at its start record: R-STATE-10
         // judges the snapshot by when the connector stopped, not by how it entered.)
         if first_after_start && !ok && !restarted_in_outage && c.snapshot.is_some() {
@@ -361,7 +362,9 @@ impl Engine {
         } else if let Some(episode) = entered.closed {
             self.end_episode(name, episode, ts, to == ConnectorState::Stopped, out);
         }
-        if to == ConnectorState::WorkingNormally {
+        if cause == TransitionCause::ConnectorStarted {
+            // 3002 is once per reason change (R-STATE-4), of the connector's process: a
+            // restarted connector reports its reason again.
             self.connector_mut(name).reported_ineligible = None;
         }
     }
