@@ -1091,6 +1091,21 @@ fn r_state_4_a_connector_without_storefront_traffic_flapping_reports_its_reason_
     assert_eq!(reasons, vec![at(80.0)]);
 }
 
+/// R-ELECT-2: a connector first named by a probe of its peer imports at that contact and
+/// its view is recomputed after the record: one 3504, electing the peer first in FQDN
+/// order, not a first one without the probe the record brings.
+#[test]
+fn r_elect_2_the_view_after_a_first_contact_import_sees_the_record() {
+    let out = run("r-elect-2-first-contact-probe");
+    let views = elected_views(&out, "b.ex");
+    assert_eq!(views[0], (at(1.0), Some("a.ex".to_string())), "{views:?}");
+    assert_eq!(views.iter().filter(|(t, _)| *t == at(1.0)).count(), 1);
+    match &events(&out, "b.ex", 3504)[0].data {
+        EventData::ElectionView(v) => assert_eq!(v.candidates, vec!["a.ex", "b.ex"]),
+        other => panic!("{other:?}"),
+    }
+}
+
 /// R-REG-4
 #[test]
 fn r_reg_4_machines_missing_from_the_snapshot_are_refused_as_unknown() {

@@ -152,7 +152,9 @@ impl Engine {
                 .cloned()
                 .collect();
             self.replace_all(&held);
-            self.update_view(name, ts, out);
+            if !self.view_after_record {
+                self.update_view(name, ts, out);
+            }
         } else {
             if !trace {
                 failures.truncate(1);
