@@ -1106,6 +1106,18 @@ fn r_elect_2_the_view_after_a_first_contact_import_sees_the_record() {
     }
 }
 
+/// R-LAUNCH-8 with R-LAUNCH-5: in LHC mode a static group restricted to a tag does not
+/// broker onto the user's assigned machine when it lacks the tag.
+#[test]
+fn r_launch_8_an_assigned_machine_without_the_tag_is_refused_in_lhc_mode() {
+    let out = run("r-launch-8-static-assigned-untagged");
+    let q1 = decision(&out, "q1");
+    assert_eq!(
+        (q1.outcome, q1.via, q1.reason),
+        (Outcome::Rejected, Via::Lhc, Some(Reason::TagRestriction))
+    );
+}
+
 /// R-REG-4
 #[test]
 fn r_reg_4_machines_missing_from_the_snapshot_are_refused_as_unknown() {

@@ -492,6 +492,17 @@ impl Engine {
         if entry.maintenance || self.marked(holder, &exact) || !(held || powered_on) {
             return Err(Reason::NoRegisteredMachine);
         }
+        // R-LAUNCH-8 holds in LHC mode for the assigned machine too: registered, but
+        // without the group's tag, it is not one the launch may use.
+        let restricted = catalog
+            .groups
+            .get(group_id)
+            .and_then(|g| g.restrict_to_tag.as_ref());
+        if let (true, Some(tag)) = (lhc, restricted) {
+            if !entry.tags.iter().any(|t| t.eq_ignore_ascii_case(tag)) {
+                return Err(Reason::TagRestriction);
+            }
+        }
         let load = runtime.map_or(0, |r| r.sessions.len() + r.pending.len()) as u32;
         if load >= entry.max_sessions {
             return Err(Reason::MachineCapacity);
