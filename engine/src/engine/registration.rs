@@ -109,7 +109,7 @@ impl Engine {
                 // VDA deals with them, not with the cloud, and R-REG-4 refuses only a
                 // machine the LHC broker's snapshot lacks. Otherwise the cloud broker
                 // refuses it.
-                let known = unconfigured_key(machines, None, &hb.machine);
+                let known = unconfigured_key(machines, &hb.machine);
                 let (holder, deleted_from) = match machines.get(known.as_str()) {
                     Some(r) => (
                         match &r.registrar {
@@ -237,7 +237,7 @@ impl Engine {
             Some(id) => CompactString::from(id),
             // Not in the site configuration (rare): the runtime its heartbeats keep.
             None => {
-                let known = unconfigured_key(&self.machines, None, &ev.machine);
+                let known = unconfigured_key(&self.machines, &ev.machine);
                 let zone = self
                     .machines
                     .get(known.as_str())
@@ -363,17 +363,13 @@ fn unknown_machine(
 }
 
 /// The runtime key of a machine the site configuration does not name, called `name` by a
-/// record: the id of its snapshot `entry` if any, else the runtime already kept under
-/// `name` or (ids are FQDNs, mostly lowercase) under `name` lowercased, else `name`. So a
-/// VDA that spells its name in another case than its former id meets its own runtime.
+/// record, before its snapshot entry is known: the runtime already kept under `name` or
+/// (ids are FQDNs, mostly lowercase) under `name` lowercased, else `name`. So a VDA that
+/// spells its name in another case than its former id meets its own runtime.
 fn unconfigured_key(
     machines: &crate::detmap::Tracked<CompactString, MachineRuntime>,
-    entry: Option<&crate::snapshot::MachineEntry>,
     name: &str,
 ) -> CompactString {
-    if let Some(entry) = entry {
-        return entry.id.as_str().into();
-    }
     if !machines.contains_key(name) {
         let lower = name.to_lowercase();
         if machines.contains_key(lower.as_str()) {
