@@ -179,7 +179,6 @@ impl Engine {
             cloud: _,
             quiet_until: _,
             remote_pc_groups: _,
-            view_after_record: _,
         } = self;
         let (mut key, mut bytes) = (Vec::new(), Vec::new());
         // One row per field: the clock changes with every record, the parameters hardly
@@ -422,7 +421,6 @@ impl Engine {
             cloud: _,
             quiet_until: _,
             remote_pc_groups: _,
-            view_after_record: _,
         } = self;
         let changed = (
             machines.take_changed(),
@@ -503,7 +501,6 @@ impl Engine {
                 cloud: None,
                 quiet_until: None,
                 remote_pc_groups: Default::default(),
-                view_after_record: false,
             },
             gone,
             complete,
@@ -822,7 +819,6 @@ impl StateRows {
             cloud: None,
             quiet_until: None,
             remote_pc_groups: Default::default(),
-            view_after_record: false,
         }))
     }
 }

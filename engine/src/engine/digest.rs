@@ -199,7 +199,6 @@ impl Engine {
             cloud: _,
             quiet_until: _,
             remote_pc_groups: _,
-            view_after_record: _,
         } = self;
         field(out, b",\"connectors\":", connectors)?;
         field(out, b",\"connector_order\":", connector_order)?;

@@ -105,12 +105,6 @@ pub struct Engine {
     /// group's machines each time made 2.5 times slower. Derived, so not saved.
     #[serde(skip)]
     pub(crate) remote_pc_groups: crate::broker::RemotePcGroups,
-    /// Set while a connector's first sync check runs before the record that first names
-    /// it: an import it completes leaves the connector's election view to be recomputed
-    /// after that record (R-ELECT-2: after every record), not before it too. Only ever
-    /// set within one record's application, so not saved.
-    #[serde(skip)]
-    pub(crate) view_after_record: bool,
 }
 
 /// The configuration part of the engine state: the site configuration as the cloud holds
@@ -357,18 +351,17 @@ impl Engine {
             if !self.connectors[&name].named {
                 self.connector_mut(&name).named = true;
                 self.quiet_until = None; // the first check schedules the next one
-                self.view_after_record = true;
                 self.sync_check(&name, ts, out);
-                self.view_after_record = false;
                 first_contact = Some(name);
             }
         }
         let moves_deadlines = matches!(record, Record::EngineParams(_) | Record::AdminCommand(_));
         self.apply_record(offset, record, out);
         if let Some(name) = first_contact {
-            // The view an import at first contact changed, with what the record brought
-            // (a probe of a peer): one 3504 at most (a record naming the connector has
-            // usually recomputed it already; this is then a no-op).
+            // The view an import at first contact changed is recomputed after the record,
+            // with what it brought (a probe of a peer): R-ELECT-2, one 3504 at most (a
+            // record naming the connector has usually recomputed it already; this is then
+            // a no-op).
             self.update_view(&name, ts, out);
         }
         if moves_deadlines {

@@ -109,17 +109,11 @@ impl Engine {
                 // VDA deals with them, not with the cloud, and R-REG-4 refuses only a
                 // machine the LHC broker's snapshot lacks. Otherwise the cloud broker
                 // refuses it.
-                let known = unconfigured_key(machines, &hb.machine);
-                let (holder, deleted_from) = match machines.get(known.as_str()) {
-                    Some(r) => (
-                        match &r.registrar {
-                            Registrar::Connector(name) => Some(name.clone()),
-                            _ => None,
-                        },
-                        r.deleted_from.clone(),
-                    ),
-                    None => (None, None),
-                };
+                let Unconfigured {
+                    known,
+                    holder,
+                    deleted_from,
+                } = unconfigured(machines, &hb.machine);
                 let entry = snapshot_entry(
                     connectors,
                     connector_order,
@@ -237,18 +231,18 @@ impl Engine {
             Some(id) => CompactString::from(id),
             // Not in the site configuration (rare): the runtime its heartbeats keep.
             None => {
-                let known = unconfigured_key(&self.machines, &ev.machine);
-                let zone = self
-                    .machines
-                    .get(known.as_str())
-                    .and_then(|r| r.deleted_from.as_deref());
+                let Unconfigured {
+                    known,
+                    deleted_from,
+                    ..
+                } = unconfigured(&self.machines, &ev.machine);
                 let entry = snapshot_entry(
                     &self.connectors,
                     &self.connector_order,
                     &self.validations,
                     &ev.machine,
                     None,
-                    zone,
+                    deleted_from.as_deref(),
                 );
                 entry.map_or(known, |entry| entry.id.as_str().into())
             }
@@ -362,21 +356,42 @@ fn unknown_machine(
     })
 }
 
-/// The runtime key of a machine the site configuration does not name, called `name` by a
-/// record, before its snapshot entry is known: the runtime already kept under `name` or
-/// (ids are FQDNs, mostly lowercase) under `name` lowercased, else `name`. So a VDA that
-/// spells its name in another case than its former id meets its own runtime.
-fn unconfigured_key(
+/// What the engine already keeps of a machine the site configuration does not name.
+struct Unconfigured {
+    /// Its runtime key before its snapshot entry is known: the runtime kept under the name
+    /// or (ids are FQDNs, mostly lowercase) under the name lowercased, else the name. So a
+    /// VDA that spells its name in another case than its former id meets its own runtime.
+    known: CompactString,
+    /// The connector holding its registration, if one does.
+    holder: Option<String>,
+    /// The zone a configuration change deleted it from.
+    deleted_from: Option<CompactString>,
+}
+
+/// [`Unconfigured`] of the machine a record calls `name`.
+fn unconfigured(
     machines: &crate::detmap::Tracked<CompactString, MachineRuntime>,
     name: &str,
-) -> CompactString {
-    if !machines.contains_key(name) {
+) -> Unconfigured {
+    let known: CompactString = if machines.contains_key(name) {
+        name.into()
+    } else {
         let lower = name.to_lowercase();
         if machines.contains_key(lower.as_str()) {
-            return lower.into();
+            lower.into()
+        } else {
+            name.into()
         }
+    };
+    let runtime = machines.get(known.as_str());
+    Unconfigured {
+        holder: runtime.and_then(|r| match &r.registrar {
+            Registrar::Connector(name) => Some(name.clone()),
+            _ => None,
+        }),
+        deleted_from: runtime.and_then(|r| r.deleted_from.clone()),
+        known,
     }
-    name.into()
 }
 
 /// The snapshot entry of `machine` that tells the brokers where a VDA the site

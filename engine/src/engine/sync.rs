@@ -152,9 +152,8 @@ impl Engine {
                 .cloned()
                 .collect();
             self.replace_all(&held);
-            if !self.view_after_record {
-                self.update_view(name, ts, out);
-            }
+            // (The election view, which the new snapshot's peers change, is recomputed
+            // by every caller once the import's record or timer is done.)
         } else {
             if !trace {
                 failures.truncate(1);
