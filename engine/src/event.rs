@@ -123,7 +123,9 @@ impl EventKind {
                 });
                 let fallback = f
                     .fallback_version
-                    .map_or("no configuration".to_string(), |v| format!("version {v}"));
+                    .map_or("no usable configuration".to_string(), |v| {
+                        format!("version {v}")
+                    });
                 format!(
                     "Import of configuration version {} failed{first}; keeping {fallback}",
                     f.version

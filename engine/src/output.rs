@@ -196,7 +196,7 @@ pub struct ImportFailed {
     pub version: u64,
     /// The failures: the first one, or all in CSS trace mode.
     pub failures: Vec<ImportFailure>,
-    /// Version still in use (null: none yet).
+    /// Version still in use (null: none yet, or the one held is unusable after a restart).
     pub fallback_version: Option<u64>,
 }
 

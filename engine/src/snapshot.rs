@@ -262,24 +262,42 @@ pub fn validate(config: &SiteConfig) -> Result<(), Vec<ImportFailure>> {
         },
         failures,
     };
-    let groups: Lookup<'_, DeliveryGroupKind> = config
+    let groups: Lookup<'_, (DeliveryGroupKind, &Stored)> = config
         .of_kind(ObjectKind::DeliveryGroup)
         .filter_map(|s| match &s.object {
-            ConfigObject::DeliveryGroup { id, data } => Some((lower(id), data.kind)),
+            ConfigObject::DeliveryGroup { id, data } => Some((lower(id), (data.kind, s))),
             _ => None,
         })
         .collect();
-    // What an assignment needs of its machine: Remote PC, and its group's kind.
-    let machines: Lookup<'_, (bool, Option<DeliveryGroupKind>)> = config
+    // What an assignment needs of its machine: Remote PC, its group's kind, and the last
+    // change to either (what makes an assignment not static may be a change to the
+    // machine or its group, not to the assignment).
+    let machines: Lookup<'_, Assignable> = config
         .of_kind(ObjectKind::Machine)
         .filter_map(|s| match &s.object {
-            ConfigObject::Machine { id, data } => Some((
-                lower(id),
-                (
-                    data.remote_pc,
-                    groups.get(lower(&data.delivery_group).as_ref()).copied(),
-                ),
-            )),
+            ConfigObject::Machine { id, data } => {
+                let group_key = lower(&data.delivery_group);
+                let group = groups.get(group_key.as_ref());
+                let group_change = match group {
+                    Some((_, g)) => Some(&g.introduced_by),
+                    None => config
+                        .deleted
+                        .get(&ObjectKind::DeliveryGroup)
+                        .and_then(|d| d.get(group_key.as_ref())),
+                };
+                let since = match group_change {
+                    Some(g) if g.offset > s.introduced_by.offset => g.clone(),
+                    _ => s.introduced_by.clone(),
+                };
+                Some((
+                    lower(id),
+                    Assignable {
+                        remote_pc: data.remote_pc,
+                        kind: group.map(|(kind, _)| *kind),
+                        since,
+                    },
+                ))
+            }
             _ => None,
         })
         .collect();
@@ -368,13 +386,20 @@ impl Checks<'_> {
     }
 }
 
-/// The rules of one object: its references, and the rules of its kind. `machines` says
-/// what an assignment needs of its machine (Remote PC, its group's kind).
-fn check_object(
-    checks: &mut Checks<'_>,
-    stored: &Stored,
-    machines: &Lookup<'_, (bool, Option<DeliveryGroupKind>)>,
-) {
+/// What an assignment's check needs of its machine.
+struct Assignable {
+    /// The machine is Remote PC.
+    remote_pc: bool,
+    /// Its delivery group's kind (None: the group does not exist).
+    kind: Option<DeliveryGroupKind>,
+    /// The later of the machine's last write and its group's (or the group's deletion).
+    since: IntroducedBy,
+}
+
+/// The rules of one object: every reference it makes (each dangling one is a failure of
+/// its own, so CSS trace mode lists them all and an admin fixes them in one go), and the
+/// rules of its kind. `machines` says what an assignment needs of its machine.
+fn check_object(checks: &mut Checks<'_>, stored: &Stored, machines: &Lookup<'_, Assignable>) {
     match &stored.object {
         ConfigObject::Site { data, .. } => {
             if !(60_000..=3_600_000).contains(&data.heartbeat_period_ms) {
@@ -396,10 +421,8 @@ fn check_object(
             checks.reference(stored, &[ObjectKind::Zone], &data.zone);
         }
         ConfigObject::Machine { data, .. } => {
-            let zone_ok = checks.reference(stored, &[ObjectKind::Zone], &data.zone);
-            if zone_ok {
-                checks.reference(stored, &[ObjectKind::DeliveryGroup], &data.delivery_group);
-            }
+            checks.reference(stored, &[ObjectKind::Zone], &data.zone);
+            checks.reference(stored, &[ObjectKind::DeliveryGroup], &data.delivery_group);
             if data.max_sessions == Some(0) {
                 checks.failures.push(failure(
                     stored,
@@ -411,26 +434,23 @@ fn check_object(
         }
         ConfigObject::Resource { data, .. } => {
             for group in &data.delivery_groups {
-                if !checks.reference(stored, &[ObjectKind::DeliveryGroup], group) {
-                    break;
-                }
+                checks.reference(stored, &[ObjectKind::DeliveryGroup], group);
             }
         }
         ConfigObject::Entitlement { data, .. } => {
-            if checks.reference(stored, &[ObjectKind::Resource], &data.resource) {
-                for principal in &data.principals {
-                    if !checks.reference(stored, &[ObjectKind::User, ObjectKind::Group], principal)
-                    {
-                        break;
-                    }
-                }
+            checks.reference(stored, &[ObjectKind::Resource], &data.resource);
+            for principal in &data.principals {
+                checks.reference(stored, &[ObjectKind::User, ObjectKind::Group], principal);
             }
         }
         ConfigObject::Assignment { data, .. } => {
-            let machine_ok = checks.reference(stored, &[ObjectKind::Machine], &data.machine);
-            if machine_ok && checks.reference(stored, &[ObjectKind::User], &data.user) {
-                if let Some(&(remote_pc, kind)) = machines.get(lower(&data.machine).as_ref()) {
-                    check_assignable(checks, stored, &data.machine, remote_pc, kind);
+            checks.reference(stored, &[ObjectKind::Machine], &data.machine);
+            checks.reference(stored, &[ObjectKind::User], &data.user);
+            // Whatever the user: a missing user and a machine that cannot be assigned are
+            // two things to fix.
+            if checks.ids.has(ObjectKind::Machine, &data.machine) {
+                if let Some(machine) = machines.get(lower(&data.machine).as_ref()) {
+                    check_assignable(checks, stored, &data.machine, machine);
                 }
             }
         }
@@ -443,16 +463,28 @@ fn check_assignable(
     checks: &mut Checks<'_>,
     stored: &Stored,
     machine: &str,
-    remote_pc: bool,
-    kind: Option<DeliveryGroupKind>,
+    assignable: &Assignable,
 ) {
-    if remote_pc || kind == Some(DeliveryGroupKind::SingleSessionStatic) {
+    let Assignable {
+        remote_pc,
+        kind,
+        since,
+    } = assignable;
+    if *remote_pc || *kind == Some(DeliveryGroupKind::SingleSessionStatic) {
         return;
     }
     let group = match kind {
         Some(DeliveryGroupKind::MultiSession) => "a multi_session group",
         Some(DeliveryGroupKind::SingleSessionPooled) => "a single_session_pooled group",
         _ => "no delivery group",
+    };
+    // Introduced by the latest of the assignment's write and the machine's or its
+    // group's: a version that moves an assigned machine to a pooled group breaks it, not
+    // the (valid, imported) version that made the assignment.
+    let introduced_by = if since.offset > stored.introduced_by.offset {
+        since.clone()
+    } else {
+        stored.introduced_by.clone()
     };
     checks.failures.push(failure(
         stored,
@@ -461,7 +493,7 @@ fn check_assignable(
             "machine {machine} is in {group} and not remote_pc: only machines of a \
              single_session_static group or Remote PC machines can be assigned"
         ),
-        stored.introduced_by.clone(),
+        introduced_by,
     ));
 }
 

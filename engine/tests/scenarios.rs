@@ -1524,6 +1524,149 @@ fn r_css_4_validation_failures_name_object_rule_and_introducing_change() {
     assert_eq!(css_ids(&out, A).last().unwrap().1, 504);
 }
 
+/// A failure of a 505 as (kind, id, rule, offset of the change that introduced it).
+type FailureKey = (String, String, Rule, u64);
+
+/// The key of each failure of a 505.
+fn failure_keys(failed: &ImportFailed) -> Vec<FailureKey> {
+    failed
+        .failures
+        .iter()
+        .map(|f| {
+            (
+                f.kind.to_string(),
+                f.id.clone(),
+                f.rule,
+                f.introduced_by.offset,
+            )
+        })
+        .collect()
+}
+
+/// R-CSS-4: an assignment that a change to its machine or the machine's group makes
+/// invalid was introduced by that change, not by the (valid, imported) version that made
+/// the assignment.
+#[test]
+fn r_css_4_assignment_broken_by_its_machine_or_group() {
+    let out = run("r-css-4-assignment-broken-by-machine");
+    let failures = import_failures(&out, A);
+    let seen: Vec<(u64, Option<u64>, Vec<FailureKey>)> = failures
+        .iter()
+        .map(|(_, f)| (f.version, f.fallback_version, failure_keys(f)))
+        .collect();
+    let not_static = |id: &str, offset| {
+        vec![(
+            "assignment".to_string(),
+            id.to_string(),
+            Rule::AssignmentNotStatic,
+            offset,
+        )]
+    };
+    assert_eq!(
+        seen,
+        vec![
+            // v2 (offset 3) moves the assigned machine into a multi-session group.
+            (2, Some(1), not_static("as1", 3)),
+            // v4 (offset 7) turns the machine's static group into a pooled one.
+            (4, Some(3), not_static("as1", 7)),
+            // v5 deletes the group of a Remote PC machine: the machine's reference.
+            (
+                5,
+                Some(3),
+                vec![(
+                    "machine".to_string(),
+                    "vda-2.z1.example".to_string(),
+                    Rule::DanglingReference,
+                    9
+                )]
+            ),
+            // v7 (offset 13) clears remote_pc on a machine of a multi-session group.
+            (7, Some(6), not_static("as2", 13)),
+        ]
+    );
+    // Each failure's change is one the connector did not import.
+    let imported: Vec<u32> = css_ids(&out, A).iter().map(|(_, id)| *id).collect();
+    assert_eq!(imported.iter().filter(|id| **id == 504).count(), 3);
+}
+
+/// R-CSS-4: with CSS trace every failure is listed — each dangling reference of an object
+/// on its own, and an assignment's machine that cannot be assigned even when its user is
+/// missing too; without trace only the first.
+#[test]
+fn r_css_4_trace_lists_every_failure() {
+    let out = run("r-css-4-trace-lists-every-failure");
+    let failures = import_failures(&out, A);
+    assert_eq!(failures.len(), 2);
+    let (_, traced) = &failures[0];
+    let details: Vec<(&str, Rule, &str)> = traced
+        .failures
+        .iter()
+        .map(|f| (f.id.as_str(), f.rule, f.detail.as_str()))
+        .collect();
+    use Rule::{AssignmentNotStatic as NotStatic, DanglingReference as Dangling};
+    assert_eq!(
+        details,
+        vec![
+            ("vda-9.z1.example", Dangling, "zone z9 does not exist"),
+            (
+                "vda-9.z1.example",
+                Dangling,
+                "delivery_group dg-none does not exist"
+            ),
+            ("app", Dangling, "delivery_group dg-x does not exist"),
+            ("app", Dangling, "delivery_group dg-y does not exist"),
+            ("e1", Dangling, "resource nores does not exist"),
+            ("e1", Dangling, "user or group nobody does not exist"),
+            ("e1", Dangling, "user or group noone does not exist"),
+            ("as2", Dangling, "user nobody does not exist"),
+            (
+                "as2",
+                NotStatic,
+                "machine vda-2.z1.example is in a multi_session group and not remote_pc: \
+                 only machines of a single_session_static group or Remote PC machines can be \
+                 assigned"
+            ),
+        ]
+    );
+    // Trace off: the same version lists its first failure only.
+    let (_, first) = &failures[1];
+    assert_eq!(first.failures.len(), 1);
+    assert_eq!(first.failures[0], traced.failures[0]);
+}
+
+/// R-CSS-4: of two storage faults before one import, the first introduced the failure;
+/// the import consumes both (the next import succeeds).
+#[test]
+fn r_css_4_two_storage_faults_name_the_first() {
+    let out = run("r-css-4-two-storage-faults");
+    let failures = import_failures(&out, A);
+    assert_eq!(failures.len(), 1);
+    let fault = &failures[0].1.failures[0];
+    assert_eq!(
+        (fault.rule, fault.introduced_by.offset),
+        (Rule::StorageFault, 4)
+    );
+    assert!(fault.detail.contains("(first)"), "{}", fault.detail);
+    assert_eq!(css_ids(&out, A).last().unwrap().1, 504);
+}
+
+/// R-CSS-4 with R-STATE-10: a connector whose snapshot a restart made unusable has no
+/// last-known-good to fall back on: its 505s say `fallback_version` null.
+#[test]
+fn r_css_4_unusable_snapshot_is_no_fallback() {
+    let out = run("r-css-4-unusable-snapshot-fallback");
+    let failures = import_failures(&out, A);
+    assert!(!failures.is_empty());
+    for (_, failed) in &failures {
+        assert_eq!(failed.fallback_version, None);
+    }
+    let message = &events(&out, A, 505)[0].message;
+    assert!(
+        message.ends_with("keeping no usable configuration"),
+        "{message}"
+    );
+}
+
 /// R-CSS-5
 #[test]
 fn r_css_5_admin_commands_change_what_they_name() {

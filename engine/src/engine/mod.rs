@@ -614,7 +614,11 @@ impl Engine {
                 self.stop(name, ts, out)
             }
             Record::StorageFault(f) => {
-                self.connector_mut(name).storage_fault = Some((offset, f.detail.clone()));
+                // Several before one import: the first is what broke it (the change that
+                // introduced the failure); the import consumes them all.
+                self.connector_mut(name)
+                    .storage_fault
+                    .get_or_insert_with(|| (offset, f.detail.clone()));
             }
             Record::AdminCommand(a) => self.admin(name, ts, a, out),
             _ => {}

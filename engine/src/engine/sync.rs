@@ -110,7 +110,9 @@ impl Engine {
         }
         let storage_fault = c.storage_fault.take();
         let trace = c.css_trace;
-        let fallback = c.snapshot;
+        // What the connector keeps: its snapshot, unless a restart found it unusable
+        // (R-STATE-10: it cannot broker from it, so it is no last-known-good).
+        let fallback = c.snapshot.filter(|_| c.snapshot_usable);
         let mut failures = match self.validation(import.version) {
             Validation::Valid(_) => Vec::new(),
             Validation::Invalid(f) => f.clone(),
