@@ -1197,6 +1197,61 @@ fn registration_history(
         .collect()
 }
 
+/// R-REG-2 with §2.1: a machine renamed by case in the configuration during LHC mode (in
+/// one change, or deleted then named again by a later one) is the same VDA: it stays
+/// registered once with the elected broker, its sessions count once in 3507 and it counts
+/// once in 3508, and a reconnect finds its disconnected session under the new id.
+#[test]
+fn r_reg_2_a_machine_renamed_by_case_in_an_outage_registers_once() {
+    let out = run("r-reg-2-renamed-by-case-in-outage");
+    for renamed in ["VDA-1.Z1.EXAMPLE", "Vda-2.Z1.Example"] {
+        // No second registration under the new spelling: its registration carried over,
+        // and the stop drops it once.
+        assert_eq!(
+            registration_history(&out, renamed),
+            vec![(
+                at(360.0),
+                A.to_string(),
+                false,
+                Some(Reason::ConnectorStopped)
+            )],
+            "{renamed}"
+        );
+    }
+    let reports: Vec<(u64, u64)> = events(&out, A, 3507)
+        .iter()
+        .filter_map(|e| match &e.data {
+            EventData::ElectedReport(r) => Some((r.registered_machines, r.sessions)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(reports, vec![(3, 2), (3, 2)]);
+    match &events(&out, A, 3508)[0].data {
+        EventData::ElectedSummary(s) => assert_eq!(s.registered_machines, 3),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        summary(decision(&out, "q1")),
+        brokered(Via::Lhc, "Vda-2.Z1.Example", SessionKind::Reconnect)
+    );
+}
+
+/// R-REG-1 with §2.1: renamed by case while registered with the cloud and holding a launch
+/// not reported yet, a machine keeps its registration (no new one at its next heartbeat)
+/// and its load: the launch counts until the VDA reports it under the new id, and a full
+/// machine is not offered twice.
+#[test]
+fn r_reg_1_a_machine_renamed_by_case_keeps_its_registration_and_load() {
+    let (out, engine) = run_engine("r-reg-1-renamed-by-case");
+    assert!(registration_history(&out, "VDA-1.Z1.EXAMPLE").is_empty());
+    assert_eq!(chose(&out, "q2").1, "VDA-1.Z1.EXAMPLE");
+    // VDA-1 reported alice's and bob's sessions: full (max_sessions 2).
+    assert_eq!(chose(&out, "q3").1, "vda-2.z1.example");
+    let mut runtimes: Vec<&str> = engine.machines().keys().map(|k| k.as_str()).collect();
+    runtimes.sort_unstable();
+    assert_eq!(runtimes, vec!["VDA-1.Z1.EXAMPLE", "vda-2.z1.example"]);
+}
+
 /// R-REG-1/3: the refusal of a deleted machine whose VDA spells its name in another case
 /// ends the cloud registration of the machine's runtime, not of a second one.
 #[test]

@@ -486,14 +486,40 @@ impl Engine {
                     .collect();
                 Arc::make_mut(&mut self.site).apply_checked(change, offset);
                 for (id, zone) in deleted {
-                    if self.site.machine(&id).is_none() {
-                        if let Some(runtime) = self.machines.get_mut(id.as_str()) {
-                            runtime.deleted_from = Some(zone.into());
+                    match self.site.machine(&id).map(|m| m.id.clone()) {
+                        None => {
+                            if let Some(runtime) = self.machines.get_mut(id.as_str()) {
+                                runtime.deleted_from = Some(zone.into());
+                            }
+                        }
+                        // Deleted and named again in another case by the same change.
+                        Some(new) => self.rename_runtime(&id, &new),
+                    }
+                }
+                // Named again in another case by a later change than the one that deleted
+                // it: the same VDA (the runtimes of deleted machines are few).
+                // (Of several spellings deleted, the first in byte order: the map's own
+                // order depends on its history, which a checkpoint does not restore.)
+                let mut orphans: BTreeMap<String, compact_str::CompactString> = BTreeMap::new();
+                if !named.is_empty() {
+                    for (key, _) in self
+                        .machines
+                        .iter()
+                        .filter(|(_, r)| r.deleted_from.is_some())
+                    {
+                        let first = orphans
+                            .entry(key.as_str().to_lowercase())
+                            .or_insert(key.clone());
+                        if key < first {
+                            *first = key.clone();
                         }
                     }
                 }
                 for id in named {
                     let id = self.site.machine_id(&id).unwrap_or(&id).to_string();
+                    if let Some(old) = orphans.get(&id.to_lowercase()) {
+                        self.rename_runtime(old, &id);
+                    }
                     if self
                         .machines
                         .get(id.as_str())

@@ -44,6 +44,67 @@ impl Engine {
         }
     }
 
+    /// A machine renamed by case in the configuration (its old id deleted and the new one
+    /// upserted, in one change or two) is the same VDA (§2.1: ids resolve
+    /// case-insensitively): its runtime — registration, sessions, pending launches, refusals,
+    /// maintenance marks, the episode's count of it — moves to the new id, so it is never
+    /// registered twice nor counted twice in 3507/3508. Nothing is emitted: its registrar
+    /// does not change. Left as it is when the new id already has a runtime of its own that
+    /// holds anything (two VDAs reported under the two spellings: nothing to merge safely).
+    pub(super) fn rename_runtime(&mut self, old: &str, new: &str) {
+        if old == new
+            || self
+                .machines
+                .get(new)
+                .is_some_and(|r| *r != MachineRuntime::default())
+        {
+            return;
+        }
+        let Some(mut runtime) = self.machines.remove(old) else {
+            return;
+        };
+        runtime.deleted_from = None;
+        runtime.resolved = None;
+        runtime.placed_in = Default::default();
+        let users: std::collections::BTreeSet<CompactString> = runtime
+            .sessions
+            .iter()
+            .map(|s| crate::snapshot::lower(&s.user).as_ref().into())
+            .chain(
+                runtime
+                    .pending
+                    .iter()
+                    .map(|p| crate::snapshot::lower(&p.user).as_ref().into()),
+            )
+            .collect();
+        for user in users {
+            if let Some(machines) = self.user_sessions.get_mut(user.as_str()) {
+                if let Some(tally) = machines.remove(old) {
+                    machines.insert(new.into(), tally);
+                }
+            }
+        }
+        if !runtime.pending.is_empty() {
+            self.pending_expiry = std::mem::take(&mut self.pending_expiry)
+                .into_iter()
+                .map(|(ts, m)| (ts, if m == old { new.into() } else { m }))
+                .collect();
+        }
+        for c in self.connectors.values_mut() {
+            for set in [&mut c.registrations, &mut c.maintenance] {
+                if set.remove(old) {
+                    set.insert(new.to_string());
+                }
+            }
+            if let Some(e) = c.episode_mut() {
+                if e.registered.remove(old) {
+                    e.registered.insert(new.to_string());
+                }
+            }
+        }
+        self.machines.insert(new.into(), runtime);
+    }
+
     /// Registration at a heartbeat (R-REG). Returns the machine and its previous sessions
     /// when anything brokering depends on changed, for `sessions_changed_as`.
     ///
