@@ -92,11 +92,17 @@ enum State {
     Done,
 }
 
+/// Told each loss of records an embedded log's files show ([`Source::with_loss_warnings`]).
+type LossWarning = Box<dyn FnMut(&str) + Send>;
+
 /// The reading side, on the caller's thread until the first record is asked for.
 struct Reader {
     inner: Inner,
     /// Called with the number of records read so far, every `PROGRESS_EVERY` records.
     progress: Option<Box<dyn FnMut(u64) + Send>>,
+    /// Called with each loss of records the log's files show, when the reading reaches
+    /// the end of an embedded log.
+    on_loss: Option<LossWarning>,
     read: u64,
     /// Threads decoding batches (1: the reading thread decodes them itself).
     decoders: usize,
@@ -159,7 +165,7 @@ enum Inner {
         next: u64,
     },
     Log {
-        _log: Box<dyn Log>,
+        log: Box<dyn Log>,
         reader: Box<dyn LogReader>,
     },
 }
@@ -203,7 +209,7 @@ impl Source {
         let start = log.start_offset()?;
         let reader = log.reader(from)?;
         let description = log.describe();
-        let mut source = Source::idle(Inner::Log { _log: log, reader }, description);
+        let mut source = Source::idle(Inner::Log { log, reader }, description);
         source.records = from.saturating_sub(start);
         Ok(source)
     }
@@ -219,6 +225,7 @@ impl Source {
             state: State::Idle(Reader {
                 inner,
                 progress: None,
+                on_loss: None,
                 read: 0,
                 decoders: 1,
                 ahead: BATCHES_AHEAD,
@@ -255,6 +262,19 @@ impl Source {
     pub fn with_progress(mut self, progress: impl FnMut(u64) + Send + 'static) -> Source {
         if let State::Idle(reader) = &mut self.state {
             reader.progress = Some(Box::new(progress));
+        }
+        self
+    }
+
+    /// Calls `warn` with each loss of records the log's own files show when the reading
+    /// reaches the end of an embedded log (records its index or a checkpoint says were
+    /// written past that end, or losses a writer kept in its `LOST` file), in words an
+    /// admin can act on: what is computed from the records left is then incomplete, and
+    /// must not be taken silently for the whole story. Set it before the first record is
+    /// read; later, it is ignored.
+    pub fn with_loss_warnings(mut self, warn: impl FnMut(&str) + Send + 'static) -> Source {
+        if let State::Idle(reader) = &mut self.state {
+            reader.on_loss = Some(Box::new(warn));
         }
         self
     }
@@ -395,6 +415,11 @@ impl Reader {
                 };
                 loop {
                     let (batch, end) = self.read_batch();
+                    if matches!(end, Some(Ok(()))) {
+                        // Said before the last records are handed over, so it is out
+                        // before the caller's answer.
+                        self.report_losses();
+                    }
                     if !batch.is_empty() && decoders == 0 {
                         // One decoder, or no decoding thread could start: decode here.
                         if !hand(decode_batch(batch)) {
@@ -430,6 +455,19 @@ impl Reader {
             batches,
             batch: Vec::new().into_iter(),
             thread: Some(thread),
+        }
+    }
+
+    /// At the end of an embedded log: tells `on_loss` of each loss its files show.
+    fn report_losses(&mut self) {
+        let (Some(warn), Inner::Log { log, reader }) = (self.on_loss.as_mut(), &self.inner) else {
+            return;
+        };
+        let Some(dir) = log.local_dir() else {
+            return;
+        };
+        for loss in losses(dir, log.as_ref(), reader.position()) {
+            warn(&loss);
         }
     }
 
@@ -484,6 +522,60 @@ impl Reader {
             Inner::Log { reader, .. } => Ok(reader.next(Duration::ZERO)?),
         }
     }
+}
+
+/// The losses of records the files of the embedded log in `dir` show, its records ending
+/// at offset `end`, in words (none for a healthy log): what `lhc log check` names.
+pub fn losses(dir: &Path, log: &dyn Log, end: u64) -> Vec<String> {
+    let mut found = Vec::new();
+    if let Some((segment, end, listed)) = lhc_log::embedded::lost_past(dir, end) {
+        found.push(format!(
+            "records lost: {} ends at offset {end}, but the log's index lists a record at \
+             offset {listed}: records {end}..={listed} (at least) were written and are gone \
+             (the file was cut, or a crash lost writes not yet on disk); this answer comes \
+             from the records before offset {end} only. Restore the log from a copy; `lhc \
+             log check` names the loss",
+            segment.display()
+        ));
+    }
+    let lost_file = dir.join(lhc_log::embedded::LOST_FILE);
+    match lhc_log::embedded::lost_records(dir) {
+        Ok(kept) => {
+            for lost in kept {
+                found.push(match lost {
+                    Ok(lost) => format!(
+                        "records lost: records {}..={} (at least) of {} were gone when a \
+                         writer appended after them, and their offsets now hold other records \
+                         (kept in {}): this answer does not see them. Remove that file once \
+                         the loss is dealt with",
+                        lost.first,
+                        lost.last_listed,
+                        lost.segment.display(),
+                        lost_file.display()
+                    ),
+                    Err(line) => format!(
+                        "records lost: {} holds a line that does not parse: {line:?}",
+                        lost_file.display()
+                    ),
+                });
+            }
+        }
+        Err(error) => found.push(format!("records lost: {error}")),
+    }
+    let covered = |covers: u64| {
+        lhc_log::embedded::lost_covers(dir, end, covers.saturating_sub(1)).unwrap_or(false)
+    };
+    match crate::checkpoint::beyond(dir, log, end) {
+        Ok(Some((covers, path))) if !covered(covers) => found.push(format!(
+            "records lost: checkpoint {} covers {covers} records, but the log holds records up \
+             to offset {end}: records {end}..{covers} are gone; this answer comes from the \
+             records before offset {end} only. Restore the log from a copy",
+            path.display()
+        )),
+        Ok(_) => {}
+        Err(error) => found.push(format!("the checkpoints could not be read: {error}")),
+    }
+    found
 }
 
 #[cfg(test)]
@@ -654,6 +746,65 @@ mod tests {
         let offsets: Vec<u64> = items.iter().map(|i| i.0).collect();
         assert_eq!(offsets, vec![0, 1, 2]);
         assert_eq!(items[1].1.as_ref().unwrap_err().path, "type");
+    }
+
+    /// Reads `dir` to its end, returning the loss warnings the source gave.
+    fn warnings_reading(dir: &Path) -> Vec<String> {
+        let said = Arc::new(Mutex::new(Vec::new()));
+        let sink = Arc::clone(&said);
+        let mut source = Source::open(&SourceSpec::Path(dir.to_path_buf()))
+            .unwrap()
+            .with_loss_warnings(move |w| sink.lock().unwrap().push(w.to_string()));
+        while source.next_record().unwrap().is_some() {}
+        drop(source);
+        let said = said.lock().unwrap().clone();
+        said
+    }
+
+    #[test]
+    fn a_log_whose_tail_was_cut_is_read_with_a_warning_naming_the_loss() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("log");
+        {
+            let log = EmbeddedLog::open(&dir, Default::default()).unwrap();
+            let records: Vec<&[u8]> = vec![TICK.as_bytes(); 400];
+            log.append(&records).unwrap();
+        }
+        assert_eq!(warnings_reading(&dir), Vec::<String>::new(), "healthy");
+        // Cut the segment at a record the index lists (its entries: offset, position).
+        let index = std::fs::read(dir.join("00000000000000000000.idx")).unwrap();
+        let entry = |i: usize| {
+            let at = |k: usize| u64::from_le_bytes(index[k..k + 8].try_into().unwrap());
+            (at(16 * i), at(16 * i + 8))
+        };
+        let (cut_at, position) = entry(1);
+        let (last_listed, _) = entry(index.len() / 16 - 1);
+        let segment = std::fs::OpenOptions::new()
+            .write(true)
+            .open(dir.join("00000000000000000000.log"))
+            .unwrap();
+        segment.set_len(position).unwrap();
+        let warnings = warnings_reading(&dir);
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0].contains(&format!(
+                "ends at offset {cut_at}, but the log's index lists a record at offset \
+                 {last_listed}"
+            )),
+            "{warnings:?}"
+        );
+        // A writer going on keeps the loss in LOST: readers still name it.
+        {
+            let log = EmbeddedLog::open(&dir, Default::default()).unwrap();
+            log.append(&[TICK.as_bytes()]).unwrap();
+        }
+        let warnings = warnings_reading(&dir);
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0].contains(&format!("records {cut_at}..={last_listed}"))
+                && warnings[0].contains("LOST"),
+            "{warnings:?}"
+        );
     }
 
     #[test]

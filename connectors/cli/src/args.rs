@@ -518,7 +518,8 @@ fn source_at(
     let name = log.describe();
     let mut source = lhc_replay::Source::from_log_at(log, from)
         .with_context(|| format!("cannot read {name} from offset {from}"))?
-        .with_progress(move |n| tick.set_position(n));
+        .with_progress(move |n| tick.set_position(n))
+        .with_loss_warnings(warn_loss);
     source.count_earlier_quarantines(quarantined);
     Ok((source, bar))
 }
@@ -690,7 +691,7 @@ impl SourceArgs {
                     .unwrap_or_else(|| PathBuf::from("lhc-data/log")),
             ),
         };
-        lhc_replay::Source::open(&spec).with_context(|| match &spec {
+        let source = lhc_replay::Source::open(&spec).with_context(|| match &spec {
             lhc_replay::SourceSpec::Path(p) => format!(
                 "cannot read {} (a JSONL file or an embedded log directory)",
                 p.display()
@@ -698,8 +699,15 @@ impl SourceArgs {
             lhc_replay::SourceSpec::Kafka(o) => {
                 format!("cannot read site {} from kafka {}", o.site, o.brokers)
             }
-        })
+        })?;
+        Ok(source.with_loss_warnings(warn_loss))
     }
+}
+
+/// Says on stderr (even with --quiet: an answer from a log that lost records is not the
+/// whole story) what records the log's own files show were lost.
+fn warn_loss(loss: &str) {
+    eprintln!("warning: {loss}");
 }
 
 /// How a command prints its answer on stdout.

@@ -359,6 +359,10 @@ impl Log for EmbeddedLog {
     fn describe(&self) -> String {
         format!("embedded log {}", self.dir.display())
     }
+
+    fn local_dir(&self) -> Option<&Path> {
+        Some(&self.dir)
+    }
 }
 
 /// The file of the segment whose first offset is `base` in log directory `dir`.
@@ -1657,6 +1661,24 @@ impl LogReader for EmbeddedReader {
     fn position(&self) -> u64 {
         self.next
     }
+}
+
+/// Records the log's own files say were written past `end` (where a reader found the
+/// records end) and are gone: the last segment's index listing records past its end, or
+/// indexes left by deleted segments. (segment, end, the last offset listed.) What `check`
+/// names as a lost tail, asked cheaply at the end of a read (no segment is scanned): a
+/// reader answering from what is left says so instead of answering silently.
+pub fn lost_past(dir: &Path, end: u64) -> Option<(PathBuf, u64, u64)> {
+    let bases = list_segments(dir).ok()?;
+    if let Some(&base) = bases.last().filter(|&&b| b <= end) {
+        let path = segment_path(dir, base);
+        if let Ok(meta) = std::fs::metadata(&path) {
+            if let Some(listed) = listed_past(dir, base, end, meta.len()) {
+                return Some((path, end, listed));
+            }
+        }
+    }
+    orphan_listing(dir, end).map(|listed| (segment_path(dir, end), end, listed))
 }
 
 /// Findings of a full verification of a log directory.

@@ -149,6 +149,12 @@ pub trait Log: Send + Sync {
 
     /// Where the log lives, for messages.
     fn describe(&self) -> String;
+
+    /// The directory of an embedded log (where evidence of lost records is kept); `None`
+    /// for other backends.
+    fn local_dir(&self) -> Option<&std::path::Path> {
+        None
+    }
 }
 
 /// Reads a log in offset order.

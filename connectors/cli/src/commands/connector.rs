@@ -274,6 +274,13 @@ pub fn run(command: ConnectorCommand, quiet: bool) -> anyhow::Result<ExitCode> {
             if !quiet {
                 eprintln!("{said}");
             }
+            // Even with -q: a store folded from a log that lost records is not the site's
+            // whole story.
+            if let Some(log_dir) = log.local_dir() {
+                for loss in lhc_replay::source::losses(log_dir, &*log, summary.next) {
+                    eprintln!("warning: {loss}");
+                }
+            }
             Ok(ExitCode::SUCCESS)
         }
         ConnectorCommand::Run {
