@@ -805,3 +805,100 @@ fn a_standard_output_that_cannot_be_written_is_an_error_not_a_panic() {
         assert_eq!(std::fs::read_to_string(&path).unwrap(), file.text);
     }
 }
+
+/// The site log going back under a running node (an older copy of its segment restored,
+/// its last records cut): the node applied records the log no longer holds, and records
+/// appended now would take offsets its fold has passed. It says so on its probes and exits
+/// non-zero, rather than answering UP from a state that is not the log's (found by hostile
+/// testing: it stayed ready, and a restart accepted the store once appends had refilled
+/// the offsets); restarted, it refuses the log.
+#[test]
+fn a_log_that_goes_back_under_a_running_node_fails_it_visibly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("log");
+    import_example(&log);
+    let segment = log.join("00000000000000000000.log");
+    let older = std::fs::read(&segment).unwrap();
+    let ticks: String = (0..5)
+        .map(|i| format!("{{\"ts\":\"2026-01-05T10:00:0{i}.000Z\",\"type\":\"clock.tick\"}}\n"))
+        .collect();
+    assert!(append_stdin(&log, ticks.as_bytes()).status.success());
+    let data = tmp.path().join("node");
+    let port = free_port();
+    let mut child = spawn_node(&log, &data, port, NO_CLOUD, &[], Stdio::piped());
+    wait_until("the node caught up", Duration::from_secs(30), || {
+        http(port, "GET", "/readyz", None, None).is_some_and(|(s, _)| s == 200)
+    });
+    // The older copy, written in place (the node keeps the file open).
+    std::fs::write(&segment, &older).unwrap();
+    let mut seen = None;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline && seen.is_none() {
+        if let Some((503, body)) = http(port, "GET", "/adc/probe", None, None) {
+            seen = Some(body);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let probe = seen.expect("/adc/probe answered DOWN once the log went back");
+    assert_eq!(probe["reason"], "node_failed", "{probe}");
+    let exited = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < exited, "the failed node did not exit");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(!status.success(), "a failed node exits non-zero");
+    let mut stderr = String::new();
+    use std::io::Read;
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert!(
+        stderr.contains("records it applied are gone from the log"),
+        "{stderr}"
+    );
+    // Restarted over the same store, it refuses the shorter log.
+    let mut restarted = lhc()
+        .args([
+            "connector",
+            "run",
+            "--connector",
+            "ddc1.corp.example",
+            "--listen",
+        ])
+        .arg(format!("127.0.0.1:{port}"))
+        .args(["--cloud-url", NO_CLOUD, "--log"])
+        .arg(&log)
+        .arg("--data")
+        .arg(&data)
+        .env("RUST_LOG", "error")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let refused = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = restarted.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > refused {
+            let _ = restarted.kill();
+            panic!("the restarted node accepted a log shorter than its store");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(!status.success());
+    let mut stderr = String::new();
+    restarted
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert!(stderr.contains("more than"), "{stderr}");
+}

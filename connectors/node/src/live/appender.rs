@@ -102,6 +102,9 @@ pub(crate) struct Sink {
     backlog: VecDeque<Vec<u8>>,
     /// Last time publishing the backlog was tried.
     last_try: Option<Instant>,
+    /// One past the last offset this node's appends to the embedded log got: a later
+    /// append landing below it means the log lost records under the node.
+    written_end: u64,
 }
 
 /// Records published per append when draining the backlog.
@@ -122,7 +125,23 @@ impl Sink {
             health,
             backlog: VecDeque::new(),
             last_try: None,
+            written_end: 0,
         }
+    }
+
+    /// Offsets an append to the embedded log got: below what this node's appends got
+    /// before, the log went back (its last records cut, or an older copy restored under
+    /// the running node), so records this node applied are gone and the new ones take
+    /// their offsets, which its fold has passed: it cannot decide from that log any more.
+    fn note_offsets(&mut self, offsets: &[u64]) {
+        let (Some(&first), Some(&last)) = (offsets.first(), offsets.last()) else {
+            return;
+        };
+        if first < self.written_end {
+            self.health
+                .fail(super::log_went_back(&*self.log, first, self.written_end));
+        }
+        self.written_end = self.written_end.max(last + 1);
     }
 
     /// Writes the records; in Kafka mode, to the journal while Kafka is down or a backlog
@@ -137,6 +156,9 @@ impl Sink {
             let refs: Vec<&[u8]> = records.iter().map(Vec::as_slice).collect();
             let result = self.log.append(&refs).map_err(|e| e.to_string());
             let written = result.is_ok();
+            if let Ok(offsets) = &result {
+                self.note_offsets(offsets);
+            }
             reply_all(result, replies, &*self.log, &self.health);
             return written;
         };

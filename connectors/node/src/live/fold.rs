@@ -22,6 +22,9 @@ use crate::store::{CommitJob, Folder, NodeError, Store};
 /// Most records applied between two looks at the clock and the local queue.
 const BURST: usize = 512;
 
+/// How often an idle fold asks whether the embedded log still reaches its position.
+const END_CHECK: Duration = Duration::from_secs(1);
+
 /// Where the fold's records come from. One lives per node, so its size does not matter.
 #[allow(clippy::large_enum_variant)]
 enum Source {
@@ -175,6 +178,7 @@ fn fold_on(
     // just above.
     shared.fold_ready.store(true, Ordering::SeqCst);
     let mut last_commit = Instant::now();
+    let mut last_end_check = Instant::now();
     let interval = shared.config.commit_interval;
     loop {
         let seen = shared.bell.count();
@@ -190,6 +194,20 @@ fn fold_on(
                 }
                 if applied > 0 {
                     shared.site_pos.send_replace(folder.next());
+                } else if last_end_check.elapsed() >= END_CHECK {
+                    // Idle: a log that went back under the node (its tail cut, an older
+                    // copy restored) leaves the reader waiting past its end for good, and
+                    // records appended meanwhile take offsets the fold has passed.
+                    last_end_check = Instant::now();
+                    if let Ok(end) = shared.log.end_offset() {
+                        if end < folder.next() {
+                            shared.health.fail(super::log_went_back(
+                                &*shared.log,
+                                end,
+                                folder.next(),
+                            ));
+                        }
+                    }
                 }
                 applied
             }

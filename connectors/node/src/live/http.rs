@@ -843,11 +843,19 @@ async fn log_end(shared: &AppState, position: u64) -> u64 {
         Some(link) => link.end.load(Ordering::SeqCst),
         None => {
             let log = shared.log.clone();
-            tokio::task::spawn_blocking(move || log.end_offset())
+            let end = tokio::task::spawn_blocking(move || log.end_offset())
                 .await
                 .ok()
                 .and_then(Result::ok)
-                .unwrap_or(position)
+                .unwrap_or(position);
+            if end < position {
+                // Records this node applied are no longer in the log (its tail cut, or an
+                // older copy restored under it): its state is not the log's any more.
+                shared
+                    .health
+                    .fail(super::log_went_back(&*shared.log, end, position));
+            }
+            end
         }
     };
     end.max(position)

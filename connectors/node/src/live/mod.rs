@@ -387,6 +387,20 @@ impl Health {
     }
 }
 
+/// Why a node whose fold reached offset `position` cannot decide once the embedded log
+/// ends at `end`, below it: records it applied are gone from the log.
+pub(crate) fn log_went_back(log: &dyn Log, end: u64, position: u64) -> String {
+    format!(
+        "{} ends at offset {end}, but this node applied records up to offset \
+         {}: records it applied are gone from the log (cut, or an older copy restored under \
+         the running node), and records appended now would take their offsets; restore the \
+         log from a copy, or fold it again into an empty --data (`lhc log check` names the \
+         loss)",
+        log.describe(),
+        position.saturating_sub(1)
+    )
+}
+
 /// Marks the node failed if the fold thread ends while the node is not stopping, whether it
 /// returned an error or panicked (the guard's drop runs during unwinding too).
 struct FoldGuard(Arc<Shared>);
