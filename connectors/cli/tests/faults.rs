@@ -902,3 +902,65 @@ fn a_log_that_goes_back_under_a_running_node_fails_it_visibly() {
         .unwrap();
     assert!(stderr.contains("more than"), "{stderr}");
 }
+
+/// A typo in `--cloud-url`, or a file given as `--data`, is refused at start with a message
+/// naming it (found by hostile testing: a URL without a scheme failed every health check
+/// and wrote a real outage into the site log; a file as `--data` gave RocksDB's debug dump
+/// of the OS error, or "File exists").
+#[test]
+fn bad_cloud_urls_and_data_paths_are_refused_at_start() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("log");
+    import_example(&log);
+    let segment = log.join("00000000000000000000.log");
+    let before = std::fs::read(&segment).unwrap();
+    for url in [
+        "not a url",
+        "ftp://cloud.example/",
+        "http://",
+        "cloud.example/health",
+    ] {
+        let out = lhc()
+            .args(["connector", "run", "--connector", "ddc1.corp.example"])
+            .args(["--cloud-url", url, "--log"])
+            .arg(&log)
+            .arg("--data")
+            .arg(tmp.path().join("node"))
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{url}: {out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("--cloud-url") && stderr.contains("http(s)://"),
+            "{url}: {stderr}"
+        );
+    }
+    assert_eq!(std::fs::read(&segment).unwrap(), before, "nothing appended");
+    assert!(!tmp.path().join("node").exists(), "no store left behind");
+    let file = tmp.path().join("a-file");
+    std::fs::write(&file, "x").unwrap();
+    let run = lhc()
+        .args(["connector", "run", "--connector", "ddc1.corp.example"])
+        .args(["--cloud-url", NO_CLOUD, "--log"])
+        .arg(&log)
+        .arg("--data")
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(!run.status.success());
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(stderr.contains("is a file"), "{stderr}");
+    let fold = lhc()
+        .args(["connector", "fold"])
+        .arg(&log)
+        .arg("--data")
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(!fold.status.success());
+    let stderr = String::from_utf8_lossy(&fold.stderr);
+    assert!(
+        stderr.contains("Not a directory") && !stderr.contains("Os {"),
+        "{stderr}"
+    );
+}

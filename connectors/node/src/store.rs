@@ -108,6 +108,17 @@ pub const STORE_FORMAT: u32 = 3;
 /// Errors of the node store; each names what to check.
 #[derive(Debug, thiserror::Error)]
 pub enum NodeError {
+    /// The store's directory cannot be created (a file is in the way, no permission).
+    #[error(
+        "cache snapshot {path}: {source}: --data must name a directory this user can create \
+         and write"
+    )]
+    Dir {
+        /// The store directory.
+        path: PathBuf,
+        /// Why it could not be created.
+        source: std::io::Error,
+    },
     /// RocksDB refused.
     #[error("cache snapshot {path}: {source}")]
     Store {
@@ -404,6 +415,13 @@ impl Store {
 
     fn open_as(path: &Path, options: &StoreOptions, read_only: bool) -> Result<Store, NodeError> {
         let path = path.to_path_buf();
+        if !read_only {
+            // Asked here: RocksDB's own error for it is a Rust debug dump of the OS error.
+            std::fs::create_dir_all(&path).map_err(|source| NodeError::Dir {
+                path: path.clone(),
+                source,
+            })?;
+        }
         let mut db_options = Options::default();
         db_options.create_if_missing(!read_only);
         db_options.create_missing_column_families(!read_only);

@@ -78,10 +78,11 @@ pub enum ConnectorCommand {
         /// Address of the HTTP API (loopback unless you mean otherwise).
         #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
         listen: SocketAddr,
-        /// Control plane URL; any 2xx answer is a good health check. An https URL is
+        /// Control plane URL, http(s)://HOST[:PORT]/PATH (anything else is refused at
+        /// start); any 2xx answer is a good health check. An https URL is
         /// checked against the system's certificate authorities and --cloud-ca; redirects
         /// are followed only to the same host.
-        #[arg(long, value_name = "URL")]
+        #[arg(long, value_name = "URL", value_parser = parse_cloud_url)]
         cloud_url: String,
         /// Extra certificate authorities (PEM) to trust for --cloud-url and peer probes,
         /// besides the system's: a private CA, or a test one.
@@ -354,8 +355,15 @@ pub fn run(command: ConnectorCommand, quiet: bool) -> anyhow::Result<ExitCode> {
             );
             config.store = store.options();
             config.checkpoints = store.checkpoints();
+            if data.exists() && !data.is_dir() {
+                anyhow::bail!(
+                    "--data {} is a file: give the directory where the node keeps its cache \
+                     snapshot (created if missing)",
+                    data.display()
+                );
+            }
             std::fs::create_dir_all(&data)
-                .with_context(|| format!("creating {}", data.display()))?;
+                .with_context(|| format!("creating the --data directory {}", data.display()))?;
             let site_log = match target.kafka.options()? {
                 Some(mut options) => {
                     // A short delivery timeout: past it the node brokers from its journal.
@@ -645,4 +653,19 @@ fn open_existing(data: &std::path::Path) -> anyhow::Result<Store> {
         }
         other => Ok(other?),
     }
+}
+
+/// `--cloud-url`: an absolute http or https URL with a host. Refused at start: a typo would
+/// otherwise fail every health check and write a real outage into the site log.
+fn parse_cloud_url(value: &str) -> Result<String, String> {
+    let url = reqwest::Url::parse(value).map_err(|e| {
+        format!("{value:?} is not a URL ({e}): give the control plane's http(s)://HOST[:PORT]/PATH")
+    })?;
+    if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
+        return Err(format!(
+            "{value:?}: the control plane is asked over http or https; give \
+             http(s)://HOST[:PORT]/PATH"
+        ));
+    }
+    Ok(value.to_string())
 }
