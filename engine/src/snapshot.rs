@@ -478,20 +478,26 @@ fn check_assignable(
         Some(DeliveryGroupKind::SingleSessionPooled) => "a single_session_pooled group",
         _ => "no delivery group",
     };
-    // Introduced by the latest of the assignment's write and the machine's or its
-    // group's: a version that moves an assigned machine to a pooled group breaks it, not
-    // the (valid, imported) version that made the assignment.
-    let introduced_by = if since.offset > stored.introduced_by.offset {
-        since.clone()
+    // Introduced by the assignment's last write, even when a later change to its
+    // machine or group broke it (`since` says when those last changed, for the detail):
+    // `whatif --without-bad-changes` removes the ops of the object a failure names at the
+    // change it names, and a change that made no op on the assignment would lose
+    // unrelated ops instead (found by a review; see docs/engine.md).
+    let introduced_by = stored.introduced_by.clone();
+    let changed = if since.offset > stored.introduced_by.offset {
+        format!(
+            " (its machine or delivery group last changed at offset {})",
+            since.offset
+        )
     } else {
-        stored.introduced_by.clone()
+        String::new()
     };
     checks.failures.push(failure(
         stored,
         Rule::AssignmentNotStatic,
         format!(
             "machine {machine} is in {group} and not remote_pc: only machines of a \
-             single_session_static group or Remote PC machines can be assigned"
+             single_session_static group or Remote PC machines can be assigned{changed}"
         ),
         introduced_by,
     ));

@@ -1252,6 +1252,26 @@ fn r_reg_1_a_machine_renamed_by_case_keeps_its_registration_and_load() {
     assert_eq!(runtimes, vec!["VDA-1.Z1.EXAMPLE", "vda-2.z1.example"]);
 }
 
+/// R-REG-1 with §2.1: deleted, heartbeating in another spelling (refused, a runtime of
+/// its own holding only that refusal), then configured again in that spelling: one
+/// runtime is left, not two registered with the cloud each holding the session.
+#[test]
+fn r_reg_1_a_machine_renamed_by_case_after_a_refusal_keeps_one_runtime() {
+    let (out, engine) = run_engine("r-reg-1-renamed-by-case-after-refusal");
+    let mut spellings: Vec<&str> = engine
+        .machines()
+        .keys()
+        .map(|k| k.as_str())
+        .filter(|k| k.eq_ignore_ascii_case("vda-1.z1.example"))
+        .collect();
+    spellings.sort_unstable();
+    assert_eq!(spellings, vec!["vda-1.z1.example"]);
+    let runtime = &engine.machines()["vda-1.z1.example"];
+    assert_eq!(runtime.sessions().len(), 1);
+    assert_eq!(chose(&out, "q1").1, "vda-1.z1.example");
+    assert_eq!(refused(&out, "q2"), (Via::Cloud, Reason::MachineCapacity));
+}
+
 /// R-REG-1/3: the refusal of a deleted machine whose VDA spells its name in another case
 /// ends the cloud registration of the machine's runtime, not of a second one.
 #[test]
@@ -1599,8 +1619,8 @@ fn failure_keys(failed: &ImportFailed) -> Vec<FailureKey> {
 }
 
 /// R-CSS-4: an assignment that a change to its machine or the machine's group makes
-/// invalid was introduced by that change, not by the (valid, imported) version that made
-/// the assignment.
+/// invalid fails at that version, and its detail names the offset of that change (its
+/// `introduced_by` stays the assignment's write, for `whatif --without-bad-changes`).
 #[test]
 fn r_css_4_assignment_broken_by_its_machine_or_group() {
     let out = run("r-css-4-assignment-broken-by-machine");
@@ -1621,9 +1641,9 @@ fn r_css_4_assignment_broken_by_its_machine_or_group() {
         seen,
         vec![
             // v2 (offset 3) moves the assigned machine into a multi-session group.
-            (2, Some(1), not_static("as1", 3)),
+            (2, Some(1), not_static("as1", 1)),
             // v4 (offset 7) turns the machine's static group into a pooled one.
-            (4, Some(3), not_static("as1", 7)),
+            (4, Some(3), not_static("as1", 1)),
             // v5 deletes the group of a Remote PC machine: the machine's reference.
             (
                 5,
@@ -1636,9 +1656,23 @@ fn r_css_4_assignment_broken_by_its_machine_or_group() {
                 )]
             ),
             // v7 (offset 13) clears remote_pc on a machine of a multi-session group.
-            (7, Some(6), not_static("as2", 13)),
+            (7, Some(6), not_static("as2", 9)),
         ]
     );
+    // The detail names the change that broke each.
+    let details: Vec<&str> = failures
+        .iter()
+        .filter(|(_, f)| f.failures[0].rule == Rule::AssignmentNotStatic)
+        .map(|(_, f)| f.failures[0].detail.as_str())
+        .collect();
+    for (detail, offset) in details.iter().zip([3, 7, 13]) {
+        assert!(
+            detail.ends_with(&format!(
+                "(its machine or delivery group last changed at offset {offset})"
+            )),
+            "{detail}"
+        );
+    }
     // Each failure's change is one the connector did not import.
     let imported: Vec<u32> = css_ids(&out, A).iter().map(|(_, id)| *id).collect();
     assert_eq!(imported.iter().filter(|id| **id == 504).count(), 3);

@@ -50,14 +50,20 @@ impl Engine {
     /// maintenance marks, the episode's count of it — moves to the new id, so it is never
     /// registered twice nor counted twice in 3507/3508. Nothing is emitted: its registrar
     /// does not change. Left as it is when the new id already has a runtime of its own that
-    /// holds anything (two VDAs reported under the two spellings: nothing to merge safely).
+    /// holds a registration, sessions or launches (two VDAs reported under the two
+    /// spellings: nothing to merge safely).
     pub(super) fn rename_runtime(&mut self, old: &str, new: &str) {
-        if old == new
-            || self
-                .machines
-                .get(new)
-                .is_some_and(|r| *r != MachineRuntime::default())
-        {
+        // What a runtime under the new id may hold and still be replaced: refusals (a
+        // heartbeat in the new spelling before the change named it: `unknown_machine`)
+        // and caches, nothing brokering counts on.
+        let blank = |r: &MachineRuntime| {
+            r.registrar == Registrar::None
+                && r.sessions.is_empty()
+                && r.pending.is_empty()
+                && r.placement.is_none()
+                && r.deleted_from.is_none()
+        };
+        if old == new || self.machines.get(new).is_some_and(|r| !blank(r)) {
             return;
         }
         let Some(mut runtime) = self.machines.remove(old) else {
