@@ -528,7 +528,12 @@ impl Reader {
 /// at offset `end`, in words (none for a healthy log): what `lhc log check` names.
 pub fn losses(dir: &Path, log: &dyn Log, end: u64) -> Vec<String> {
     let mut found = Vec::new();
-    if let Some((segment, end, listed)) = lhc_log::embedded::lost_past(dir, end) {
+    // A writer appending meanwhile (the log grew past `end`) makes an index entry or a
+    // checkpoint past `end` look like evidence of a loss: only a log that still ends there
+    // is judged on them.
+    let grew = || log.end_offset().is_ok_and(|now| now > end);
+    if let Some((segment, end, listed)) = lhc_log::embedded::lost_past(dir, end).filter(|_| !grew())
+    {
         found.push(format!(
             "records lost: {} ends at offset {end}, but the log's index lists a record at \
              offset {listed}: records {end}..={listed} (at least) were written and are gone \
@@ -566,7 +571,7 @@ pub fn losses(dir: &Path, log: &dyn Log, end: u64) -> Vec<String> {
         lhc_log::embedded::lost_covers(dir, end, covers.saturating_sub(1)).unwrap_or(false)
     };
     match crate::checkpoint::beyond(dir, log, end) {
-        Ok(Some((covers, path))) if !covered(covers) => found.push(format!(
+        Ok(Some((covers, path))) if !covered(covers) && !grew() => found.push(format!(
             "records lost: checkpoint {} covers {covers} records, but the log holds records up \
              to offset {end}: records {end}..{covers} are gone; this answer comes from the \
              records before offset {end} only. Restore the log from a copy",

@@ -906,12 +906,28 @@ fn stats(format: Format, target: &LogArgs, quiet: bool) -> anyhow::Result<ExitCo
 
 fn check(target: &LogArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     let mut healthy = true;
-    // Not a log at all is an error (exit 2); a damaged log is a finding (exit 1).
-    let log = target.open_for_read()?;
+    // Not a log at all is an error (exit 2); a damaged log is a finding (exit 1): a
+    // segment whose header is damaged (or that another segment's name was given) is
+    // damage in a log, not the absence of one.
+    let damaged = |e: &lhc_log::LogError| match e {
+        lhc_log::LogError::Corrupt { .. } => true,
+        lhc_log::LogError::NotALog { path, .. } => path.is_file(),
+        _ => false,
+    };
+    let log = match target.open_for_read() {
+        Ok(log) => log,
+        Err(e) => match e.downcast_ref::<lhc_log::LogError>() {
+            Some(found) if damaged(found) => {
+                println!("{found}");
+                return Ok(ExitCode::FAILURE);
+            }
+            _ => return Err(e),
+        },
+    };
     if let Some(dir) = target.embedded_dir() {
         let report = match lhc_log::embedded::check(dir) {
             Ok(report) => report,
-            Err(e @ lhc_log::LogError::Corrupt { .. }) => {
+            Err(e) if damaged(&e) => {
                 println!("{e}");
                 return Ok(ExitCode::FAILURE);
             }
