@@ -517,7 +517,12 @@ impl Engine {
                 }
                 for id in named {
                     let id = self.site.machine_id(&id).unwrap_or(&id).to_string();
-                    if let Some(old) = orphans.get(&id.to_lowercase()) {
+                    // (Asked only when a deleted runtime waits: a change naming 40,000
+                    // machines lowercases none of them.)
+                    let orphan = (!orphans.is_empty())
+                        .then(|| orphans.get(&id.to_lowercase()))
+                        .flatten();
+                    if let Some(old) = orphan {
                         self.rename_runtime(old, &id);
                     }
                     if self
