@@ -393,9 +393,10 @@ pub(crate) fn log_went_back(log: &dyn Log, end: u64, position: u64) -> String {
     format!(
         "{} ends at offset {end}, but this node applied records up to offset \
          {}: records it applied are gone from the log (cut, or an older copy restored under \
-         the running node), and records appended now would take their offsets; restore the \
-         log from a copy, or fold it again into an empty --data (`lhc log check` names the \
-         loss)",
+         the running node, or another writer's batch that failed, on a full disk say, and \
+         was rolled back after this node had read it), and records appended now would take \
+         their offsets; restore the log from a copy if it was cut, then fold it again into \
+         an empty --data (`lhc log check` names a loss it can see)",
         log.describe(),
         position.saturating_sub(1)
     )
@@ -649,7 +650,11 @@ pub async fn run(
     for task in observers {
         task.abort();
     }
-    if caught_up {
+    // A failed node appends nothing more: its fold is dead (the stop would wait 5 s to be
+    // applied, for nothing), and when the log went back under it, a record appended now
+    // would take an offset it applied, over the only evidence of the loss (found by
+    // hostile testing).
+    if caught_up && shared.health.fatal().is_none() {
         announce_stop(&shared).await;
     }
     shared.stopping.store(true, Ordering::SeqCst);
