@@ -10,7 +10,7 @@
 //! elsewhere the test says it was skipped and why.
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 mod live;
@@ -70,6 +70,31 @@ fn spawn_node(
         http(port, "GET", "/healthz", None, None).is_some_and(|(s, _)| s == 200)
     });
     child
+}
+
+/// Waits up to 30 s for `child` to exit (killing it and failing with `what` if it does
+/// not), then returns its status and what it wrote on its piped stderr.
+fn exit_and_stderr(child: &mut std::process::Child, what: &str) -> (ExitStatus, String) {
+    use std::io::Read;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("{what}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    (status, stderr)
 }
 
 /// A cloud URL nothing answers on (health checks fail, which these tests do not mind).
@@ -196,23 +221,8 @@ fn a_node_whose_data_disk_fills_says_so_on_every_probe_and_exits_non_zero() {
     let probe = seen_probe.expect("/adc/probe answered DOWN node_failed");
     assert_eq!(probe["status"], "DOWN", "{probe}");
     // It exits non-zero on its own, having logged why.
-    let exited = Instant::now() + Duration::from_secs(30);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        assert!(Instant::now() < exited, "the failed node did not exit");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let (status, stderr) = exit_and_stderr(&mut child, "the failed node did not exit");
     assert!(!status.success(), "a failed node exits non-zero");
-    let mut stderr = String::new();
-    use std::io::Read;
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut stderr)
-        .unwrap();
     assert!(stderr.contains("cannot decide"), "{stderr}");
     // Space freed, restarted by its supervisor: it resumes and serves again.
     std::fs::remove_file(filler).unwrap();
@@ -841,23 +851,8 @@ fn a_log_that_goes_back_under_a_running_node_fails_it_visibly() {
     }
     let probe = seen.expect("/adc/probe answered DOWN once the log went back");
     assert_eq!(probe["reason"], "node_failed", "{probe}");
-    let exited = Instant::now() + Duration::from_secs(30);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        assert!(Instant::now() < exited, "the failed node did not exit");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let (status, stderr) = exit_and_stderr(&mut child, "the failed node did not exit");
     assert!(!status.success(), "a failed node exits non-zero");
-    let mut stderr = String::new();
-    use std::io::Read;
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut stderr)
-        .unwrap();
     assert!(
         stderr.contains("records it applied are gone from the log"),
         "{stderr}"
@@ -881,25 +876,11 @@ fn a_log_that_goes_back_under_a_running_node_fails_it_visibly() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let refused = Instant::now() + Duration::from_secs(30);
-    let status = loop {
-        if let Some(status) = restarted.try_wait().unwrap() {
-            break status;
-        }
-        if Instant::now() > refused {
-            let _ = restarted.kill();
-            panic!("the restarted node accepted a log shorter than its store");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let (status, stderr) = exit_and_stderr(
+        &mut restarted,
+        "the restarted node accepted a log shorter than its store",
+    );
     assert!(!status.success());
-    let mut stderr = String::new();
-    restarted
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut stderr)
-        .unwrap();
     assert!(stderr.contains("more than"), "{stderr}");
 }
 
