@@ -268,8 +268,8 @@ impl LogArgs {
         }
         if let Some(lost) = log.lost() {
             eprintln!(
-                "warning: records lost from {}: it ends at offset {}, but its index listed a \
-                 record at offset {}; records {}..={} (at least) were written and are gone (the \
+                "warning: records lost from {}: it ends at offset {}, but its index or commit \
+                 mark named a record at offset {}; records {}..={} (at least) were written and are gone (the \
                  file was cut, or a crash lost writes not yet on disk). Appends go on at offset \
                  {}; the loss is kept in {} and `lhc log check` names it. Restore the log from a \
                  copy if you have one",

@@ -97,7 +97,7 @@ pub struct TailRecovery {
     pub detail: String,
 }
 
-/// Records the last segment's index listed that the segment no longer held when a writer
+/// Records the last segment's index or the commit mark named that the segment no longer held when a writer
 /// came to append after them: found, kept in the log directory's `LOST` file (so `lhc log
 /// check` names them for good, though the writer rebuilt the index that was the evidence)
 /// and reported.
@@ -107,7 +107,7 @@ pub struct LostRecords {
     pub segment: PathBuf,
     /// The first offset gone: the one the next record gets.
     pub first: u64,
-    /// The last offset the index listed (records after it may be gone too).
+    /// The last offset the index or the commit mark named (records after it may be gone too).
     pub last_listed: u64,
 }
 
@@ -194,6 +194,75 @@ pub fn lost_records(dir: &Path) -> Result<Vec<Result<LostRecords, String>>, LogE
             }
         })
         .collect())
+}
+
+/// The file, in the log directory, that holds the commit mark: the offset after the last
+/// record of the last batch a writer finished (written, synced under `--fsync always`).
+/// Readers stop there while a writer holds the lock, so a batch that fails and is rolled
+/// back (a full disk, an I/O error) was never seen by anyone; records past the mark with
+/// no writer left are whole records of a writer that died mid-batch, read as before and
+/// adopted by the next writer. A mark past the records' end names records that are gone.
+pub const COMMIT_FILE: &str = "COMMITTED";
+
+/// Salt of the mark's check word, so that zeros or stray bytes never read as a mark.
+const MARK_SALT: u64 = 0x4c48_435f_4d41_524b; // "LHC_MARK"
+
+fn encode_mark(offset: u64) -> [u8; 16] {
+    let mut bytes = [0u8; 16];
+    bytes[..8].copy_from_slice(&offset.to_le_bytes());
+    bytes[8..].copy_from_slice(&(offset.rotate_left(17) ^ MARK_SALT).to_le_bytes());
+    bytes
+}
+
+/// The commit mark of the log in `dir`: `None` when there is none (a log written before
+/// marks existed, a copy without it) or it does not check (a write torn by a crash).
+pub fn commit_mark(dir: &Path) -> Option<u64> {
+    let file = File::open(dir.join(COMMIT_FILE)).ok()?;
+    // A read racing the writer's 16-byte rewrite may see half of each: read again.
+    for _ in 0..3 {
+        let mut bytes = [0u8; 16];
+        file.read_exact_at(&mut bytes, 0).ok()?;
+        let offset = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes"));
+        let check = u64::from_le_bytes(bytes[8..].try_into().expect("8 bytes"));
+        if check == offset.rotate_left(17) ^ MARK_SALT {
+            return Some(offset);
+        }
+    }
+    None
+}
+
+/// The log's end when no writer is appending: [`probe_end`] read under a shared lock of
+/// `LOCK`, so no batch can start or fail meanwhile; `None` while a writer holds the lock.
+/// (A log without `LOCK` was never opened by a writer; a file system that cannot lock
+/// gives no way to tell, and records are read as they come, as before commit marks.)
+fn settled_end(dir: &Path) -> Result<Option<u64>, LogError> {
+    let Ok(lock) = File::open(dir.join("LOCK")) else {
+        return probe_end(dir).map(Some);
+    };
+    match lock.try_lock_shared() {
+        Ok(()) => {
+            let end = probe_end(dir);
+            let _ = lock.unlock();
+            end.map(Some)
+        }
+        Err(std::fs::TryLockError::WouldBlock) => Ok(None),
+        Err(std::fs::TryLockError::Error(_)) => probe_end(dir).map(Some),
+    }
+}
+
+/// Where the log in `dir` ends for readers: every whole record, less a batch a writer is
+/// still appending (records past the [`COMMIT_FILE`] mark while a writer holds the lock).
+pub fn visible_end(dir: &Path) -> Result<u64, LogError> {
+    let end = probe_end(dir)?;
+    match commit_mark(dir) {
+        None => Ok(end),
+        Some(mark) if mark >= end => Ok(end),
+        Some(mark) => match settled_end(dir)? {
+            Some(settled) => Ok(settled),
+            // Read the mark again: the writer may have finished its batch meanwhile.
+            None => Ok(commit_mark(dir).unwrap_or(mark).min(end)),
+        },
+    }
 }
 
 /// An embedded log directory, open for appending and reading.
@@ -349,7 +418,7 @@ impl Log for EmbeddedLog {
     }
 
     fn end_offset(&self) -> Result<u64, LogError> {
-        probe_end(&self.dir)
+        visible_end(&self.dir)
     }
 
     fn reader(&self, from: u64) -> Result<Box<dyn LogReader>, LogError> {
@@ -388,17 +457,18 @@ fn orphan_indexes(dir: &Path) -> Option<(usize, u64)> {
     last.map(|last| (found, last))
 }
 
-/// The refusal of a log whose first segment holds no record while its index lists some:
-/// every record is gone, and appending would start the log again at offset 0 over them,
-/// as a directory whose segments were deleted would (found by hostile testing).
+/// The refusal of a log whose first segment holds no record while its index or the commit
+/// mark names some: every record is gone, and appending would start the log again at
+/// offset 0 over them, as a directory whose segments were deleted would (found by hostile
+/// testing).
 fn first_segment_emptied(dir: &Path, listed: u64) -> LogError {
     LogError::NotALog {
         path: dir.to_path_buf(),
         detail: format!(
-            "its first segment holds no record, but its index lists records up to offset \
-             {listed} at least: every record is gone (the segment was emptied or cut). Restore \
-             it from a copy; nothing is appended here (to start a new log, give another \
-             directory)"
+            "its first segment holds no record, but its index or the log's commit mark names \
+             records up to offset {listed} at least: every record is gone (the segment was \
+             emptied or cut). Restore it from a copy; nothing is appended here (to start a \
+             new log, give another directory)"
         ),
     }
 }
@@ -813,10 +883,17 @@ struct Writer {
     /// directory (NFS turns `flock` into a POSIX lock, which needs a file open for
     /// writing), where `LOCK` alone serializes writers, as before.
     dir_locks: bool,
+    /// The log's [`COMMIT_FILE`], rewritten after each batch.
+    mark: File,
     /// The last segment, open for writing.
     active: Option<ActiveSegment>,
     recovery: Option<TailRecovery>,
     lost: Option<LostRecords>,
+    /// The offsets of a loss found since this writer's last batch: an index that names
+    /// part of it, met again when the next batch creates a segment there, is the same
+    /// loss, not a line of its own (the commit mark can name a loss further than the
+    /// index does).
+    unwritten_loss: Option<(u64, u64)>,
     dirty_since: Option<Instant>,
 }
 
@@ -861,15 +938,25 @@ impl Writer {
             }
             Err(std::fs::TryLockError::Error(e)) => return Err(LogError::io(dir, e)),
         };
+        let mark_path = dir.join(COMMIT_FILE);
+        let mark = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .open(&mark_path)
+            .map_err(|e| LogError::io(&mark_path, e))?;
         let mut writer = Writer {
             dir: dir.to_path_buf(),
             options,
             lock,
             dir_lock,
             dir_locks,
+            mark,
             active: None,
             recovery: None,
             lost: None,
+            unwritten_loss: None,
             dirty_since: None,
         };
         writer.with_lock(|w| w.refresh())?;
@@ -940,7 +1027,7 @@ impl Writer {
     }
 
     /// Brings the view of the tail up to date with what other processes appended, cutting a
-    /// torn tail. Must hold the lock.
+    /// torn tail, and the commit mark with it. Must hold the lock.
     fn refresh(&mut self) -> Result<(), LogError> {
         // Fast path: our segment has not grown and no segment starts where it ends, so no
         // other process appended or rolled since our last write.
@@ -955,6 +1042,47 @@ impl Writer {
                 return Ok(());
             }
         }
+        self.reload_tail()?;
+        self.reconcile_mark()
+    }
+
+    /// Sets the commit mark to where the records end now that the tail is known: records
+    /// past the mark were left whole by a writer that died mid-batch (kept, as before
+    /// marks), and a mark past the end names records a writer finished that are gone (the
+    /// file cut, or writes lost in a machine crash with `--fsync never` or an interval):
+    /// kept in `LOST` before their offsets are reused.
+    fn reconcile_mark(&mut self) -> Result<(), LogError> {
+        let active = self.active.as_ref().expect("reload_tail sets it");
+        let (base, end) = (active.base, active.next_offset);
+        let mark = commit_mark(&self.dir);
+        if mark == Some(end) {
+            return Ok(());
+        }
+        if let Some(mark) = mark.filter(|&mark| mark > end) {
+            if end == 0 {
+                return Err(first_segment_emptied(&self.dir, mark - 1));
+            }
+            if !lost_covers(&self.dir, end, mark - 1)? {
+                self.found_lost(LostRecords {
+                    segment: segment_path(&self.dir, base),
+                    first: end,
+                    last_listed: mark - 1,
+                })?;
+            }
+        }
+        self.set_mark(end)
+    }
+
+    /// Rewrites the commit mark (16 bytes in place: no block to allocate on a full disk).
+    fn set_mark(&self, end: u64) -> Result<(), LogError> {
+        self.mark
+            .write_all_at(&encode_mark(end), 0)
+            .map_err(|e| LogError::io(self.dir.join(COMMIT_FILE), e))
+    }
+
+    /// Re-reads the last segment from disk: what other processes appended or rolled, a
+    /// torn tail cut, the index rebuilt after a first open. Must hold the lock.
+    fn reload_tail(&mut self) -> Result<(), LogError> {
         let bases = list_segments(&self.dir)?;
         let Some(&base) = bases.last() else {
             // Not a new log if its indexes remain: appending at offset 0 would give the
@@ -1033,6 +1161,13 @@ impl Writer {
                     orphan_listing(&self.dir, scan.next_offset)
                         .map(|listed| (segment_path(&self.dir, scan.next_offset), listed))
                 });
+            // The commit mark names the last record of the last batch finished: the
+            // exact extent of a loss the index sees only up to its last entry.
+            let listed = match (listed, marked_past(&self.dir, scan.next_offset)) {
+                (Some((segment, listed)), Some(marked)) => Some((segment, listed.max(marked))),
+                (None, Some(marked)) => Some((path.clone(), marked)),
+                (listed, None) => listed,
+            };
             if let Some((segment, listed)) = listed {
                 if scan.next_offset == 0 {
                     return Err(first_segment_emptied(&self.dir, listed));
@@ -1099,9 +1234,10 @@ impl Writer {
     /// Keeps `lost` (before anything reuses its offsets) and reports it.
     fn found_lost(&mut self, lost: LostRecords) -> Result<(), LogError> {
         self.keep_lost(&lost)?;
+        self.unwritten_loss = Some((lost.first, lost.last_listed));
         tracing::warn!(
             segment = %lost.segment.display(), first = lost.first, last_listed = lost.last_listed,
-            "records the log's index lists are gone; kept in {LOST_FILE}"
+            "records the log's index or commit mark names are gone; kept in {LOST_FILE}"
         );
         self.lost = Some(lost);
         Ok(())
@@ -1118,8 +1254,14 @@ impl Writer {
         // kept before the new segment's empty index replaces it.
         // (Entries that agree with the segment's name and header: junk proves nothing.)
         let entries = read_index(&self.dir, base);
+        let said = |listed: u64| {
+            self.unwritten_loss
+                .is_some_and(|(first, last)| first <= base && last >= listed)
+        };
         if let Some(&(listed, _)) = entries.last().filter(|_| index_agrees(&entries, base)) {
-            if listed >= base {
+            // The commit mark may name records past the index's last entry.
+            let listed = listed.max(marked_past(&self.dir, base).unwrap_or(0));
+            if listed >= base && !said(listed) {
                 if base == 0 {
                     return Err(first_segment_emptied(&self.dir, listed));
                 }
@@ -1329,6 +1471,10 @@ impl Writer {
             }
             FsyncPolicy::Never => {}
         }
+        // Only now may readers see the batch: until here it can still be rolled back.
+        let end = self.active.as_ref().expect("set").next_offset;
+        self.set_mark(end)?;
+        self.unwritten_loss = None;
         Ok(offsets)
     }
 
@@ -1437,6 +1583,9 @@ pub struct EmbeddedReader {
     dir: PathBuf,
     next: u64,
     cursor: Option<Cursor>,
+    /// Records below this offset are known committed and are read without asking; at it,
+    /// the commit mark is read again ([`COMMIT_FILE`]).
+    readable: u64,
 }
 
 struct Cursor {
@@ -1477,6 +1626,25 @@ impl Cursor {
             end: 0,
             from_start,
         })
+    }
+
+    /// Puts back the frame just read (at file `position`, carrying `offset`) and forgets
+    /// the buffer, so the next step reads that frame again from the file.
+    fn unstep(&mut self, position: u64, offset: u64) {
+        self.position = position;
+        self.offset = offset;
+        self.start = 0;
+        self.end = 0;
+    }
+
+    /// Whether the segment's path still names the file this cursor reads (a segment a
+    /// failed batch created is removed, and its offsets may be written anew elsewhere).
+    fn same_file(&self) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        match (self.file.metadata(), std::fs::metadata(&self.path)) {
+            (Ok(held), Ok(named)) => (held.dev(), held.ino()) == (named.dev(), named.ino()),
+            _ => false,
+        }
     }
 
     fn rewind_to_start(&mut self) {
@@ -1553,7 +1721,7 @@ impl EmbeddedReader {
         let start = list_segments(dir)?.first().copied().unwrap_or(0);
         starts_at_zero(dir, start)?;
         // Records before damage stay readable; the reader reports the damage on reaching it.
-        let end = match probe_end(dir) {
+        let end = match visible_end(dir) {
             Ok(end) => end,
             Err(LogError::Corrupt { offset, .. }) => offset,
             Err(e) => return Err(e),
@@ -1569,6 +1737,7 @@ impl EmbeddedReader {
             dir: dir.to_path_buf(),
             next: from,
             cursor: None,
+            readable: 0,
         })
     }
 
@@ -1584,13 +1753,36 @@ impl EmbeddedReader {
                 self.cursor = Some(Cursor::open(&self.dir, bases[i - 1], self.next)?);
             }
             let cursor = self.cursor.as_mut().expect("set above");
+            let at = (cursor.position, cursor.offset);
             match cursor.step() {
                 Ok(Step::Entry(entry)) if entry.offset < self.next => continue,
+                Ok(Step::Entry(entry)) if entry.offset >= self.readable => {
+                    // Past what was known committed: ask the mark, then read the frame
+                    // again from the file, since the bytes read may belong to a batch that
+                    // was rolled back and written anew since.
+                    self.readable = readable_past(&self.dir, entry.offset)?;
+                    cursor.unstep(at.0, at.1);
+                    if entry.offset >= self.readable {
+                        // A batch being appended: wait for its end (or its roll back, which
+                        // removes the segments it created).
+                        if cursor.base >= self.readable {
+                            self.cursor = None;
+                        }
+                        return Ok(None);
+                    }
+                    if !cursor.same_file() {
+                        self.cursor = None;
+                    }
+                }
                 Ok(Step::Entry(entry)) => {
                     self.next = entry.offset + 1;
                     return Ok(Some(entry));
                 }
                 Ok(Step::AtEnd) => {
+                    if self.readable == u64::MAX {
+                        // A log without a mark: ask again past here, one may exist now.
+                        self.readable = self.next;
+                    }
                     // A newer segment starting here means this one is finished.
                     let later = list_segments(&self.dir)?
                         .into_iter()
@@ -1663,6 +1855,22 @@ impl LogReader for EmbeddedReader {
     }
 }
 
+/// How far a reader that reached `offset`, the first record it did not know committed,
+/// may read now: to the commit mark; past it only when no writer is appending (the whole
+/// records a writer that died left, up to the end read under the lock); without a mark (a
+/// log written before marks) as far as records go, asked again at the tail.
+fn readable_past(dir: &Path, offset: u64) -> Result<u64, LogError> {
+    match commit_mark(dir) {
+        None => Ok(u64::MAX),
+        Some(mark) if mark > offset => Ok(mark),
+        Some(mark) => match settled_end(dir)? {
+            Some(end) => Ok(end.max(mark)),
+            // The writer may have finished its batch since the mark was read.
+            None => Ok(commit_mark(dir).unwrap_or(mark)),
+        },
+    }
+}
+
 /// Records the log's own files say were written past `end` (where a reader found the
 /// records end) and are gone: the last segment's index listing records past its end, or
 /// indexes left by deleted segments. (segment, end, the last offset listed.) What `check`
@@ -1670,15 +1878,36 @@ impl LogReader for EmbeddedReader {
 /// reader answering from what is left says so instead of answering silently.
 pub fn lost_past(dir: &Path, end: u64) -> Option<(PathBuf, u64, u64)> {
     let bases = list_segments(dir).ok()?;
-    if let Some(&base) = bases.last().filter(|&&b| b <= end) {
-        let path = segment_path(dir, base);
-        if let Ok(meta) = std::fs::metadata(&path) {
-            if let Some(listed) = listed_past(dir, base, end, meta.len()) {
-                return Some((path, end, listed));
-            }
+    let listed = bases
+        .last()
+        .filter(|&&b| b <= end)
+        .and_then(|&base| {
+            let path = segment_path(dir, base);
+            let len = std::fs::metadata(&path).ok()?.len();
+            listed_past(dir, base, end, len).map(|listed| (path, listed))
+        })
+        .or_else(|| orphan_listing(dir, end).map(|listed| (segment_path(dir, end), listed)));
+    match (listed, marked_past(dir, end)) {
+        (Some((path, listed)), marked) => Some((path, end, listed.max(marked.unwrap_or(0)))),
+        (None, Some(marked)) => {
+            let base = bases
+                .iter()
+                .rev()
+                .find(|&&b| b <= end)
+                .copied()
+                .unwrap_or(0);
+            Some((segment_path(dir, base), end, marked))
         }
+        (None, None) => None,
     }
-    orphan_listing(dir, end).map(|listed| (segment_path(dir, end), end, listed))
+}
+
+/// The last record the commit mark says a writer finished, when it lies at or past `end`
+/// (where the records end): evidence of records gone.
+fn marked_past(dir: &Path, end: u64) -> Option<u64> {
+    commit_mark(dir)
+        .filter(|&mark| mark > end)
+        .map(|mark| mark - 1)
 }
 
 /// Findings of a full verification of a log directory.
@@ -1701,6 +1930,8 @@ pub struct CheckReport {
     /// was cut at a record's boundary, or lost its last writes in a crash with
     /// `--fsync never` or an interval; either way those records are gone.
     pub lost_tail: Option<(PathBuf, u64, u64)>,
+    /// The commit mark ([`COMMIT_FILE`]), if the log has one that checks.
+    pub commit_mark: Option<u64>,
 }
 
 /// Reads every frame of every segment and verifies checksums and offsets, without changing
@@ -1770,6 +2001,18 @@ pub fn check(dir: &Path) -> Result<CheckReport, LogError> {
         // A last segment deleted, or emptied below its header, with its index left.
         if let Some(listed) = orphan_listing(dir, expected) {
             report.lost_tail = Some((segment_path(dir, expected), expected, listed));
+        }
+    }
+    report.commit_mark = commit_mark(dir);
+    // A batch a writer finished, whose records are no longer there (all of them: the
+    // index sees a loss only up to its last entry).
+    if let Some(marked) = marked_past(dir, expected) {
+        match &mut report.lost_tail {
+            Some((_, _, listed)) => *listed = (*listed).max(marked),
+            None => {
+                let base = bases.iter().rev().find(|&&b| b <= expected).copied();
+                report.lost_tail = Some((segment_path(dir, base.unwrap_or(0)), expected, marked));
+            }
         }
     }
     Ok(report)

@@ -1026,3 +1026,206 @@ fn a_later_loss_over_reused_offsets_is_kept_and_junk_indexes_prove_nothing() {
     let log = EmbeddedLog::open(&fresh, options(1 << 20)).unwrap();
     assert_eq!(log.append(&[&record(0)]).unwrap(), vec![0]);
 }
+
+/// Appends frames for `offsets` to the end of segment `base` of `dir` as a writer does,
+/// but without its commit mark: a batch in flight (under the lock) or left by a writer
+/// that died.
+fn append_raw_frames(dir: &Path, base: u64, offsets: std::ops::Range<u64>, tag: &str) -> u64 {
+    use std::io::Write;
+    let mut frames = Vec::new();
+    for offset in offsets {
+        let payload = format!(
+            r#"{{"ts":"2026-01-05T09:00:00.000Z","type":"clock.tick","n":{offset},"tag":"{tag}"}}"#
+        );
+        lhc_log::frame::encode_frame(&mut frames, offset, payload.as_bytes());
+    }
+    let path = segment(dir, base);
+    let before = std::fs::metadata(&path).map_or(0, |m| m.len());
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .unwrap();
+    if before == 0 {
+        file.write_all(&lhc_log::frame::segment_header(base))
+            .unwrap();
+    }
+    file.write_all(&frames).unwrap();
+    before
+}
+
+fn tag_of(bytes: &[u8]) -> String {
+    let value: serde_json::Value = serde_json::from_slice(bytes).unwrap();
+    value["tag"].as_str().unwrap_or("").to_string()
+}
+
+/// A batch another writer is still appending (it holds the lock, its commit mark not yet
+/// moved) is not read: had it failed and been rolled back (a full disk), readers that
+/// folded its records would hold a state no replay gives (found by hostile testing: a node
+/// reading a `log import --append` that ran out of disk failed, and stayed refused).
+#[test]
+fn a_batch_still_being_appended_is_not_read_and_its_roll_back_is_never_seen() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("log");
+    write(&dir, 10, 1 << 20);
+    assert_eq!(lhc_log::embedded::commit_mark(&dir), Some(10));
+    let reader_log = EmbeddedLog::open_read_only(&dir).unwrap();
+    let mut follower = reader_log.reader(0).unwrap();
+    let mut seen = Vec::new();
+    while let Some(e) = follower.next(Duration::ZERO).unwrap() {
+        seen.push(e.offset);
+    }
+    assert_eq!(seen, (0..10).collect::<Vec<_>>());
+
+    // Another writer's batch in flight: it holds LOCK and has written five frames.
+    let lock = std::fs::File::open(dir.join("LOCK")).unwrap();
+    lock.lock().unwrap();
+    let cut = append_raw_frames(&dir, 0, 10..15, "failed");
+    assert!(
+        follower.next(Duration::from_millis(50)).unwrap().is_none(),
+        "a follower waits for the batch's end"
+    );
+    assert_eq!(reader_log.end_offset().unwrap(), 10, "the end readers see");
+    let fresh = read_all(&reader_log).unwrap();
+    assert_eq!(fresh.len(), 10, "a new reader stops at the mark too");
+    assert_eq!(check(&dir).unwrap().commit_mark, Some(10));
+
+    // The batch fails: rolled back, the lock released. Then a writer appends others.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(segment(&dir, 0))
+        .unwrap()
+        .set_len(cut)
+        .unwrap();
+    lock.unlock().unwrap();
+    assert!(follower.next(Duration::ZERO).unwrap().is_none());
+    let log = EmbeddedLog::open(&dir, options(1 << 20)).unwrap();
+    assert!(log.lost().is_none() && log.recovery().is_none());
+    log.append(&[b"{\"tag\":\"kept\"}".as_slice(); 3]).unwrap();
+    drop(log);
+    let mut after = Vec::new();
+    while let Some(e) = follower.next(Duration::ZERO).unwrap() {
+        after.push((e.offset, tag_of(&e.bytes)));
+    }
+    let kept = |o: u64| (o, "kept".to_string());
+    assert_eq!(after, vec![kept(10), kept(11), kept(12)]);
+}
+
+/// The same when the failed batch had rolled into a segment of its own, which the roll
+/// back removes and the next writer creates anew with other records: a follower that
+/// waited at it reads the new segment's records, never the removed one's.
+#[test]
+fn a_segment_a_failed_batch_created_is_never_read() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("log");
+    write(&dir, 10, 1 << 20);
+    let reader_log = EmbeddedLog::open_read_only(&dir).unwrap();
+    let mut follower = reader_log.reader(0).unwrap();
+    while follower.next(Duration::ZERO).unwrap().is_some() {}
+    assert_eq!(follower.position(), 10);
+
+    let lock = std::fs::File::open(dir.join("LOCK")).unwrap();
+    lock.lock().unwrap();
+    append_raw_frames(&dir, 10, 10..14, "failed");
+    assert!(follower.next(Duration::from_millis(30)).unwrap().is_none());
+    std::fs::remove_file(segment(&dir, 10)).unwrap();
+    lock.unlock().unwrap();
+
+    let log = EmbeddedLog::open(&dir, options(1 << 20)).unwrap();
+    log.append(&[b"{\"tag\":\"kept\"}".as_slice(); 2]).unwrap();
+    drop(log);
+    let mut after = Vec::new();
+    while let Some(e) = follower.next(Duration::ZERO).unwrap() {
+        after.push((e.offset, tag_of(&e.bytes)));
+    }
+    assert_eq!(
+        after,
+        vec![(10, "kept".to_string()), (11, "kept".to_string())]
+    );
+}
+
+/// Whole records past the mark with no writer holding the lock were left by a writer that
+/// died mid-batch: read, named by `check`, and kept by the next writer (as before marks).
+#[test]
+fn records_a_dead_writer_left_past_the_mark_are_read_and_kept() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("log");
+    write(&dir, 10, 1 << 20);
+    append_raw_frames(&dir, 0, 10..13, "orphan");
+    let report = check(&dir).unwrap();
+    assert_eq!((report.end_offset, report.commit_mark), (13, Some(10)));
+    assert!(report.lost_tail.is_none());
+    let reader_log = EmbeddedLog::open_read_only(&dir).unwrap();
+    assert_eq!(reader_log.end_offset().unwrap(), 13);
+    assert_eq!(read_all(&reader_log).unwrap().len(), 13);
+    let log = EmbeddedLog::open(&dir, options(1 << 20)).unwrap();
+    assert!(log.lost().is_none() && log.recovery().is_none());
+    assert_eq!(log.append(&[record(0).as_slice()]).unwrap(), vec![13]);
+    drop(log);
+    assert_eq!(lhc_log::embedded::commit_mark(&dir), Some(14));
+}
+
+/// A log without a mark (written before marks, or a copy without the file) reads as
+/// before, and its next writer adds the mark.
+#[test]
+fn a_log_without_a_mark_reads_as_before_and_gets_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("log");
+    write(&dir, 10, 1 << 20);
+    std::fs::remove_file(dir.join(lhc_log::embedded::COMMIT_FILE)).unwrap();
+    let reader_log = EmbeddedLog::open_read_only(&dir).unwrap();
+    assert_eq!(read_all(&reader_log).unwrap().len(), 10);
+    assert_eq!(check(&dir).unwrap().commit_mark, None);
+    // A stray or torn mark is no mark either.
+    std::fs::write(dir.join(lhc_log::embedded::COMMIT_FILE), [7u8; 16]).unwrap();
+    assert_eq!(lhc_log::embedded::commit_mark(&dir), None);
+    assert_eq!(read_all(&reader_log).unwrap().len(), 10);
+    let log = EmbeddedLog::open(&dir, options(1 << 20)).unwrap();
+    assert!(log.lost().is_none());
+    drop(log);
+    assert_eq!(lhc_log::embedded::commit_mark(&dir), Some(10));
+}
+
+/// Records a writer finished that are gone (the file cut at a record's boundary, past the
+/// index's last entry) are named to their exact extent by the mark: by `check`, by a
+/// writer (kept in LOST) and by readers' end.
+#[test]
+fn a_mark_past_the_records_names_every_record_gone() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("log");
+    let log = EmbeddedLog::open(
+        &dir,
+        EmbeddedOptions {
+            index_interval_bytes: 1 << 20,
+            ..options(1 << 20)
+        },
+    )
+    .unwrap();
+    log.append(&[record(5).as_slice(); 20]).unwrap();
+    drop(log);
+    // The index has one entry (offset 0): only the mark knows records 1..=19 existed.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(segment(&dir, 0))
+        .unwrap()
+        .set_len(16 + 15 * frame(5))
+        .unwrap();
+    let report = check(&dir).unwrap();
+    assert_eq!(report.end_offset, 15);
+    let (_, first, last) = report.lost_tail.expect("named");
+    assert_eq!((first, last), (15, 19));
+    assert_eq!(
+        lhc_log::embedded::lost_past(&dir, 15).map(|l| (l.1, l.2)),
+        Some((15, 19))
+    );
+    let log = EmbeddedLog::open(&dir, options(1 << 20)).unwrap();
+    let lost = log.lost().cloned().expect("the writer names it");
+    assert_eq!((lost.first, lost.last_listed), (15, 19));
+    assert_eq!(log.append(&[record(0).as_slice()]).unwrap(), vec![15]);
+    drop(log);
+    assert_eq!(
+        lhc_log::embedded::lost_records(&dir).unwrap(),
+        vec![Ok(lost)]
+    );
+    assert_eq!(lhc_log::embedded::commit_mark(&dir), Some(16));
+}

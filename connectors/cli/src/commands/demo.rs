@@ -320,6 +320,7 @@ fn remove_previous_log(dir: &Path) -> anyhow::Result<()> {
             let of_a_log = name == "LOCK"
                 || name == MARKER
                 || name == lhc_log::embedded::LOST_FILE
+                || name == lhc_log::embedded::COMMIT_FILE
                 || name == lhc_replay::checkpoint::DIR
                 || name.ends_with(".log")
                 || name.ends_with(".idx");

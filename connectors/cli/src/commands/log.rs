@@ -953,12 +953,20 @@ fn check(target: &LogArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         if let Some((segment, end, listed)) = &report.lost_tail {
             healthy = false;
             println!(
-                "records lost: {} ends at offset {end}, but its index lists a record at offset \
-                 {listed}: records {end}..={listed} (at least) were written and are gone (the \
-                 file was cut, or a crash lost writes not yet on disk with --fsync never or an \
-                 interval); restore the log from a copy. The next append would give their \
-                 offsets to other records",
+                "records lost: {} ends at offset {end}, but its index or the log's commit mark \
+                 names a record at offset {listed}: records {end}..={listed} (at least) were \
+                 written and are gone (the file was cut, or a crash lost writes not yet on disk \
+                 with --fsync never or an interval); restore the log from a copy. The next \
+                 append would give their offsets to other records",
                 segment.display()
+            );
+        }
+        if let Some(mark) = report.commit_mark.filter(|&m| m < report.end_offset) {
+            println!(
+                "uncommitted: {} record(s) after the commit mark (offset {mark}): a batch a \
+                 writer is appending now (readers wait for its end), or one a writer that \
+                 died left whole (readers read it, and the next writer keeps it)",
+                report.end_offset - mark
             );
         }
         // Losses a writer found (and appended after, rebuilding the index that showed
