@@ -884,6 +884,93 @@ fn a_log_that_goes_back_under_a_running_node_fails_it_visibly() {
     assert!(stderr.contains("more than"), "{stderr}");
 }
 
+/// The same with records of the same size appended where the cut ones were, between two
+/// of the node's looks at the log's end: the end alone does not show it, so the node
+/// compares the log's record at the offset it applied last with that record (found by
+/// hostile testing: the node stayed UP).
+#[test]
+fn records_replaced_under_a_running_node_fail_it_visibly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("log");
+    import_example(&log);
+    let data = tmp.path().join("node");
+    let port = free_port();
+    // A quiet node: it appends its own records at start, then nothing for an hour.
+    let quiet: Vec<&std::ffi::OsStr> = [
+        "--health-interval",
+        "1h",
+        "--probe-interval",
+        "1h",
+        "--tick-interval",
+        "1h",
+    ]
+    .iter()
+    .map(|s| std::ffi::OsStr::new(*s))
+    .collect();
+    let mut child = spawn_node(&log, &data, port, NO_CLOUD, &quiet, Stdio::piped());
+    wait_until("the node caught up", Duration::from_secs(30), || {
+        http(port, "GET", "/readyz", None, None).is_some_and(|(s, _)| s == 200)
+    });
+    let segment = log.join("00000000000000000000.log");
+    let settled = || {
+        let size = std::fs::metadata(&segment).unwrap().len();
+        std::thread::sleep(Duration::from_millis(500));
+        size == std::fs::metadata(&segment).unwrap().len()
+    };
+    wait_until(
+        "the node's own appends ended",
+        Duration::from_secs(30),
+        settled,
+    );
+    // A copy of the log as it is now, given other records of the same size.
+    let other = tmp.path().join("other");
+    std::fs::create_dir(&other).unwrap();
+    for entry in std::fs::read_dir(&log).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), other.join(entry.file_name())).unwrap();
+    }
+    // Clock ticks an hour ahead (records go in time order, after the node's own); the
+    // copy's half a second later, so the same size.
+    let base = live::now_ms() + 3_600_000;
+    let ticks = |shift: i64| -> String {
+        (0..5)
+            .map(|i| {
+                let ts = lhc_engine::Ts(base + shift + i * 1_000).to_rfc3339();
+                format!("{{\"ts\":\"{ts}\",\"type\":\"clock.tick\"}}\n")
+            })
+            .collect()
+    };
+    assert!(append_stdin(&log, ticks(0).as_bytes()).status.success());
+    assert!(append_stdin(&other, ticks(500).as_bytes()).status.success());
+    let lag_is_zero = || {
+        http(port, "GET", "/metrics", None, None).is_some_and(|(_, body)| {
+            body.as_str()
+                .unwrap_or("")
+                .lines()
+                .any(|l| l.starts_with("lhc_fold_lag_records") && l.ends_with(" 0"))
+        })
+    };
+    wait_until(
+        "the node applied the ticks",
+        Duration::from_secs(30),
+        lag_is_zero,
+    );
+    let replacement = std::fs::read(other.join("00000000000000000000.log")).unwrap();
+    assert_eq!(
+        replacement.len() as u64,
+        std::fs::metadata(&segment).unwrap().len(),
+        "the node appended nothing meanwhile"
+    );
+    // Written in place, as the cut and the refill would leave it between two looks.
+    std::fs::write(&segment, &replacement).unwrap();
+    let (status, stderr) = exit_and_stderr(&mut child, "the node went on over replaced records");
+    assert!(!status.success(), "a failed node exits non-zero");
+    assert!(
+        stderr.contains("holds another record at offset"),
+        "{stderr}"
+    );
+}
+
 /// A typo in `--cloud-url`, or a file given as `--data`, is refused at start with a message
 /// naming it (found by hostile testing: a URL without a scheme failed every health check
 /// and wrote a real outage into the site log; a file as `--data` gave RocksDB's debug dump

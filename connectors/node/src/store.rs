@@ -1747,6 +1747,12 @@ impl<S: Deref<Target = Store>> Folder<S> {
         self.last_hash = Some((offset, hash));
     }
 
+    /// The offset and xxh3-128 of the last record noted for applying (by
+    /// [`Folder::note_bytes`] or [`Folder::note_hash`]).
+    pub fn last_noted(&self) -> Option<(u64, u128)> {
+        self.last_hash
+    }
+
     /// The hash of the last record applied whole, if its bytes were noted.
     fn last_record(&self) -> Option<(u64, u128)> {
         let (offset, hash) = self.last_hash?;

@@ -154,6 +154,16 @@ pub(crate) fn fold_loop(
     }
 }
 
+/// The offset of the last record the fold applied when the log now holds another record
+/// there: its tail was cut and records appended again, as many as were cut, between two
+/// looks at its end (the end alone does not show it).
+fn replaced_under(log: &dyn lhc_log::Log, folder: &Folder<Arc<Store>>, end: u64) -> Option<u64> {
+    let (offset, hash) = folder.last_noted()?;
+    let start = log.start_offset().ok()?;
+    let bytes = lhc_log::checkpoint::record_bytes_in(log, offset, start..end).ok()??;
+    (xxhash_rust::xxh3::xxh3_128(&bytes) != hash).then_some(offset)
+}
+
 fn fold_on(
     shared: &Shared,
     folder: &mut Folder<Arc<Store>>,
@@ -206,6 +216,10 @@ fn fold_on(
                                 end,
                                 folder.next(),
                             ));
+                        } else if let Some(offset) = replaced_under(&*shared.log, folder, end) {
+                            shared
+                                .health
+                                .fail(super::log_replaced(&*shared.log, offset));
                         }
                     }
                 }

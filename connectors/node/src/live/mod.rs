@@ -393,12 +393,23 @@ pub(crate) fn log_went_back(log: &dyn Log, end: u64, position: u64) -> String {
     format!(
         "{} ends at offset {end}, but this node applied records up to offset \
          {}: records it applied are gone from the log (cut, or an older copy restored under \
-         the running node, or another writer's batch that failed, on a full disk say, and \
-         was rolled back after this node had read it), and records appended now would take \
-         their offsets; restore the log from a copy if it was cut, then fold it again into \
-         an empty --data (`lhc log check` names a loss it can see)",
+         the running node), and records appended now would take their offsets; restore the \
+         log from a copy if it was cut, then fold it again into an empty --data (`lhc log \
+         check` names a loss it can see)",
         log.describe(),
         position.saturating_sub(1)
+    )
+}
+
+/// Why a node cannot decide once the log holds, at `offset`, another record than the one
+/// its fold applied there.
+pub(crate) fn log_replaced(log: &dyn Log, offset: u64) -> String {
+    format!(
+        "{} holds another record at offset {offset} than the one this node applied there: \
+         records it applied were replaced under it (the log's tail cut and other records \
+         appended, or another copy put in its place); restore the log from a copy, then \
+         fold it again into an empty --data",
+        log.describe()
     )
 }
 
