@@ -839,8 +839,15 @@ fn a_log_that_goes_back_under_a_running_node_fails_it_visibly() {
     wait_until("the node caught up", Duration::from_secs(30), || {
         http(port, "GET", "/readyz", None, None).is_some_and(|(s, _)| s == 200)
     });
-    // The older copy, written in place (the node keeps the file open).
-    std::fs::write(&segment, &older).unwrap();
+    // The older copy, in place (the node keeps the file open): the older copy is the
+    // first bytes of the newer, so cutting the file to its length restores it in one step
+    // (a write that truncates first shows the node an empty segment meanwhile).
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&segment)
+        .unwrap();
+    assert_eq!(std::fs::read(&segment).unwrap()[..older.len()], older[..]);
+    file.set_len(older.len() as u64).unwrap();
     let mut seen = None;
     let deadline = Instant::now() + Duration::from_secs(20);
     while Instant::now() < deadline && seen.is_none() {
@@ -961,8 +968,14 @@ fn records_replaced_under_a_running_node_fail_it_visibly() {
         std::fs::metadata(&segment).unwrap().len(),
         "the node appended nothing meanwhile"
     );
-    // Written in place, as the cut and the refill would leave it between two looks.
-    std::fs::write(&segment, &replacement).unwrap();
+    // Written in place, as the cut and the refill would leave it between two looks (one
+    // write of the same length: a truncation first would show the node an empty segment).
+    use std::os::unix::fs::FileExt;
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&segment)
+        .unwrap();
+    file.write_all_at(&replacement, 0).unwrap();
     let (status, stderr) = exit_and_stderr(&mut child, "the node went on over replaced records");
     assert!(!status.success(), "a failed node exits non-zero");
     assert!(

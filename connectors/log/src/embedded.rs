@@ -214,21 +214,45 @@ fn encode_mark(offset: u64) -> [u8; 16] {
     bytes
 }
 
-/// The commit mark of the log in `dir`: `None` when there is none (a log written before
-/// marks existed, a copy without it) or it does not check (a write torn by a crash).
+/// The commit mark of the log in `dir`, as evidence: `None` when there is none (a log
+/// written before marks existed, a copy without it) or it does not check (a write torn by
+/// a crash, stray bytes): such a mark proves nothing.
 pub fn commit_mark(dir: &Path) -> Option<u64> {
-    let file = File::open(dir.join(COMMIT_FILE)).ok()?;
+    match read_mark(dir) {
+        MarkRead::At(offset) => Some(offset),
+        MarkRead::Absent | MarkRead::Unreadable => None,
+    }
+}
+
+/// What a reader finds in [`COMMIT_FILE`].
+enum MarkRead {
+    /// No mark: no file, or fewer than 16 bytes (never written: a log written before
+    /// marks, a copy without it, a writer that could not write it).
+    Absent,
+    /// A mark that checks.
+    At(u64),
+    /// 16 bytes that do not check (a rewrite torn by a crash, stray bytes): where the
+    /// finished batches end is unknown until a writer writes the mark again.
+    Unreadable,
+}
+
+fn read_mark(dir: &Path) -> MarkRead {
+    let Ok(file) = File::open(dir.join(COMMIT_FILE)) else {
+        return MarkRead::Absent;
+    };
     // A read racing the writer's 16-byte rewrite may see half of each: read again.
     for _ in 0..3 {
         let mut bytes = [0u8; 16];
-        file.read_exact_at(&mut bytes, 0).ok()?;
+        if file.read_exact_at(&mut bytes, 0).is_err() {
+            return MarkRead::Absent;
+        }
         let offset = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes"));
         let check = u64::from_le_bytes(bytes[8..].try_into().expect("8 bytes"));
         if check == offset.rotate_left(17) ^ MARK_SALT {
-            return Some(offset);
+            return MarkRead::At(offset);
         }
     }
-    None
+    MarkRead::Unreadable
 }
 
 /// The log's end when no writer is appending: [`probe_end`] read under a shared lock of
@@ -254,13 +278,15 @@ fn settled_end(dir: &Path) -> Result<Option<u64>, LogError> {
 /// still appending (records past the [`COMMIT_FILE`] mark while a writer holds the lock).
 pub fn visible_end(dir: &Path) -> Result<u64, LogError> {
     let end = probe_end(dir)?;
-    match commit_mark(dir) {
-        None => Ok(end),
-        Some(mark) if mark >= end => Ok(end),
-        Some(mark) => match settled_end(dir)? {
+    match read_mark(dir) {
+        MarkRead::Absent => Ok(end),
+        MarkRead::At(mark) if mark >= end => Ok(end),
+        MarkRead::At(_) | MarkRead::Unreadable => match settled_end(dir)? {
             Some(settled) => Ok(settled),
-            // Read the mark again: the writer may have finished its batch meanwhile.
-            None => Ok(commit_mark(dir).unwrap_or(mark).min(end)),
+            // Read the mark again: the writer may have finished its batch meanwhile. (One
+            // that does not check while a writer appends: a writer rewrites it before its
+            // first batch ends, so this is a moment; the records' end meanwhile.)
+            None => Ok(commit_mark(dir).map_or(end, |mark| mark.min(end))),
         },
     }
 }
@@ -419,6 +445,13 @@ impl Log for EmbeddedLog {
 
     fn end_offset(&self) -> Result<u64, LogError> {
         visible_end(&self.dir)
+    }
+
+    fn written_end(&self) -> Result<u64, LogError> {
+        // Below the readers' end only while a writer that took over from one that died
+        // mid-batch has not yet adopted the whole records it left past the mark, which
+        // readers may have read: never a loss.
+        probe_end(&self.dir)
     }
 
     fn reader(&self, from: u64) -> Result<Box<dyn LogReader>, LogError> {
@@ -883,8 +916,11 @@ struct Writer {
     /// directory (NFS turns `flock` into a POSIX lock, which needs a file open for
     /// writing), where `LOCK` alone serializes writers, as before.
     dir_locks: bool,
-    /// The log's [`COMMIT_FILE`], rewritten after each batch.
-    mark: File,
+    /// The log's [`COMMIT_FILE`], rewritten after each batch; `None` once it could not be
+    /// created or written (a full disk before its first write, a file system that
+    /// allocates on every rewrite): the file is removed and readers read as before marks,
+    /// rather than a batch failing over its mark.
+    mark: Option<File>,
     /// The last segment, open for writing.
     active: Option<ActiveSegment>,
     recovery: Option<TailRecovery>,
@@ -939,13 +975,23 @@ impl Writer {
             Err(std::fs::TryLockError::Error(e)) => return Err(LogError::io(dir, e)),
         };
         let mark_path = dir.join(COMMIT_FILE);
-        let mark = OpenOptions::new()
+        let mark = match OpenOptions::new()
             .create(true)
             .truncate(false)
             .read(true)
             .write(true)
             .open(&mark_path)
-            .map_err(|e| LogError::io(&mark_path, e))?;
+        {
+            Ok(file) => Some(file),
+            Err(e) => {
+                tracing::warn!(
+                    path = %mark_path.display(),
+                    "cannot open the log's commit mark ({e}): readers read records as they \
+                     are written, and may see a batch that fails and is rolled back"
+                );
+                None
+            }
+        };
         let mut writer = Writer {
             dir: dir.to_path_buf(),
             options,
@@ -1070,14 +1116,28 @@ impl Writer {
                 })?;
             }
         }
-        self.set_mark(end)
+        self.set_mark(end);
+        Ok(())
     }
 
-    /// Rewrites the commit mark (16 bytes in place: no block to allocate on a full disk).
-    fn set_mark(&self, end: u64) -> Result<(), LogError> {
-        self.mark
-            .write_all_at(&encode_mark(end), 0)
-            .map_err(|e| LogError::io(self.dir.join(COMMIT_FILE), e))
+    /// Rewrites the commit mark (16 bytes in place). The records are written by now: a
+    /// mark that cannot be written fails nothing, it is removed (a stale one would hold
+    /// readers back at each batch) and said once.
+    fn set_mark(&mut self, end: u64) {
+        let Some(mark) = &self.mark else {
+            return;
+        };
+        if let Err(e) = mark.write_all_at(&encode_mark(end), 0) {
+            let path = self.dir.join(COMMIT_FILE);
+            let removed = std::fs::remove_file(&path);
+            tracing::warn!(
+                path = %path.display(),
+                "cannot write the log's commit mark ({e}); {}: readers read records as \
+                 they are written, and may see a batch that fails and is rolled back",
+                if removed.is_ok() { "removed it" } else { "could not remove it either" }
+            );
+            self.mark = None;
+        }
     }
 
     /// Re-reads the last segment from disk: what other processes appended or rolled, a
@@ -1473,7 +1533,7 @@ impl Writer {
         }
         // Only now may readers see the batch: until here it can still be rolled back.
         let end = self.active.as_ref().expect("set").next_offset;
-        self.set_mark(end)?;
+        self.set_mark(end);
         self.unwritten_loss = None;
         Ok(offsets)
     }
@@ -1721,7 +1781,9 @@ impl EmbeddedReader {
         let start = list_segments(dir)?.first().copied().unwrap_or(0);
         starts_at_zero(dir, start)?;
         // Records before damage stay readable; the reader reports the damage on reaching it.
-        let end = match visible_end(dir) {
+        // A position in a batch still being appended is valid (a reader that read records
+        // a dead writer left past the mark, restarted there): the reader waits at the mark.
+        let end = match probe_end(dir) {
             Ok(end) => end,
             Err(LogError::Corrupt { offset, .. }) => offset,
             Err(e) => return Err(e),
@@ -1860,14 +1922,17 @@ impl LogReader for EmbeddedReader {
 /// records a writer that died left, up to the end read under the lock); without a mark (a
 /// log written before marks) as far as records go, asked again at the tail.
 fn readable_past(dir: &Path, offset: u64) -> Result<u64, LogError> {
-    match commit_mark(dir) {
-        None => Ok(u64::MAX),
-        Some(mark) if mark > offset => Ok(mark),
-        Some(mark) => match settled_end(dir)? {
+    match read_mark(dir) {
+        MarkRead::Absent => Ok(u64::MAX),
+        MarkRead::At(mark) if mark > offset => Ok(mark),
+        MarkRead::At(mark) => match settled_end(dir)? {
             Some(end) => Ok(end.max(mark)),
             // The writer may have finished its batch since the mark was read.
             None => Ok(commit_mark(dir).unwrap_or(mark)),
         },
+        // A mark that does not check while a writer appends: not past here until it does
+        // (the writer rewrites it when its batch ends).
+        MarkRead::Unreadable => Ok(settled_end(dir)?.unwrap_or(offset)),
     }
 }
 
@@ -1943,6 +2008,9 @@ pub fn check(dir: &Path) -> Result<CheckReport, LogError> {
         ..Default::default()
     };
     starts_at_zero(dir, report.start_offset)?;
+    // Read before the scan: a batch finished while the segments are read moves the mark
+    // past what the scan saw, and is not a loss.
+    let mark = commit_mark(dir);
     let mut expected = report.start_offset;
     for (i, &base) in bases.iter().enumerate() {
         let path = segment_path(dir, base);
@@ -2003,10 +2071,10 @@ pub fn check(dir: &Path) -> Result<CheckReport, LogError> {
             report.lost_tail = Some((segment_path(dir, expected), expected, listed));
         }
     }
-    report.commit_mark = commit_mark(dir);
+    report.commit_mark = mark;
     // A batch a writer finished, whose records are no longer there (all of them: the
     // index sees a loss only up to its last entry).
-    if let Some(marked) = marked_past(dir, expected) {
+    if let Some(marked) = mark.filter(|&m| m > expected).map(|m| m - 1) {
         match &mut report.lost_tail {
             Some((_, _, listed)) => *listed = (*listed).max(marked),
             None => {

@@ -144,6 +144,14 @@ pub trait Log: Send + Sync {
     /// Offset the next append will get (one past the last record).
     fn end_offset(&self) -> Result<u64, LogError>;
 
+    /// One past the last record written, counting a batch a writer is still appending
+    /// (which readers do not see yet): what a loss is judged against, since records a
+    /// reader has seen are never fewer than this end. Where every write is visible at
+    /// once, [`Log::end_offset`].
+    fn written_end(&self) -> Result<u64, LogError> {
+        self.end_offset()
+    }
+
     /// A reader positioned at `from`, which must lie in `start_offset()..=end_offset()`.
     fn reader(&self, from: u64) -> Result<Box<dyn LogReader>, LogError>;
 

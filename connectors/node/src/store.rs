@@ -790,7 +790,7 @@ impl Store {
     /// that shares its first records.
     pub fn refuse_other_log(&self, log: &dyn Log) -> Result<(), NodeError> {
         // Asked once for every record checked below (on Kafka each ask is a round trip).
-        let (start, end) = (log.start_offset(), log.end_offset());
+        let (start, end) = (log.start_offset(), log.written_end());
         self.refuse_other_last_record(
             log,
             start.as_ref().ok().copied(),

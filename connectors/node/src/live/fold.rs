@@ -209,7 +209,7 @@ fn fold_on(
                     // copy restored) leaves the reader waiting past its end for good, and
                     // records appended meanwhile take offsets the fold has passed.
                     last_end_check = Instant::now();
-                    if let Ok(end) = shared.log.end_offset() {
+                    if let Ok(end) = shared.log.written_end() {
                         if end < folder.next() {
                             shared.health.fail(super::log_went_back(
                                 &*shared.log,

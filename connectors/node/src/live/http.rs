@@ -843,7 +843,7 @@ async fn log_end(shared: &AppState, position: u64) -> u64 {
         Some(link) => link.end.load(Ordering::SeqCst),
         None => {
             let log = shared.log.clone();
-            let end = tokio::task::spawn_blocking(move || log.end_offset())
+            let end = tokio::task::spawn_blocking(move || log.written_end())
                 .await
                 .ok()
                 .and_then(Result::ok)
