@@ -2,7 +2,8 @@
 //! (a) a replay is byte-identical to itself, outputs and digests;
 //! (b) folding in one go equals folding a prefix, serializing and restoring the state, then
 //!     folding the rest, at any split point;
-//! (c) garbage never panics and always ends in quarantine.
+//! (c) garbage never panics and always ends in quarantine;
+//! (e) a long gap gives what a clock tick every second through it gives.
 
 use lhc_engine::{decode_record_at, Engine, Output};
 use proptest::prelude::*;
@@ -414,6 +415,59 @@ proptest! {
             out.clear();
         }
         prop_assert_eq!(engine.digest(), before, "quarantined records change no state, no clock");
+    }
+}
+
+/// Applies `lines` (offsets from 0) without checks; every output as a JSON line, and the
+/// final digest.
+fn apply_plain(lines: &[String]) -> (Vec<String>, String) {
+    let mut engine = Engine::new();
+    let mut out = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        engine.apply(
+            i as u64,
+            decode_record_at(line.as_bytes(), i as u64),
+            &mut out,
+        );
+    }
+    let outputs = out
+        .iter()
+        .map(|o| serde_json::to_string(o).unwrap())
+        .collect();
+    (outputs, engine.digest())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// A long quiet gap (R-STATE-9, R-CSS-2): one record hours later gives the outputs and
+    /// the state that a clock tick every second through the gap gives, however the config
+    /// sync checks that find nothing are fired (in one step, up to the next other timer).
+    #[test]
+    fn e_a_long_gap_is_the_same_as_ticks_through_it(lines in log(), at in any::<prop::sample::Index>(), gap_s in 600i64..6 * 3600) {
+        let split = at.index(lines.len()) + 1;
+        let head = &lines[..split];
+        // The clock after the head: the latest record time (a record older than that is
+        // quarantined, and does not move it).
+        let mut probe = Engine::new();
+        let mut sink = Vec::new();
+        for (i, line) in head.iter().enumerate() {
+            probe.apply(i as u64, decode_record_at(line.as_bytes(), i as u64), &mut sink);
+        }
+        // (None when every record was quarantined: the generator's start then.)
+        let start = probe.now().map_or(1_767_603_600_000, |t| t.0);
+        let tick = |ms: i64| format!(r#"{{"ts":"{}","type":"clock.tick"}}"#, lhc_engine::Ts(ms));
+        let end = start + gap_s * 1000;
+        let mut jumped = head.to_vec();
+        jumped.push(tick(end));
+        let mut ticked = head.to_vec();
+        ticked.extend((1..=gap_s).map(|s| tick(start + s * 1000)));
+        let (jumped_out, jumped_digest) = apply_plain(&jumped);
+        let (ticked_out, ticked_digest) = apply_plain(&ticked);
+        if let Some(i) = (0..jumped_out.len().max(ticked_out.len())).find(|&i| jumped_out.get(i) != ticked_out.get(i)) {
+            prop_assert!(false, "output {i} differs after a gap of {gap_s} s at {split}:\n  jumped: {:?}\n  ticked: {:?}", jumped_out.get(i), ticked_out.get(i));
+        }
+        prop_assert_eq!(jumped_digest, ticked_digest, "the state after the gap");
     }
 }
 

@@ -30,26 +30,10 @@ impl Engine {
     /// Recomputes a connector's view of the election, with 3504 on change, 3502 when it
     /// starts brokering and registration drops when it stops (R-ELECT-1..5, R-REG-3).
     pub(super) fn update_view(&mut self, name: &str, ts: Ts, out: &mut Vec<Output>) {
-        let c = &self.connectors[name];
-        if !c.started() {
+        if !self.connectors[name].started() {
             return;
         }
-        let timeout_ms = crate::ts::seconds_ms(self.params.peer_timeout_s);
-        let mut candidates: Vec<String> = Vec::new();
-        if c.ha_running && c.snapshot.is_some() {
-            candidates.push(name.to_string());
-        }
-        if let Some(snapshot) = self.snapshot_of(name) {
-            for peer in snapshot.zone_peers(name) {
-                let peer = self.site.connector_id(peer).unwrap_or(peer);
-                if matches!(c.probes.get(peer), Some((t, true, _)) if ts.millis() - t.millis() < timeout_ms)
-                {
-                    candidates.push(peer.to_string());
-                }
-            }
-        }
-        candidates.sort_by_key(|a| fqdn_key(a));
-        candidates.dedup();
+        let candidates = self.view_candidates(name, ts);
         let elected = candidates.first().cloned();
         let c = self.connector_mut(name);
         let changed = c.elected != elected;
@@ -77,5 +61,43 @@ impl Engine {
                 self.drop_registrations(name, ts, Some(Reason::NotElected), out);
             }
         }
+    }
+
+    /// The candidates a connector's view of the election holds at `ts` (R-ELECT-1, 2):
+    /// itself when it can broker, and the zone peers whose last probe succeeded within
+    /// `peer_timeout_s`, in FQDN order. Changes with the time only when a probe ages out,
+    /// which is a timer of its own.
+    fn view_candidates(&self, name: &str, ts: Ts) -> Vec<String> {
+        let c = &self.connectors[name];
+        let timeout_ms = crate::ts::seconds_ms(self.params.peer_timeout_s);
+        let mut candidates: Vec<String> = Vec::new();
+        if c.ha_running && c.snapshot.is_some() {
+            candidates.push(name.to_string());
+        }
+        if let Some(snapshot) = self.snapshot_of(name) {
+            for peer in snapshot.zone_peers(name) {
+                let peer = self.site.connector_id(peer).unwrap_or(peer);
+                if matches!(c.probes.get(peer), Some((t, true, _)) if ts.millis() - t.millis() < timeout_ms)
+                {
+                    candidates.push(peer.to_string());
+                }
+            }
+        }
+        candidates.sort_by_key(|a| fqdn_key(a));
+        candidates.dedup();
+        candidates
+    }
+
+    /// Whether [`Engine::update_view`] at `ts` would change nothing for `name`.
+    pub(super) fn view_settled(&self, name: &str, ts: Ts) -> bool {
+        let c = &self.connectors[name];
+        if !c.started() {
+            return true;
+        }
+        let candidates = self.view_candidates(name, ts);
+        let brokering = c.in_lhc() && candidates.first().is_some_and(|e| e == name);
+        c.elected.as_ref() == candidates.first()
+            && c.candidates == candidates
+            && c.brokering == brokering
     }
 }

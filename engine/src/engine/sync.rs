@@ -19,25 +19,8 @@ impl Engine {
             .sync_override_s
             .unwrap_or(self.params.sync_interval_s);
         let latest = self.site.version;
-        let c = self.connector_mut(name);
-        c.next_sync = Some(ts.plus_s(interval));
-        if !c.css_running || !c.started() || c.import.is_some() {
-            return;
-        }
-        let newer = latest > 0 && c.snapshot.is_none_or(|v| v < latest);
-        let needs_import = latest > 0 && (newer || !c.snapshot_usable);
-        let latest_data = VersionData { version: latest };
-        let kind = if !c.ha_running {
-            EventKind::HaNotRunning
-        } else if !c.rbp_running {
-            EventKind::RbpNotRunning
-        } else if matches!(c.last_check, Some((_, false))) {
-            EventKind::NoConfigData
-        } else if c.in_lhc() && newer {
-            EventKind::ImportAbandoned(latest_data)
-        } else if needs_import {
-            EventKind::ImportStarted(latest_data)
-        } else {
+        self.connector_mut(name).next_sync = Some(ts.plus_s(interval));
+        let Some(kind) = self.sync_finding(name) else {
             return;
         };
         let starts_import = matches!(kind, EventKind::ImportStarted(_));
@@ -59,6 +42,34 @@ impl Engine {
         if duration == 0 {
             self.finish_import(name, ts, out);
         }
+    }
+
+    /// What a config sync check on `name` reports now (R-CSS-2); `None` when it would only
+    /// schedule the next check. Depends on the connector and the configuration version,
+    /// never on the time: a check that finds nothing finds nothing until a record or
+    /// another timer changes them.
+    pub(super) fn sync_finding(&self, name: &str) -> Option<EventKind> {
+        let latest = self.site.version;
+        let c = &self.connectors[name];
+        if !c.css_running || !c.started() || c.import.is_some() {
+            return None;
+        }
+        let newer = latest > 0 && c.snapshot.is_none_or(|v| v < latest);
+        let needs_import = latest > 0 && (newer || !c.snapshot_usable);
+        let latest_data = VersionData { version: latest };
+        Some(if !c.ha_running {
+            EventKind::HaNotRunning
+        } else if !c.rbp_running {
+            EventKind::RbpNotRunning
+        } else if matches!(c.last_check, Some((_, false))) {
+            EventKind::NoConfigData
+        } else if c.in_lhc() && newer {
+            EventKind::ImportAbandoned(latest_data)
+        } else if needs_import {
+            EventKind::ImportStarted(latest_data)
+        } else {
+            return None;
+        })
     }
 
     /// Validates (once per version) and caches; drops validations nobody needs any more.

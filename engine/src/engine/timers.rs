@@ -30,20 +30,17 @@ impl Engine {
         self.now = Some(ts);
     }
 
-    pub(super) fn next_timer<'a>(&'a self) -> Option<(Ts, String, Timer, String)> {
-        // Connectors are visited in FQDN order, so (deadline, position, timer) orders ties
-        // without comparing names.
-        let mut best: Option<(Ts, usize, Timer, &str, &str)> = None;
+    /// Every timer of the started connectors, in FQDN order: `visit(deadline, position,
+    /// timer, connector, detail)`, the deadline never before the last record's time (a
+    /// deadline a lowered period moved into the past is due now, and orders with the
+    /// others due now by connector, then timer kind).
+    fn for_each_timer<'a>(&'a self, mut visit: impl FnMut(Ts, usize, Timer, &'a str, &'a str)) {
+        let now = self.now;
         for (position, name) in self.connector_order.iter().enumerate() {
             let c = &self.connectors[name];
-            let now = self.now;
             let mut consider = |deadline: Ts, timer: Timer, detail: &'a str| {
-                // A deadline a lowered period moved into the past is due now, and orders
-                // with the others due now by connector, then timer kind.
                 let deadline = now.map_or(deadline, |now| deadline.max(now));
-                if best.is_none_or(|b| (deadline, position, timer) < (b.0, b.1, b.2)) {
-                    best = Some((deadline, position, timer, name.as_str(), detail));
-                }
+                visit(deadline, position, timer, name.as_str(), detail);
             };
             if !c.started() {
                 continue;
@@ -76,9 +73,72 @@ impl Engine {
                 consider(t, Timer::Sync, "");
             }
         }
+    }
+
+    pub(super) fn next_timer(&self) -> Option<(Ts, String, Timer, String)> {
+        // Connectors are visited in FQDN order, so (deadline, position, timer) orders ties
+        // without comparing names.
+        let mut best: Option<(Ts, usize, Timer, &str, &str)> = None;
+        self.for_each_timer(|deadline, position, timer, name, detail| {
+            if best.is_none_or(|b| (deadline, position, timer) < (b.0, b.1, b.2)) {
+                best = Some((deadline, position, timer, name, detail));
+            }
+        });
         best.map(|(deadline, _, timer, name, detail)| {
             (deadline, name.to_string(), timer, detail.to_string())
         })
+    }
+
+    /// Fires, in one step, every config sync check due by `until` that would find nothing
+    /// (R-CSS-2: it only schedules the next one) and comes before every other timer: the
+    /// state is the one firing them one by one leaves (each connector's next check, the
+    /// clock at the last one fired), and none has an output. Without this, a record years
+    /// after the previous one (a hostile or mistyped `ts`) fired hundreds of millions of
+    /// checks, one by one, before it was applied. True if it fired any.
+    fn fire_idle_syncs(&mut self, until: Ts) -> bool {
+        let mut others: Option<Ts> = None;
+        let mut idle: Vec<(&str, Ts)> = Vec::new();
+        self.for_each_timer(|deadline, _, timer, name, _| {
+            // Nothing a check finds, and the connector's view of the election settled: with
+            // no other timer before it, each check until then is the same check.
+            if timer == Timer::Sync
+                && self.sync_finding(name).is_none()
+                && self.view_settled(name, deadline)
+            {
+                idle.push((name, deadline));
+            } else if others.is_none_or(|o| deadline < o) {
+                others = Some(deadline);
+            }
+        });
+        // Checks due at the same instant as another timer may come before or after it:
+        // they are left to fire one by one, in order.
+        let bound = others.map_or(until, |o| until.min(Ts(o.0.saturating_sub(1))));
+        let mut fired: Vec<(String, Ts, Ts)> = Vec::new();
+        for (name, first) in idle {
+            if first > bound {
+                continue;
+            }
+            let c = &self.connectors[name];
+            let interval =
+                crate::ts::seconds_ms(c.sync_override_s.unwrap_or(self.params.sync_interval_s));
+            // Periods are at least a second; the last check fired is the last one by the
+            // bound, and the next is a period after it.
+            let count = (i128::from(bound.0) - i128::from(first.0)) / i128::from(interval.max(1));
+            let last = Ts(first.0.saturating_add(
+                i64::try_from(count)
+                    .unwrap_or(i64::MAX)
+                    .saturating_mul(interval),
+            ));
+            fired.push((name.to_string(), last, Ts(last.0.saturating_add(interval))));
+        }
+        let Some(latest) = fired.iter().map(|f| f.1).max() else {
+            return false;
+        };
+        for (name, _, next) in fired {
+            self.connector_mut(&name).next_sync = Some(next);
+        }
+        self.now = Some(self.now.map_or(latest, |now| now.max(latest)));
+        true
     }
 
     pub(super) fn fire_timers(&mut self, until: Ts, out: &mut Vec<Output>) {
@@ -102,6 +162,9 @@ impl Engine {
             }
             if out.len() >= max {
                 return false;
+            }
+            if timer == Timer::Sync && self.fire_idle_syncs(until) {
+                continue;
             }
             // A deadline that a lowered period moved before the last record fires now, never
             // in the past (R-STATE-8); every other fires at its deadline.
