@@ -259,11 +259,13 @@ impl LogArgs {
             .with_context(|| format!("opening the log in {}", self.dir().display()))?;
         if let Some(r) = log.recovery() {
             eprintln!(
-                "warning: cut a torn tail from {}: {} bytes at offset {} ({})",
+                "warning: cut a torn tail from {}: {} bytes at offset {} ({}); the bytes cut \
+                 are kept in {}",
                 r.segment.display(),
                 r.bytes_dropped,
                 r.offset,
-                r.detail
+                r.detail,
+                r.kept.display()
             );
         }
         if let Some(lost) = log.lost() {

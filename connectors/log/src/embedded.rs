@@ -71,6 +71,9 @@ pub struct EmbeddedOptions {
     pub index_interval_bytes: u64,
     /// Create the directory when it does not exist.
     pub create: bool,
+    /// How long a batch waits for the log's lock held by another process (a stopped or
+    /// stuck writer) before it fails, naming the lock, instead of hanging its caller.
+    pub lock_wait: Duration,
 }
 
 impl Default for EmbeddedOptions {
@@ -80,6 +83,7 @@ impl Default for EmbeddedOptions {
             segment_bytes: 64 << 20,
             index_interval_bytes: 4096,
             create: true,
+            lock_wait: Duration::from_secs(5),
         }
     }
 }
@@ -95,6 +99,139 @@ pub struct TailRecovery {
     pub bytes_dropped: u64,
     /// What was wrong with the first dropped frame.
     pub detail: String,
+    /// Where the bytes removed are kept (beside the segment: [`cut_path`]).
+    pub kept: PathBuf,
+}
+
+/// Where a writer keeps the bytes it cuts from `segment`'s torn tail at `offset`, before
+/// cutting them: `SEGMENT.cut-OFFSET` in the log directory (`.N` added when a cut at the
+/// same offset is kept already). A torn tail is what a crash leaves, but damage can look
+/// like one (a flipped bit in the last record before bytes never written): nothing is
+/// cut without its bytes kept.
+pub fn cut_path(segment: &Path, offset: u64) -> PathBuf {
+    let name = segment.file_name().map_or_else(
+        || "segment".to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    );
+    segment.with_file_name(format!("{name}.cut-{offset}"))
+}
+
+/// Whether `name` is a file a writer keeps cut bytes in ([`cut_path`]).
+pub fn is_cut_file(name: &str) -> bool {
+    name.split_once(".log.cut-").is_some_and(|(base, rest)| {
+        base.len() == 20
+            && base.bytes().all(|b| b.is_ascii_digit())
+            && rest
+                .split('.')
+                .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+    })
+}
+
+/// Writes `bytes` to a new file at [`cut_path`] (or with `.N` added), synced with its
+/// directory; the path.
+fn keep_cut(segment: &Path, offset: u64, bytes: &[u8]) -> Result<PathBuf, LogError> {
+    let base = cut_path(segment, offset);
+    for n in 0u32.. {
+        let path = if n == 0 {
+            base.clone()
+        } else {
+            PathBuf::from(format!("{}.{n}", base.display()))
+        };
+        match OpenOptions::new().write(true).create_new(true).open(&path) {
+            Ok(mut file) => {
+                use std::io::Write;
+                file.write_all(bytes)
+                    .and_then(|()| file.sync_all())
+                    .map_err(|e| LogError::io(&path, e))?;
+                if let Some(dir) = path.parent() {
+                    File::open(dir)
+                        .and_then(|d| d.sync_all())
+                        .map_err(|e| LogError::io(dir, e))?;
+                }
+                return Ok(path);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(LogError::io(&path, e)),
+        }
+    }
+    unreachable!("some name is free")
+}
+
+/// Takes `file`'s exclusive lock, waiting until `deadline` at most: a writer stopped while
+/// it holds the lock (`kill -STOP`, a hung disk) must not hang every other writer, and a
+/// node's launches with them, without a word.
+fn lock_before(file: &File, deadline: Instant, wait: Duration) -> std::io::Result<()> {
+    let mut pause = Duration::from_millis(1);
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(()),
+            Err(std::fs::TryLockError::Error(e)) => return Err(e),
+            Err(std::fs::TryLockError::WouldBlock) if Instant::now() >= deadline => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::WouldBlock,
+                    format!(
+                        "another process has held the log's lock for more than {} (a stopped \
+                         or stuck writer: `lhc log import`, `log append` or a node); nothing \
+                         was written",
+                        humantime::format_duration(wait)
+                    ),
+                ));
+            }
+            Err(std::fs::TryLockError::WouldBlock) => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(20));
+            }
+        }
+    }
+}
+
+/// Opens the commit mark for a writer: a regular file, created if missing, never through a
+/// symbolic link (a link would have the writer overwrite whatever it names) and never
+/// waiting on a FIFO. `Ok(None)` when it cannot be opened for a reason that is no fault of
+/// the log (a full disk, a read-only file system): the writer goes on without a mark.
+fn open_mark(dir: &Path) -> Result<Option<File>, LogError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = dir.join(COMMIT_FILE);
+    let not_a_mark = |what: &str| LogError::NotALog {
+        path: dir.to_path_buf(),
+        detail: format!(
+            "{} is {what}, not the 16-byte file of a commit mark: remove it (the next writer \
+             writes a new one)",
+            path.display()
+        ),
+    };
+    match OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(&path)
+    {
+        Ok(file) => {
+            let meta = file.metadata().map_err(|e| LogError::io(&path, e))?;
+            if meta.is_file() {
+                Ok(Some(file))
+            } else {
+                Err(not_a_mark(
+                    "not a regular file (a FIFO, a device or a socket)",
+                ))
+            }
+        }
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => Err(not_a_mark("a symbolic link")),
+        Err(e) if e.raw_os_error() == Some(libc::EISDIR) => Err(not_a_mark("a directory")),
+        Err(e) if e.raw_os_error() == Some(libc::ENXIO) => Err(not_a_mark(
+            "not a regular file (a FIFO, a device or a socket)",
+        )),
+        Err(e) => {
+            tracing::warn!(
+                path = %path.display(),
+                "cannot open the log's commit mark ({e}): readers read records as they are \
+                 written, and may see a batch that fails and is rolled back"
+            );
+            Ok(None)
+        }
+    }
 }
 
 /// Records the last segment's index or the commit mark named that the segment no longer held when a writer
@@ -237,9 +374,19 @@ enum MarkRead {
 }
 
 fn read_mark(dir: &Path) -> MarkRead {
-    let Ok(file) = File::open(dir.join(COMMIT_FILE)) else {
+    use std::os::unix::fs::OpenOptionsExt;
+    // Not through a symbolic link, not waiting on a FIFO: anything but a regular file is
+    // no mark.
+    let Ok(file) = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(dir.join(COMMIT_FILE))
+    else {
         return MarkRead::Absent;
     };
+    if !file.metadata().is_ok_and(|m| m.is_file()) {
+        return MarkRead::Absent;
+    }
     // A read racing the writer's 16-byte rewrite may see half of each: read again.
     for _ in 0..3 {
         let mut bytes = [0u8; 16];
@@ -326,6 +473,7 @@ impl EmbeddedLog {
         if let Some(r) = &recovery {
             tracing::warn!(
                 segment = %r.segment.display(), offset = r.offset, bytes_dropped = r.bytes_dropped,
+                kept = %r.kept.display(),
                 "cut a torn tail from the log: {}", r.detail
             );
         }
@@ -974,24 +1122,7 @@ impl Writer {
             }
             Err(std::fs::TryLockError::Error(e)) => return Err(LogError::io(dir, e)),
         };
-        let mark_path = dir.join(COMMIT_FILE);
-        let mark = match OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .read(true)
-            .write(true)
-            .open(&mark_path)
-        {
-            Ok(file) => Some(file),
-            Err(e) => {
-                tracing::warn!(
-                    path = %mark_path.display(),
-                    "cannot open the log's commit mark ({e}): readers read records as they \
-                     are written, and may see a batch that fails and is rolled back"
-                );
-                None
-            }
-        };
+        let mark = open_mark(dir)?;
         let mut writer = Writer {
             dir: dir.to_path_buf(),
             options,
@@ -1013,12 +1144,12 @@ impl Writer {
         &mut self,
         f: impl FnOnce(&mut Writer) -> Result<T, LogError>,
     ) -> Result<T, LogError> {
+        let deadline = Instant::now() + self.options.lock_wait;
         if self.dir_locks {
-            self.dir_lock
-                .lock()
+            lock_before(&self.dir_lock, deadline, self.options.lock_wait)
                 .map_err(|e| LogError::io(&self.dir, e))?;
         }
-        if let Err(e) = self.lock.lock() {
+        if let Err(e) = lock_before(&self.lock, deadline, self.options.lock_wait) {
             let _ = self.unlock_dir();
             return Err(LogError::io(self.dir.join("LOCK"), e));
         }
@@ -1124,9 +1255,33 @@ impl Writer {
     /// mark that cannot be written fails nothing, it is removed (a stale one would hold
     /// readers back at each batch) and said once.
     fn set_mark(&mut self, end: u64) {
-        let Some(mark) = &self.mark else {
+        use std::os::unix::fs::MetadataExt;
+        let Some(held) = &self.mark else {
             return;
         };
+        // A mark removed or replaced under the writer (a restore, another writer after
+        // a removal): written to the file readers read, not to a deleted one. Two `stat`s
+        // per batch.
+        let path = self.dir.join(COMMIT_FILE);
+        let same = match (std::fs::symlink_metadata(&path), held.metadata()) {
+            (Ok(now), Ok(held)) => now.dev() == held.dev() && now.ino() == held.ino(),
+            _ => false,
+        };
+        if !same {
+            match open_mark(&self.dir) {
+                Ok(Some(file)) => self.mark = Some(file),
+                Ok(None) => {
+                    self.mark = None;
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!("{e}; appends go on without a commit mark");
+                    self.mark = None;
+                    return;
+                }
+            }
+        }
+        let mark = self.mark.as_ref().expect("held or reopened");
         if let Err(e) = mark.write_all_at(&encode_mark(end), 0) {
             let path = self.dir.join(COMMIT_FILE);
             let removed = std::fs::remove_file(&path);
@@ -1265,6 +1420,14 @@ impl Writer {
                 })
             }
             ScanEnd::Torn { position, detail } => {
+                // Kept before cut: if they cannot be kept (a full disk), nothing is cut and
+                // the writer does not open.
+                let mut dropped = vec![0u8; (len - position) as usize];
+                active
+                    .file
+                    .read_exact_at(&mut dropped, position)
+                    .map_err(|e| LogError::io(&path, e))?;
+                let kept = keep_cut(&path, scan.next_offset, &dropped)?;
                 active
                     .file
                     .set_len(position)
@@ -1275,6 +1438,7 @@ impl Writer {
                     offset: scan.next_offset,
                     bytes_dropped: len - position,
                     detail,
+                    kept,
                 });
                 active.len = position;
             }
@@ -1398,7 +1562,7 @@ impl Writer {
                         Err(e @ LogError::Moved { .. }) => Err(e),
                         Err(e) => {
                             self.active = None;
-                            Err(LogError::Closed(e.to_string()))
+                            Err(LogError::BatchFailed(e.to_string()))
                         }
                     };
                     let _ = request.reply.send(answer);
@@ -1423,7 +1587,9 @@ impl Writer {
                     // Forget the cached tail: the next append re-reads it from disk.
                     self.active = None;
                     for request in batch {
-                        let _ = request.reply.send(Err(LogError::Closed(message.clone())));
+                        let _ = request
+                            .reply
+                            .send(Err(LogError::BatchFailed(message.clone())));
                     }
                 }
             }

@@ -99,6 +99,10 @@ pub enum LogError {
     /// The log was closed (its writer stopped).
     #[error("the log writer has stopped: {0}")]
     Closed(String),
+    /// A batch failed and nothing of it was kept (its error, shared by every append of the
+    /// batch); the writer goes on with the next.
+    #[error("{0}")]
+    BatchFailed(String),
     /// Records kept by another store, read as a log (a node's journal), could not be read.
     #[error("{0}")]
     Elsewhere(String),

@@ -24,6 +24,7 @@ fn fresh() -> Box<Embedded> {
             segment_bytes: 1024,
             index_interval_bytes: 256,
             create: true,
+            ..EmbeddedOptions::default()
         },
     })
 }

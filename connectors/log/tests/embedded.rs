@@ -13,6 +13,7 @@ fn options(segment_bytes: u64) -> EmbeddedOptions {
         segment_bytes,
         index_interval_bytes: 128,
         create: true,
+        ..EmbeddedOptions::default()
     }
 }
 
@@ -120,6 +121,60 @@ fn garbage_after_the_last_record_is_a_torn_tail() {
     let r = log.recovery().expect("reported");
     assert_eq!((r.offset, r.bytes_dropped), (3, 100));
     assert_eq!(std::fs::metadata(&seg).unwrap().len(), clean);
+}
+
+/// A flipped bit in the last record, before bytes never written, looks like a torn tail
+/// (found by hostile testing: it was cut, and the record with it). The writer still cuts
+/// it, so the log goes on, but keeps the bytes cut beside the segment first (the record
+/// can be read back from them), and the commit mark names the record as lost.
+#[test]
+fn a_damaged_last_record_cut_as_a_torn_tail_is_kept_and_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("log");
+    write(&dir, 3, 1 << 20);
+    let seg = segment(&dir, 0);
+    let mut bytes = std::fs::read(&seg).unwrap();
+    let last_start = bytes.len() - frame(2) as usize;
+    let damaged_at = bytes.len() - 3;
+    bytes[damaged_at] ^= 0x10;
+    let tail = bytes[last_start..].to_vec();
+    bytes.extend_from_slice(&[0u8; 64]);
+    std::fs::write(&seg, &bytes).unwrap();
+    let log = EmbeddedLog::open(&dir, options(1 << 20)).unwrap();
+    let r = log.recovery().expect("cut as a torn tail");
+    assert_eq!((r.offset, r.bytes_dropped), (2, frame(2) + 64));
+    assert_eq!(r.kept, lhc_log::embedded::cut_path(&seg, 2));
+    let kept = std::fs::read(&r.kept).unwrap();
+    assert_eq!(
+        &kept[..tail.len()],
+        &tail[..],
+        "the damaged record's bytes are kept"
+    );
+    assert!(kept[tail.len()..].iter().all(|&b| b == 0));
+    let lost = log.lost().expect("the mark names the record cut");
+    assert_eq!((lost.first, lost.last_listed), (2, 2));
+    assert_eq!(log.append(&[&record(7)]).unwrap(), vec![2]);
+    drop(log);
+    // Cut again at the same offset: kept beside the first, never over it.
+    let mut bytes = std::fs::read(&seg).unwrap();
+    bytes.extend_from_slice(&[0u8; 8]);
+    std::fs::write(&seg, &bytes).unwrap();
+    let log = EmbeddedLog::open(&dir, options(1 << 20)).unwrap();
+    let r = log.recovery().expect("cut");
+    assert_eq!(r.offset, 3);
+    drop(log);
+    assert_eq!(
+        std::fs::read(lhc_log::embedded::cut_path(&seg, 2)).unwrap(),
+        kept
+    );
+    assert!(lhc_log::embedded::is_cut_file(
+        "00000000000000000000.log.cut-2"
+    ));
+    assert!(lhc_log::embedded::is_cut_file(
+        "00000000000000000000.log.cut-2.1"
+    ));
+    assert!(!lhc_log::embedded::is_cut_file("00000000000000000000.log"));
+    assert!(!lhc_log::embedded::is_cut_file("x.log.cut-2"));
 }
 
 #[test]
@@ -1246,4 +1301,91 @@ fn a_mark_past_the_records_names_every_record_gone() {
         vec![Ok(lost)]
     );
     assert_eq!(lhc_log::embedded::commit_mark(&dir), Some(16));
+}
+
+/// A writer stopped while it holds the lock (`kill -STOP` on an import) fails the others'
+/// batches after `lock_wait`, naming the lock, instead of hanging them (found by hostile
+/// testing: a node's launches waited as long, its probes UP).
+#[test]
+fn a_lock_held_too_long_fails_the_batch_naming_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("log");
+    write(&dir, 3, 1 << 20);
+    let quick = EmbeddedOptions {
+        lock_wait: Duration::from_millis(200),
+        ..options(1 << 20)
+    };
+    let log = EmbeddedLog::open(&dir, quick.clone()).unwrap();
+    let lock = std::fs::File::open(dir.join("LOCK")).unwrap();
+    lock.lock().unwrap();
+    let err = log.append(&[&record(3)]).unwrap_err().to_string();
+    assert!(
+        err.contains("held the log's lock for more than 200ms"),
+        "{err}"
+    );
+    // Opening waits as long, then says so.
+    let err = EmbeddedLog::open(&dir, quick).err().unwrap().to_string();
+    assert!(err.contains("held the log's lock"), "{err}");
+    lock.unlock().unwrap();
+    assert_eq!(log.append(&[&record(3)]).unwrap(), vec![3]);
+}
+
+/// A `COMMITTED` that is not a regular file is no mark for readers (who never wait on a
+/// FIFO nor follow a link), and a writer refuses it, naming it (found by hostile testing:
+/// a FIFO hung every command; a symbolic link had a writer overwrite the file it named).
+#[test]
+fn a_mark_that_is_not_a_regular_file_is_refused_by_writers_and_ignored_by_readers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let victim = tmp.path().join("victim");
+    std::fs::write(&victim, b"precious bytes, not a mark").unwrap();
+    for kind in ["fifo", "symlink", "dir"] {
+        let dir = tmp.path().join(kind);
+        write(&dir, 3, 1 << 20);
+        let mark = dir.join(lhc_log::embedded::COMMIT_FILE);
+        std::fs::remove_file(&mark).unwrap();
+        match kind {
+            "fifo" => assert!(std::process::Command::new("mkfifo")
+                .arg(&mark)
+                .status()
+                .unwrap()
+                .success()),
+            "symlink" => std::os::unix::fs::symlink(&victim, &mark).unwrap(),
+            _ => std::fs::create_dir(&mark).unwrap(),
+        }
+        let reader_log = EmbeddedLog::open_read_only(&dir).unwrap();
+        assert_eq!(read_all(&reader_log).unwrap().len(), 3, "{kind}");
+        assert_eq!(check(&dir).unwrap().commit_mark, None, "{kind}");
+        let err = EmbeddedLog::open(&dir, options(1 << 20))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            err.contains("not the 16-byte file of a commit mark"),
+            "{kind}: {err}"
+        );
+    }
+    assert_eq!(
+        std::fs::read(&victim).unwrap(),
+        b"precious bytes, not a mark"
+    );
+}
+
+/// A mark removed under a running writer (then written anew by another): the writer
+/// writes the file readers read, not the deleted one it held open.
+#[test]
+fn a_mark_replaced_under_a_writer_is_the_one_it_writes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("log");
+    let log = EmbeddedLog::open(&dir, options(1 << 20)).unwrap();
+    log.append(&[&record(0)]).unwrap();
+    let mark = dir.join(lhc_log::embedded::COMMIT_FILE);
+    std::fs::remove_file(&mark).unwrap();
+    log.append(&[&record(1)]).unwrap();
+    assert_eq!(lhc_log::embedded::commit_mark(&dir), Some(2));
+    std::fs::remove_file(&mark).unwrap();
+    let other = EmbeddedLog::open(&dir, options(1 << 20)).unwrap();
+    other.append(&[&record(2)]).unwrap();
+    drop(other);
+    log.append(&[&record(3)]).unwrap();
+    assert_eq!(lhc_log::embedded::commit_mark(&dir), Some(4));
 }

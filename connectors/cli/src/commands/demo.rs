@@ -321,6 +321,7 @@ fn remove_previous_log(dir: &Path) -> anyhow::Result<()> {
                 || name == MARKER
                 || name == lhc_log::embedded::LOST_FILE
                 || name == lhc_log::embedded::COMMIT_FILE
+                || lhc_log::embedded::is_cut_file(&name)
                 || name == lhc_replay::checkpoint::DIR
                 || name.ends_with(".log")
                 || name.ends_with(".idx");

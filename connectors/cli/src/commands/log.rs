@@ -946,8 +946,32 @@ fn check(target: &LogArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         if let Some((segment, offset, bytes)) = &report.torn_tail {
             println!(
                 "torn tail: {bytes} byte(s) after offset {offset} in {} (an interrupted append; \
-                 the next writer cuts it)",
-                segment.display()
+                 the next writer cuts it, keeping the bytes in {})",
+                segment.display(),
+                lhc_log::embedded::cut_path(segment, *offset).display()
+            );
+        }
+        // Not damage: what writers cut, kept for whoever wants to look (a torn tail is
+        // what a crash leaves, but damage can look like one).
+        let mut cuts: Vec<(String, u64)> = std::fs::read_dir(dir)
+            .map(|entries| {
+                entries
+                    .flatten()
+                    .filter_map(|e| {
+                        let name = e.file_name().to_string_lossy().into_owned();
+                        let len = e.metadata().ok()?.len();
+                        lhc_log::embedded::is_cut_file(&name).then_some((name, len))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        cuts.sort();
+        for (name, len) in cuts {
+            println!(
+                "cut bytes kept: {} ({len} byte(s)): a torn tail a writer cut; if its first \
+                 bytes are a whole record, the log was damaged, not torn. Remove the file once \
+                 looked at",
+                dir.join(name).display()
             );
         }
         if let Some((segment, end, listed)) = &report.lost_tail {
