@@ -179,6 +179,7 @@ impl Engine {
             cloud: _,
             quiet_until: _,
             remote_pc_groups: _,
+            one_by_one: _,
         } = self;
         let (mut key, mut bytes) = (Vec::new(), Vec::new());
         // One row per field: the clock changes with every record, the parameters hardly
@@ -421,6 +422,7 @@ impl Engine {
             cloud: _,
             quiet_until: _,
             remote_pc_groups: _,
+            one_by_one: _,
         } = self;
         let changed = (
             machines.take_changed(),
@@ -501,6 +503,7 @@ impl Engine {
                 cloud: None,
                 quiet_until: None,
                 remote_pc_groups: Default::default(),
+                one_by_one: false,
             },
             gone,
             complete,
@@ -819,6 +822,7 @@ impl StateRows {
             cloud: None,
             quiet_until: None,
             remote_pc_groups: Default::default(),
+            one_by_one: false,
         }))
     }
 }

@@ -174,3 +174,122 @@ fn a_refused_record_claims_its_id() {
     assert!(stepped == whole);
     assert_eq!(stepped_digest, digest);
 }
+
+/// A record decades later outside LHC mode (a mistyped or hostile `ts`): its sync checks
+/// that find nothing are fired in one step, with the outputs and the state that firing
+/// them one by one gives (millions of checks; before, a record in the year 9999 held a
+/// replay for minutes).
+#[test]
+fn a_record_decades_later_gives_what_timers_one_by_one_give() {
+    let example = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../docs/examples/site-outage.jsonl"
+    ))
+    .unwrap();
+    let mut lines: Vec<String> = example.lines().map(str::to_string).collect();
+    lines.push(r#"{"ts":"2046-01-05T10:00:00.000Z","type":"clock.tick"}"#.to_string());
+    lines.push(r#"{"ts":"2046-01-05T10:00:01.000Z","type":"clock.tick"}"#.to_string());
+    let run = |one_by_one: bool| {
+        let mut engine = Engine::new();
+        if one_by_one {
+            engine.fire_timers_one_by_one();
+        }
+        let mut all = Vec::new();
+        for (i, line) in lines.iter().enumerate() {
+            let mut out = Vec::new();
+            engine.apply(
+                i as u64,
+                decode_record_at(line.as_bytes(), i as u64),
+                &mut out,
+            );
+            all.extend(
+                out.into_iter()
+                    .map(|o| (i, serde_json::to_string(&o).unwrap())),
+            );
+        }
+        (all, engine.digest(), engine.now())
+    };
+    let fast = run(false);
+    let slow = run(true);
+    assert_eq!(fast, slow);
+}
+
+/// The shortcut's other condition: a connector whose view of the election a record changed
+/// without recomputing it (a peer re-cased by a config change) is not idle at its next
+/// check, which recomputes the view (3504) at its own instant, not at the next timer's.
+#[test]
+fn a_check_that_settles_a_view_is_fired_in_its_place() {
+    let t = |s: i64| lhc_engine::Ts(1_767_603_600_000 + s * 1000).to_string();
+    let connector = |id: &str| {
+        format!(r#"{{"op":"upsert","kind":"connector","id":"{id}","data":{{"zone":"z1"}}}}"#)
+    };
+    let lines = vec![
+        format!(
+            r#"{{"ts":"{}","type":"engine.params","sync_interval_s":60,"peer_timeout_s":3600}}"#,
+            t(0)
+        ),
+        format!(
+            r#"{{"ts":"{}","type":"config.change","version":1,"ops":[{{"op":"upsert","kind":"site","id":"site"}},{{"op":"upsert","kind":"zone","id":"z1","data":{{"name":"one"}}}},{},{},{{"op":"upsert","kind":"delivery_group","id":"g","data":{{"kind":"multi_session"}}}},{{"op":"upsert","kind":"machine","id":"vda-1.z1.example","data":{{"zone":"z1","delivery_group":"g"}}}}]}}"#,
+            t(0),
+            connector("cc-a.z1.example"),
+            connector("cc-b.z1.example")
+        ),
+        format!(
+            r#"{{"ts":"{}","type":"health.check","connector":"cc-a.z1.example","ok":true}}"#,
+            t(1)
+        ),
+        format!(
+            r#"{{"ts":"{}","type":"health.check","connector":"cc-b.z1.example","ok":true}}"#,
+            t(2)
+        ),
+        format!(r#"{{"ts":"{}","type":"clock.tick"}}"#, t(300)),
+        format!(
+            r#"{{"ts":"{}","type":"peer.probe","connector":"cc-b.z1.example","peer":"cc-a.z1.example","ok":true}}"#,
+            t(301)
+        ),
+        format!(
+            r#"{{"ts":"{}","type":"service.status","connector":"cc-b.z1.example","service":"config_sync","running":false}}"#,
+            t(360)
+        ),
+        format!(
+            r#"{{"ts":"{}","type":"config.change","version":2,"ops":[{{"op":"delete","kind":"connector","id":"cc-a.z1.example"}},{}]}}"#,
+            t(420),
+            connector("CC-A.z1.example")
+        ),
+        format!(r#"{{"ts":"{}","type":"clock.tick"}}"#, t(2 * 86_400)),
+    ];
+    let run = |one_by_one: bool| {
+        let mut engine = Engine::new();
+        if one_by_one {
+            engine.fire_timers_one_by_one();
+        }
+        let mut all = Vec::new();
+        for (i, line) in lines.iter().enumerate() {
+            let mut out = Vec::new();
+            engine.apply(
+                i as u64,
+                decode_record_at(line.as_bytes(), i as u64),
+                &mut out,
+            );
+            assert!(
+                !out.iter().any(|o| matches!(o, Output::Quarantine(_))),
+                "{line}: {out:?}"
+            );
+            all.extend(
+                out.into_iter()
+                    .map(|o| (i, serde_json::to_string(&o).unwrap())),
+            );
+        }
+        (all, engine.digest())
+    };
+    let slow = run(true);
+    // The check after the change recomputes cc-b's view: cc-a is gone from it.
+    let view = slow
+        .0
+        .iter()
+        .find(|(i, o)| *i == 8 && o.contains("\"event_id\":3504") && o.contains("cc-b.z1.example"))
+        .expect("cc-b's view changes at its first check after the change");
+    // (its checks every minute from its first, at 09:00:02)
+    assert!(view.1.contains(&t(422)[..19]), "{view:?}");
+    assert_eq!(run(false), slow);
+}

@@ -199,6 +199,7 @@ impl Engine {
             cloud: _,
             quiet_until: _,
             remote_pc_groups: _,
+            one_by_one: _,
         } = self;
         field(out, b",\"connectors\":", connectors)?;
         field(out, b",\"connector_order\":", connector_order)?;

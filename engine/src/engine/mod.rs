@@ -105,6 +105,11 @@ pub struct Engine {
     /// group's machines each time made 2.5 times slower. Derived, so not saved.
     #[serde(skip)]
     pub(crate) remote_pc_groups: crate::broker::RemotePcGroups,
+    /// Fire every timer one by one, never a run of sync checks that find nothing in one
+    /// step (`fire_idle_syncs`): the reference tests compare that shortcut with. Not
+    /// state, so not saved.
+    #[serde(skip)]
+    pub(crate) one_by_one: bool,
 }
 
 /// The configuration part of the engine state: the site configuration as the cloud holds
@@ -171,6 +176,14 @@ impl Engine {
     /// An engine with default parameters and no configuration.
     pub fn new() -> Engine {
         Engine::default()
+    }
+
+    /// Fires every timer one by one from now on, as before the shortcut for sync checks
+    /// that find nothing: slower over long gaps, the same outputs and state. For tests that
+    /// compare the two.
+    #[doc(hidden)]
+    pub fn fire_timers_one_by_one(&mut self) {
+        self.one_by_one = true;
     }
 
     /// A configured connector's state, to change. Records reach the reducers only after

@@ -163,7 +163,13 @@ impl Engine {
             if out.len() >= max {
                 return false;
             }
-            if timer == Timer::Sync && self.fire_idle_syncs(until) {
+            // Worth a look only when a second check could be due before `until`: periods
+            // are at least a second.
+            if timer == Timer::Sync
+                && !self.one_by_one
+                && until.0.saturating_sub(deadline.0) >= 1_000
+                && self.fire_idle_syncs(until)
+            {
                 continue;
             }
             // A deadline that a lowered period moved before the last record fires now, never
