@@ -320,7 +320,8 @@ pub fn lost_records(dir: &Path) -> Result<Vec<Result<LostRecords, String>>, LogE
             let parts: Vec<&str> = line.split_whitespace().collect();
             match parts.as_slice() {
                 [segment, first, last] => match (first.parse(), last.parse()) {
-                    (Ok(first), Ok(last_listed)) => Ok(LostRecords {
+                    // A range that ends before it starts is no finding a writer wrote.
+                    (Ok(first), Ok(last_listed)) if first <= last_listed => Ok(LostRecords {
                         segment: dir.join(segment),
                         first,
                         last_listed,
@@ -334,7 +335,8 @@ pub fn lost_records(dir: &Path) -> Result<Vec<Result<LostRecords, String>>, LogE
 }
 
 /// The file, in the log directory, that holds the commit mark: the offset after the last
-/// record of the last batch a writer finished (written, synced under `--fsync always`).
+/// record of the last batch a writer finished (rewritten after the batch's records are
+/// written, and synced under `--fsync always`; the mark itself is not synced).
 /// Readers stop there while a writer holds the lock, so a batch that fails and is rolled
 /// back (a full disk, an I/O error) was never seen by anyone; records past the mark with
 /// no writer left are whole records of a writer that died mid-batch, read as before and

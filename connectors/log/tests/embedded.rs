@@ -881,6 +881,13 @@ fn records_gone_from_the_end_are_named_and_kept() {
     let log = EmbeddedLog::open(&dir, options(512)).unwrap();
     assert!(log.lost().is_none());
     assert!(lhc_log::embedded::lost_records(&dir).unwrap().is_empty());
+    // A line whose range ends before it starts is no finding (hostile testing: it was
+    // printed as records 100..=5).
+    std::fs::write(dir.join("LOST"), "00000000000000000000.log 100 5\n").unwrap();
+    assert_eq!(
+        lhc_log::embedded::lost_records(&dir).unwrap(),
+        vec![Err("00000000000000000000.log 100 5".to_string())]
+    );
 }
 
 /// `LOCK` deleted under running writers: the next writer locks a new `LOCK` file, so the

@@ -450,6 +450,9 @@ pub enum RunError {
     /// The fold thread stopped on an error.
     #[error("fold stopped: {0}")]
     Fold(String),
+    /// The node failed (its probes said DOWN): the first cause, not what failed after it.
+    #[error("{0}")]
+    Failed(String),
 }
 
 /// Runs the node until `shutdown` resolves: catches up with the log, then serves. On
@@ -675,13 +678,15 @@ pub async fn run(
         .map_err(|e| RunError::Fold(e.to_string()))?;
     // The fold dropped its end of the channel: the publisher sends what is left and ends.
     let _ = tokio::task::spawn_blocking(move || publisher_thread.join()).await;
+    // The first cause: a fold that stopped after the node failed read what made it fail
+    // (records replaced under it read as a damaged frame, found by hostile testing).
+    if let Some(reason) = health.fatal() {
+        return Err(RunError::Failed(reason));
+    }
     match folded {
         Ok(Ok(())) => {}
         Ok(Err(e)) => return Err(RunError::Fold(e.to_string())),
         Err(_) => return Err(RunError::Fold("the fold thread panicked".into())),
-    }
-    if let Some(reason) = health.fatal() {
-        return Err(RunError::Fold(reason));
     }
     served.map_err(|source| RunError::Listen {
         addr: shared.config.listen,
