@@ -1047,3 +1047,73 @@ fn bad_cloud_urls_and_data_paths_are_refused_at_start() {
         "{stderr}"
     );
 }
+
+/// A record decades later while the zone is in LHC mode: the spec asks for a report every
+/// interval of the gap, millions of outputs, applied in steps. Meanwhile the probe says
+/// DOWN `catching_up` (no launch can be decided), and SIGTERM stops the node between two
+/// steps (found by hostile testing: the probe said UP while every launch timed out, and
+/// the node went on for minutes after SIGTERM, writing gigabytes).
+#[test]
+fn a_node_applying_a_long_gap_in_steps_says_so_and_stops_when_asked() {
+    let tmp = tempfile::tempdir().unwrap();
+    let example = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/examples/site-outage.jsonl"
+    ))
+    .unwrap();
+    // Up to 09:30 the zone is in LHC mode (extended_ha).
+    let lines: Vec<&str> = example
+        .lines()
+        .filter(|l| l.get(7..23).is_some_and(|ts| ts < "2026-01-05T09:30"))
+        .collect();
+    assert!(lines.len() > 100 && lines.len() < example.lines().count());
+    let input = tmp.path().join("in.jsonl");
+    std::fs::write(&input, lines.join("\n") + "\n").unwrap();
+    let log = tmp.path().join("log");
+    let imported = lhc()
+        .args(["log", "import", "-q"])
+        .arg(&input)
+        .arg("--log")
+        .arg(&log)
+        .output()
+        .unwrap();
+    assert!(imported.status.success(), "{imported:?}");
+    let data = tmp.path().join("node");
+    let port = free_port();
+    let mut child = spawn_node(&log, &data, port, NO_CLOUD, &[], Stdio::null());
+    wait_until("the node caught up", Duration::from_secs(30), || {
+        http(port, "GET", "/readyz", None, None)
+            .is_some_and(|(_, body)| body["applied_offset"].as_u64() >= Some(lines.len() as u64))
+    });
+    let later = "{\"ts\":\"2046-01-05T09:30:00.000Z\",\"type\":\"clock.tick\"}\n";
+    assert!(append_stdin(&log, later.as_bytes()).status.success());
+    wait_until(
+        "the probe says the node is applying in steps",
+        Duration::from_secs(30),
+        || {
+            http(port, "GET", "/adc/probe", None, None).is_some_and(|(s, body)| {
+                s == 503
+                    && body["reason"] == "catching_up"
+                    && body["detail"]
+                        .as_str()
+                        .is_some_and(|d| d.contains("in steps"))
+            })
+        },
+    );
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the node went on after SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(
+        status.success(),
+        "a stop asked for is no failure: {status:?}"
+    );
+}

@@ -894,3 +894,52 @@ fn a_resumed_import_keeps_the_earlier_rejects() {
     assert_eq!(rows, [3, 250]);
     assert_eq!(end_offset(&log), EXAMPLE.lines().count() as u64 - 2);
 }
+
+/// `log append` checks the time order against the records another writer is still
+/// appending too (readers stop at the commit mark until that batch ends): it appends only
+/// where the records it checked against end, and checks again when the log moved (found
+/// by hostile testing: a record older than the log's last landed after it).
+#[test]
+fn an_append_racing_another_writers_batch_keeps_the_time_order() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = example_log(tmp.path());
+    let dir = tmp.path().join("log");
+    let end = end_offset(&log);
+    // Another writer's batch, written and not yet marked: it holds the lock meanwhile.
+    let lock = std::fs::File::open(dir.join("LOCK")).unwrap();
+    lock.lock().unwrap();
+    let mut frames = Vec::new();
+    let later = r#"{"ts":"2026-01-05T10:00:05.000Z","type":"clock.tick"}"#;
+    lhc_log::frame::encode_frame(&mut frames, end, later.as_bytes());
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(dir.join(format!("{:020}.log", 0)))
+        .unwrap()
+        .write_all(&frames)
+        .unwrap();
+    let mut child = lhc()
+        .args(["log", "append", "--log", &log])
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"{\"ts\":\"2026-01-05T10:00:01.000Z\",\"type\":\"clock.tick\"}\n")
+        .unwrap();
+    // It checked against the readers' end; the batch ends while it waits for the lock.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    lock.unlock().unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(!out.status.success(), "appended out of order");
+    assert!(
+        text(&out.stderr).contains("older than the log's last record"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(end_offset(&log), end + 1, "only the other writer's record");
+    let out = run(&["log", "check", "--log", &log]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+}

@@ -140,9 +140,12 @@ fn keep_cut(segment: &Path, offset: u64, bytes: &[u8]) -> Result<PathBuf, LogErr
         match OpenOptions::new().write(true).create_new(true).open(&path) {
             Ok(mut file) => {
                 use std::io::Write;
-                file.write_all(bytes)
-                    .and_then(|()| file.sync_all())
-                    .map_err(|e| LogError::io(&path, e))?;
+                if let Err(e) = file.write_all(bytes).and_then(|()| file.sync_all()) {
+                    // No half-kept file left to be taken for a cut: nothing was cut.
+                    drop(file);
+                    let _ = std::fs::remove_file(&path);
+                    return Err(LogError::io(&path, e));
+                }
                 if let Some(dir) = path.parent() {
                     File::open(dir)
                         .and_then(|d| d.sync_all())
@@ -192,13 +195,17 @@ fn lock_before(file: &File, deadline: Instant, wait: Duration) -> std::io::Resul
 fn open_mark(dir: &Path) -> Result<Option<File>, LogError> {
     use std::os::unix::fs::OpenOptionsExt;
     let path = dir.join(COMMIT_FILE);
-    let not_a_mark = |what: &str| LogError::NotALog {
-        path: dir.to_path_buf(),
-        detail: format!(
-            "{} is {what}, not the 16-byte file of a commit mark: remove it (the next writer \
-             writes a new one)",
-            path.display()
-        ),
+    let not_a_mark = |what: &str| {
+        LogError::io(
+            &path,
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!(
+                    "{what}, not the 16-byte file of the log's commit mark: writers refuse \
+                     the log until it is removed (the next writer then writes a new one)"
+                ),
+            ),
+        )
     };
     match OpenOptions::new()
         .create(true)
@@ -1396,6 +1403,18 @@ impl Writer {
                 })?;
             }
         }
+        // The bytes a torn-tail cut removes, kept before anything is changed (the index is
+        // rebuilt just below): if they cannot be kept (a full disk), nothing is cut and the
+        // writer does not open.
+        let kept = match &scan.end {
+            ScanEnd::Torn { position, .. } => {
+                let mut dropped = vec![0u8; (len - position) as usize];
+                file.read_exact_at(&mut dropped, *position)
+                    .map_err(|e| LogError::io(&path, e))?;
+                Some(keep_cut(&path, scan.next_offset, &dropped)?)
+            }
+            _ => None,
+        };
         let index_file = index_path(&self.dir, base);
         let index = OpenOptions::new()
             .create(true)
@@ -1422,14 +1441,7 @@ impl Writer {
                 })
             }
             ScanEnd::Torn { position, detail } => {
-                // Kept before cut: if they cannot be kept (a full disk), nothing is cut and
-                // the writer does not open.
-                let mut dropped = vec![0u8; (len - position) as usize];
-                active
-                    .file
-                    .read_exact_at(&mut dropped, position)
-                    .map_err(|e| LogError::io(&path, e))?;
-                let kept = keep_cut(&path, scan.next_offset, &dropped)?;
+                let kept = kept.expect("kept above");
                 active
                     .file
                     .set_len(position)

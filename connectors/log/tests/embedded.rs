@@ -1367,7 +1367,7 @@ fn a_mark_that_is_not_a_regular_file_is_refused_by_writers_and_ignored_by_reader
             .unwrap()
             .to_string();
         assert!(
-            err.contains("not the 16-byte file of a commit mark"),
+            err.contains("not the 16-byte file of the log's commit mark"),
             "{kind}: {err}"
         );
     }

@@ -150,6 +150,10 @@ pub enum NodeError {
     /// The committer thread stopped on an error.
     #[error("commit failed: {0}")]
     Commit(String),
+    /// Asked to stop while a record was applied in steps: the steps so far are
+    /// committed, and the next start resumes from them.
+    #[error("stopped part-way through a record applied in steps")]
+    Stopped,
     /// Opened to read, the store lacks a family every store has from its first open: it
     /// was never completely made (a process killed while creating it), nothing is in it.
     #[error(

@@ -630,17 +630,11 @@ fn import(file: &Path, how: Import, target: &LogArgs, quiet: bool) -> anyhow::Re
     Ok(ExitCode::SUCCESS)
 }
 
-fn append_stdin(target: &LogArgs, quiet: bool) -> anyhow::Result<ExitCode> {
-    let mut input = Vec::new();
-    std::io::stdin()
-        .read_to_end(&mut input)
-        .context("reading records from stdin")?;
-    let numbered: Vec<(usize, Vec<u8>)> = JsonlLines::new(input.as_slice())
-        .collect::<Result<_, _>>()
-        .context("reading records from stdin")?;
-    let records: Vec<&[u8]> = numbered.iter().map(|(_, l)| l.as_slice()).collect();
-    // `log append` adds to the log by definition; only the time order is checked.
-    let (mut next_offset, mut order) = target.prepare_append(true)?;
+/// Checks `numbered` lines for appending after the log's records (the time order: `log
+/// append` adds to the log by definition); the end they were checked against.
+fn check_appended(target: &LogArgs, numbered: &[(usize, Vec<u8>)]) -> anyhow::Result<u64> {
+    let (end, mut order) = target.prepare_append(true)?;
+    let mut next_offset = end;
     // Rejections name the input line (blank lines counted), not the record's index.
     let rejected: Vec<Rejected> = numbered
         .iter()
@@ -660,13 +654,41 @@ fn append_stdin(target: &LogArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         bail!(
             "nothing appended: {} of {} record(s) are invalid",
             rejected.len(),
-            records.len()
+            numbered.len()
         );
     }
+    Ok(end)
+}
+
+fn append_stdin(target: &LogArgs, quiet: bool) -> anyhow::Result<ExitCode> {
+    let mut input = Vec::new();
+    std::io::stdin()
+        .read_to_end(&mut input)
+        .context("reading records from stdin")?;
+    let numbered: Vec<(usize, Vec<u8>)> = JsonlLines::new(input.as_slice())
+        .collect::<Result<_, _>>()
+        .context("reading records from stdin")?;
+    let records: Vec<&[u8]> = numbered.iter().map(|(_, l)| l.as_slice()).collect();
+    // Checked before the log is opened for appending (refused input changes nothing),
+    // then appended only where the records checked against end (under the lock): records
+    // another writer appended in between (a batch readers did not see yet) are checked
+    // against too, or the time order is not the one checked (found by hostile testing:
+    // records older than the log's last landed after it).
+    let mut checked_end = check_appended(target, &numbered)?;
     let log = target.open_for_append()?;
-    let offsets = log
-        .append(&records)
-        .with_context(|| format!("appending to {}", log.describe()))?;
+    let mut attempts = 0;
+    let offsets = loop {
+        match log.append_at(checked_end, &records) {
+            Err(lhc_log::LogError::Moved { .. }) if attempts < 20 => {
+                attempts += 1;
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                checked_end = check_appended(target, &numbered)?;
+            }
+            result => {
+                break result.with_context(|| format!("appending to {}", log.describe()))?;
+            }
+        }
+    };
     if !quiet {
         match (offsets.first(), offsets.last()) {
             (Some(a), Some(b)) => {
@@ -959,13 +981,23 @@ fn check(target: &LogArgs, quiet: bool) -> anyhow::Result<ExitCode> {
                     .flatten()
                     .filter_map(|e| {
                         let name = e.file_name().to_string_lossy().into_owned();
-                        let len = e.metadata().ok()?.len();
-                        lhc_log::embedded::is_cut_file(&name).then_some((name, len))
+                        // A regular file only (the entry's own type: never a link followed).
+                        let meta = e.metadata().ok().filter(|m| m.is_file())?;
+                        lhc_log::embedded::is_cut_file(&name).then_some((name, meta.len()))
                     })
                     .collect()
             })
             .unwrap_or_default();
         cuts.sort();
+        let mark = dir.join(lhc_log::embedded::COMMIT_FILE);
+        if std::fs::symlink_metadata(&mark).is_ok_and(|m| !m.is_file()) {
+            healthy = false;
+            println!(
+                "commit mark: {} is not a regular file (a symbolic link, a directory or a \
+                 FIFO): readers ignore it, and writers refuse this log until it is removed",
+                mark.display()
+            );
+        }
         for (name, len) in cuts {
             println!(
                 "cut bytes kept: {} ({len} byte(s)): a torn tail a writer cut; if its first \

@@ -381,6 +381,14 @@ fn apply_entry(
                 return Err(NodeError::Commit("the committer stopped".into()));
             }
         }
+        // Asked to stop part-way (SIGTERM while a record decades later fires its timers):
+        // the steps so far are committed just above, and the next start resumes from
+        // them, as after a crash between steps (found by hostile testing: the node went on
+        // for minutes after SIGTERM).
+        if shared.stopping.load(Ordering::SeqCst) {
+            shared.in_steps.store(0, Ordering::SeqCst);
+            return Err(NodeError::Stopped);
+        }
         let outputs = folder.resume();
         let (q, a) = take_outputs(shared, offset, outputs, request, lost_ts_race);
         quarantine = quarantine.or(q);

@@ -666,7 +666,22 @@ async fn adc_probe(State(shared): State<AppState>) -> Response {
         return (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response();
     };
     let probe = engine.adc_probe(&me).expect("me is configured");
-    let trouble = shared.health.trouble();
+    // A record applied in steps (a long gap's timers, maybe millions of outputs): no
+    // launch is decided until it is applied, so the probe says so (found by hostile
+    // testing: UP while every launch timed out).
+    let in_steps = shared.in_steps.load(Ordering::SeqCst);
+    let trouble = shared.health.trouble().or_else(|| {
+        (in_steps > 0).then(|| {
+            (
+                "catching_up",
+                format!(
+                    "applying record {} in steps (the timers of a long gap before it fire \
+                     first): launches wait until it is applied",
+                    in_steps - 1
+                ),
+            )
+        })
+    });
     // A node that cannot decide says so, whatever its last state says.
     let down = match &trouble {
         Some((code, _)) => Some(code.to_string()),

@@ -563,7 +563,11 @@ pub async fn run(
         .name("lhc-fold".into())
         .spawn(move || {
             let guard = FoldGuard(fold_shared.clone());
-            let result = fold::fold_loop(&fold_shared, folder, committed, local_rx);
+            let result = match fold::fold_loop(&fold_shared, folder, committed, local_rx) {
+                // A stop asked for, mid-record: what was committed is the state to resume.
+                Err(NodeError::Stopped) => Ok(()),
+                other => other,
+            };
             if let Err(e) = &result {
                 if !fold_shared.stopping.load(Ordering::SeqCst) {
                     fold_shared.health.fail(format!("the fold stopped: {e}"));
