@@ -125,7 +125,26 @@ pub(crate) fn fold_loop(
     } else {
         None
     };
-    let result = fold_on(shared, &mut folder, &mut source, &jobs);
+    // The idle fold's look at the log's end (went back, replaced under it) reads files for
+    // milliseconds: it runs on a thread of its own, so launches never wait behind it.
+    let (looks, watch) = std::sync::mpsc::sync_channel::<EndLook>(1);
+    let result = std::thread::scope(|scope| {
+        let watcher = std::thread::Builder::new()
+            .name("lhc-end-watch".into())
+            .spawn_scoped(scope, move || {
+                for look in watch {
+                    watch_end(shared, look);
+                }
+            });
+        let result = match watcher {
+            Ok(_) => fold_on(shared, &mut folder, &mut source, &jobs, Some(&looks)),
+            // No thread for it: the fold looks itself.
+            Err(_) => fold_on(shared, &mut folder, &mut source, &jobs, None),
+        };
+        // Ends the watcher, which the scope waits for (a look in hand, milliseconds).
+        drop(looks);
+        result
+    });
     if result.is_err() {
         // What was applied before the error (a damaged record, a lost Kafka reader) is
         // committed before the fold stops: in Kafka mode it holds this node's own records,
@@ -154,11 +173,38 @@ pub(crate) fn fold_loop(
     }
 }
 
+/// What the idle fold asks the log's end to be checked against: its next offset and the
+/// last record it applied (offset, hash of its bytes).
+#[derive(Clone, Copy)]
+struct EndLook {
+    next: u64,
+    last: Option<(u64, u128)>,
+}
+
+/// Fails the node when the log went back under it (records it applied are gone) or holds
+/// other records where it applied some.
+fn watch_end(shared: &Shared, look: EndLook) {
+    let Ok(end) = shared.log.written_end() else {
+        return;
+    };
+    if end < look.next {
+        shared
+            .health
+            .fail(super::log_went_back(&*shared.log, end, look.next));
+    } else if let Some(offset) = look
+        .last
+        .and_then(|last| replaced_under(&*shared.log, last, end))
+    {
+        shared
+            .health
+            .fail(super::log_replaced(&*shared.log, offset));
+    }
+}
+
 /// The offset of the last record the fold applied when the log now holds another record
 /// there: its tail was cut and records appended again, as many as were cut, between two
 /// looks at its end (the end alone does not show it).
-fn replaced_under(log: &dyn lhc_log::Log, folder: &Folder<Arc<Store>>, end: u64) -> Option<u64> {
-    let (offset, hash) = folder.last_noted()?;
+fn replaced_under(log: &dyn lhc_log::Log, (offset, hash): (u64, u128), end: u64) -> Option<u64> {
     let start = log.start_offset().ok()?;
     let bytes = lhc_log::checkpoint::record_bytes_in(log, offset, start..end).ok()??;
     (xxhash_rust::xxh3::xxh3_128(&bytes) != hash).then_some(offset)
@@ -169,6 +215,7 @@ fn fold_on(
     folder: &mut Folder<Arc<Store>>,
     source: &mut Source,
     jobs: &std::sync::mpsc::SyncSender<CommitJob>,
+    end_watch: Option<&std::sync::mpsc::SyncSender<EndLook>>,
 ) -> Result<(), NodeError> {
     if let Source::Kafka { .. } = source {
         // A record committed part-way (a long gap's timers, in steps) is in the journal at
@@ -209,18 +256,16 @@ fn fold_on(
                     // copy restored) leaves the reader waiting past its end for good, and
                     // records appended meanwhile take offsets the fold has passed.
                     last_end_check = Instant::now();
-                    if let Ok(end) = shared.log.written_end() {
-                        if end < folder.next() {
-                            shared.health.fail(super::log_went_back(
-                                &*shared.log,
-                                end,
-                                folder.next(),
-                            ));
-                        } else if let Some(offset) = replaced_under(&*shared.log, folder, end) {
-                            shared
-                                .health
-                                .fail(super::log_replaced(&*shared.log, offset));
+                    let look = EndLook {
+                        next: folder.next(),
+                        last: folder.last_noted(),
+                    };
+                    match end_watch {
+                        // Busy with the last look: this one is skipped, not queued.
+                        Some(watch) => {
+                            let _ = watch.try_send(look);
                         }
+                        None => watch_end(shared, look),
                     }
                 }
                 applied
