@@ -89,8 +89,12 @@ pub fn cut_from(
         ..
     } = cutter;
     // Timers fire one by one up to the instant: years after the log's end that is billions
-    // of them (a query at 9999-12-31 ran for hours).
-    if let Some(last) = last_ts.filter(|last| at.millis() - last.millis() > MAX_AFTER_MS) {
+    // of them (a query at 9999-12-31 ran for hours). An instant inside a gap between two
+    // records (`more_after`) is not after the log's end: a replay crosses that gap anyway,
+    // and refusing it named the record before the gap as the log's last.
+    if let Some(last) =
+        last_ts.filter(|last| !more_after && at.millis() - last.millis() > MAX_AFTER_MS)
+    {
         return Err(SourceError::TooFarAfter {
             at,
             last,

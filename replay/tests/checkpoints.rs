@@ -490,6 +490,33 @@ fn an_instant_years_after_the_log_is_refused_not_computed() {
     assert!(error.contains("more than 366 days after"), "{error}");
 }
 
+/// An instant inside a gap of more than a year between two records is answered (it is
+/// not after the log's last record, and a replay crosses that gap anyway); it was refused
+/// as "more than 366 days after the log's last record", naming the record before the gap.
+#[test]
+fn an_instant_inside_a_gap_of_years_between_records_is_answered() {
+    let mut records = site_records();
+    let (_, last) = first_and_last(&records);
+    let gap = 2 * lhc_replay::query::MAX_AFTER_MS;
+    let later = lhc_engine::build::records::health_check(Ts(last.0 + gap), "cc-gap", true);
+    records.push(lhc_engine::build::line(&later));
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("log");
+    write_log(&dir, &records);
+    let open = || Source::open(&SourceSpec::Path(dir.clone())).unwrap();
+    let at = Ts(last.0 + lhc_replay::query::MAX_AFTER_MS + 86_400_000);
+    let cut = cut_at(&mut open(), at).expect("an instant inside the log's span is answered");
+    assert!(cut.more_after);
+    assert_eq!(cut.last_ts, Some(last));
+    // Past the log's real last record, the limit still holds, and names that record.
+    let far = Ts(last.0 + gap + lhc_replay::query::MAX_AFTER_MS + 1);
+    let Err(error) = cut_at(&mut open(), far) else {
+        panic!("{far}, more than a year after the log's last record, was answered");
+    };
+    let error = error.to_string();
+    assert!(error.contains(&Ts(last.0 + gap).to_string()), "{error}");
+}
+
 /// Every checkpoint damaged, in its state or in its digest: a few are tried (each costs a
 /// rebuild or a replay for nothing), then the answer comes from the first record with a
 /// warning that says so, instead of trying every one (found by hostile testing: a hundred
