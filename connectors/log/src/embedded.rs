@@ -1088,7 +1088,14 @@ struct Writer {
     /// index does).
     unwritten_loss: Option<(u64, u64)>,
     dirty_since: Option<Instant>,
+    /// The last batch waited `lock_wait` for the lock in vain: the next ones wait only
+    /// [`STUCK_LOCK_WAIT`] until one gets it, so batches queued meanwhile (a node's
+    /// launches) fail within moments instead of each waiting its own `lock_wait`.
+    lock_stuck: bool,
 }
+
+/// How long a batch waits for a lock the previous batch already waited for in vain.
+const STUCK_LOCK_WAIT: Duration = Duration::from_millis(20);
 
 struct ActiveSegment {
     base: u64,
@@ -1144,6 +1151,7 @@ impl Writer {
             lost: None,
             unwritten_loss: None,
             dirty_since: None,
+            lock_stuck: false,
         };
         writer.with_lock(|w| w.refresh())?;
         Ok(writer)
@@ -1153,15 +1161,26 @@ impl Writer {
         &mut self,
         f: impl FnOnce(&mut Writer) -> Result<T, LogError>,
     ) -> Result<T, LogError> {
-        let deadline = Instant::now() + self.options.lock_wait;
+        let wait = if self.lock_stuck {
+            self.options.lock_wait.min(STUCK_LOCK_WAIT)
+        } else {
+            self.options.lock_wait
+        };
+        let deadline = Instant::now() + wait;
+        // The message names the whole time the lock has been waited for.
+        let said = self.options.lock_wait;
         if self.dir_locks {
-            lock_before(&self.dir_lock, deadline, self.options.lock_wait)
-                .map_err(|e| LogError::io(&self.dir, e))?;
+            if let Err(e) = lock_before(&self.dir_lock, deadline, said) {
+                self.lock_stuck |= e.kind() == std::io::ErrorKind::WouldBlock;
+                return Err(LogError::io(&self.dir, e));
+            }
         }
-        if let Err(e) = lock_before(&self.lock, deadline, self.options.lock_wait) {
+        if let Err(e) = lock_before(&self.lock, deadline, said) {
+            self.lock_stuck |= e.kind() == std::io::ErrorKind::WouldBlock;
             let _ = self.unlock_dir();
             return Err(LogError::io(self.dir.join("LOCK"), e));
         }
+        self.lock_stuck = false;
         // The path must still name the directory locked: a symbolic link swapped under a
         // running writer sent other writers to another directory at the same offsets
         // (found by hostile testing). One `stat` per batch.

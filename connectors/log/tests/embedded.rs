@@ -1337,6 +1337,45 @@ fn a_lock_held_too_long_fails_the_batch_naming_it() {
     assert_eq!(log.append(&[&record(3)]).unwrap(), vec![3]);
 }
 
+/// Once a batch has waited `lock_wait` in vain, the batches after it fail within moments
+/// while the lock stays held, instead of each waiting its own `lock_wait` (found by
+/// hostile testing: a node's launches queued behind a failing batch waited twice as
+/// long); once the lock is free, batches append again and wait in full as before.
+#[test]
+fn batches_after_one_that_waited_in_vain_for_the_lock_fail_at_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("log");
+    write(&dir, 3, 1 << 20);
+    let wait = Duration::from_millis(1500);
+    let log = EmbeddedLog::open(
+        &dir,
+        EmbeddedOptions {
+            lock_wait: wait,
+            ..options(1 << 20)
+        },
+    )
+    .unwrap();
+    let lock = std::fs::File::open(dir.join("LOCK")).unwrap();
+    lock.lock().unwrap();
+    let started = std::time::Instant::now();
+    assert!(log.append(&[&record(3)]).is_err());
+    assert!(started.elapsed() >= wait);
+    let started = std::time::Instant::now();
+    let err = log.append(&[&record(3)]).unwrap_err().to_string();
+    // Moments, not another `lock_wait` (20 ms of waiting; a loaded machine's margin).
+    assert!(started.elapsed() < wait / 2, "{:?}", started.elapsed());
+    assert!(err.contains("held the log's lock"), "{err}");
+    lock.unlock().unwrap();
+    assert_eq!(log.append(&[&record(3)]).unwrap(), vec![3]);
+    // The lock taken again: the next batch waits in full before it fails.
+    lock.lock().unwrap();
+    let started = std::time::Instant::now();
+    assert!(log.append(&[&record(4)]).is_err());
+    assert!(started.elapsed() >= wait);
+    lock.unlock().unwrap();
+    assert_eq!(log.append(&[&record(4)]).unwrap(), vec![4]);
+}
+
 /// A `COMMITTED` that is not a regular file is no mark for readers (who never wait on a
 /// FIFO nor follow a link), and a writer refuses it, naming it (found by hostile testing:
 /// a FIFO hung every command; a symbolic link had a writer overwrite the file it named).
