@@ -45,6 +45,22 @@ fn spawn_node(
     extra: &[&std::ffi::OsStr],
     stderr: Stdio,
 ) -> std::process::Child {
+    let child = start_node(log, data, port, cloud, extra, stderr);
+    wait_until("the node serves", Duration::from_secs(30), || {
+        http(port, "GET", "/healthz", None, None).is_some_and(|(s, _)| s == 200)
+    });
+    child
+}
+
+/// Starts a node like [`spawn_node`], without waiting for it to serve.
+fn start_node(
+    log: &Path,
+    data: &Path,
+    port: u16,
+    cloud: &str,
+    extra: &[&std::ffi::OsStr],
+    stderr: Stdio,
+) -> std::process::Child {
     let child = lhc()
         .args([
             "connector",
@@ -66,9 +82,6 @@ fn spawn_node(
         .stderr(stderr)
         .spawn()
         .unwrap();
-    wait_until("the node serves", Duration::from_secs(30), || {
-        http(port, "GET", "/healthz", None, None).is_some_and(|(s, _)| s == 200)
-    });
     child
 }
 
@@ -1116,4 +1129,84 @@ fn a_node_applying_a_long_gap_in_steps_says_so_and_stops_when_asked() {
         status.success(),
         "a stop asked for is no failure: {status:?}"
     );
+    // Started again, the node resumes that record in steps while it catches up: its probes
+    // say so, with the records before it applied (they said `applied_offset: 0` and "N
+    // records to fold", though the steps were committed).
+    let mut child = start_node(&log, &data, port, NO_CLOUD, &[], Stdio::null());
+    wait_until(
+        "the readiness says the start's catch-up applies a record in steps",
+        Duration::from_secs(30),
+        || {
+            http(port, "GET", "/readyz", None, None).is_some_and(|(s, body)| {
+                // The record in steps: the 2046 tick, or a tick the node appended itself
+                // at its first start (the example ends in LHC mode, months ago).
+                let in_steps = body["detail"]
+                    .as_str()
+                    .filter(|d| d.contains("at start:"))
+                    .and_then(|d| d.strip_prefix("applying record "))
+                    .and_then(|d| d.split(' ').next())
+                    .and_then(|n| n.parse::<u64>().ok());
+                s == 503
+                    && in_steps.is_some_and(|n| n >= lines.len() as u64)
+                    && body["applied_offset"].as_u64() == in_steps
+            })
+        },
+    );
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the node went on after SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Records a stopped writer left past the log's commit mark (`kill -STOP` on an import
+/// mid-batch: its lock held, the mark not moved yet) are not committed: the node's
+/// readiness does not count them as records to fold (it said "1500 log record(s) not
+/// folded yet" and was not ready, though nothing it could fold was missing).
+#[test]
+fn records_past_the_commit_mark_of_a_stopped_writer_are_not_lag() {
+    use lhc_log::Log;
+    use std::io::Write;
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("log");
+    import_example(&log);
+    let data = tmp.path().join("node");
+    let port = free_port();
+    let quiet = ["--tick-interval", "1h"].map(std::ffi::OsStr::new);
+    let mut child = spawn_node(&log, &data, port, NO_CLOUD, &quiet, Stdio::null());
+    // The lock held as a stopped writer holds it; a copy of the log takes a batch of more
+    // records than the node's readiness bound (1,000), whose bytes then land in the
+    // node's log past its mark, as that writer's batch would.
+    let lock = std::fs::File::open(log.join("LOCK")).unwrap();
+    lock.lock().unwrap();
+    let copy = tmp.path().join("copy");
+    std::fs::create_dir(&copy).unwrap();
+    for entry in std::fs::read_dir(&log).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), copy.join(entry.file_name())).unwrap();
+    }
+    let tick = br#"{"ts":"2026-01-05T12:00:00.000Z","type":"clock.tick"}"#;
+    let batch: Vec<&[u8]> = vec![tick.as_slice(); 1500];
+    let copied = lhc_log::EmbeddedLog::open(&copy, lhc_log::EmbeddedOptions::default()).unwrap();
+    copied.append(&batch).unwrap();
+    drop(copied);
+    let segment = "00000000000000000000.log";
+    let had = std::fs::metadata(log.join(segment)).unwrap().len() as usize;
+    let bytes = std::fs::read(copy.join(segment)).unwrap();
+    assert!(bytes.len() > had);
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(log.join(segment))
+        .unwrap()
+        .write_all(&bytes[had..])
+        .unwrap();
+    let (status, body) = http(port, "GET", "/readyz", None, None).unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["lag"], 0, "{body}");
 }

@@ -783,17 +783,28 @@ async fn readiness(shared: &AppState) -> (Readiness, Result<(), ()>) {
     let in_steps = shared.in_steps.load(Ordering::SeqCst);
     let not_ready = match &trouble {
         Some((code, detail)) => Some((*code, detail.clone())),
-        None if !caught_up => Some((
-            "catching_up",
-            format!("catching up with the site log at start: {lag} record(s) to fold"),
-        )),
+        // Before the start's catch-up: a record applied in steps can hold it for minutes,
+        // and "N records to fold" alone did not say why it does not move.
         None if in_steps > 0 => Some((
             "catching_up",
             format!(
                 "applying record {} in steps (the timers of a long gap before it fire first): \
-                 launches wait until it is applied",
-                in_steps - 1
+                 launches wait until it is applied{}",
+                in_steps - 1,
+                if caught_up {
+                    String::new()
+                } else {
+                    format!(
+                        "; catching up with the site log at start: {} more record(s) to fold \
+                         after it",
+                        lag.saturating_sub(1)
+                    )
+                }
             ),
+        )),
+        None if !caught_up => Some((
+            "catching_up",
+            format!("catching up with the site log at start: {lag} record(s) to fold"),
         )),
         None if !configured => Some((
             "not_configured",
@@ -858,11 +869,21 @@ async fn log_end(shared: &AppState, position: u64) -> u64 {
         Some(link) => link.end.load(Ordering::SeqCst),
         None => {
             let log = shared.log.clone();
-            let end = tokio::task::spawn_blocking(move || log.written_end())
-                .await
-                .ok()
-                .and_then(Result::ok)
-                .unwrap_or(position);
+            // Every whole record written, to tell whether records this node applied are
+            // gone; then, when some are past its position, where readers may read to:
+            // records past the log's commit mark while another writer appends (or a
+            // stopped one holds the lock) are not committed, so not records to fold.
+            let (written, readable) = tokio::task::spawn_blocking(move || {
+                let written = log.written_end();
+                let readable = match &written {
+                    Ok(end) if *end > position => log.end_offset().ok(),
+                    _ => None,
+                };
+                (written, readable)
+            })
+            .await
+            .unwrap_or((Ok(position), None));
+            let end = written.unwrap_or(position);
             if end < position {
                 // Records this node applied are no longer in the log (its tail cut, or an
                 // older copy restored under it): its state is not the log's any more.
@@ -870,7 +891,7 @@ async fn log_end(shared: &AppState, position: u64) -> u64 {
                     .health
                     .fail(super::log_went_back(&*shared.log, end, position));
             }
-            end
+            readable.map_or(end, |readable| readable.min(end))
         }
     };
     end.max(position)
