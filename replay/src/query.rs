@@ -74,6 +74,7 @@ pub fn cut_from(
         first_ts: resume.first_ts,
         last_ts: resume.last_ts,
         more_after: false,
+        next_ts: None,
         requests: BTreeMap::new(),
         launches: BTreeMap::new(),
     };
@@ -84,21 +85,25 @@ pub fn cut_from(
         first_ts,
         last_ts,
         more_after,
+        next_ts,
         requests,
         mut launches,
         ..
     } = cutter;
     // Timers fire one by one up to the instant: years after the log's end that is billions
-    // of them (a query at 9999-12-31 ran for hours). An instant inside a gap between two
-    // records (`more_after`) is not after the log's end: a replay crosses that gap anyway,
-    // and refusing it named the record before the gap as the log's last.
-    if let Some(last) =
-        last_ts.filter(|last| !more_after && at.millis() - last.millis() > MAX_AFTER_MS)
-    {
-        return Err(SourceError::TooFarAfter {
-            at,
-            last,
-            days: (MAX_AFTER_MS / 86_400_000) as u64,
+    // of them (a query at 9999-12-31 ran for hours). Inside a gap between two records too:
+    // a replay need not cross it (the record after it may be quarantined, leaving the
+    // clock where it was), so the limit holds there, named as a gap, not as the log's end.
+    if let Some(last) = last_ts.filter(|last| at.millis() - last.millis() > MAX_AFTER_MS) {
+        let days = (MAX_AFTER_MS / 86_400_000) as u64;
+        return Err(match next_ts {
+            Some(next) => SourceError::TooFarInGap {
+                at,
+                last,
+                next,
+                days,
+            },
+            None => SourceError::TooFarAfter { at, last, days },
         });
     }
     let mut out = Vec::new();
@@ -151,6 +156,8 @@ struct Cutter {
     first_ts: Option<Ts>,
     last_ts: Option<Ts>,
     more_after: bool,
+    /// Time of the first record after the instant.
+    next_ts: Option<Ts>,
     /// The latest request seen with each id: id → (user, resource).
     requests: BTreeMap<String, (String, String)>,
     launches: BTreeMap<usize, (String, String)>,
@@ -165,6 +172,7 @@ impl Observer for Cutter {
             self.first_ts.get_or_insert(record.ts());
             if record.ts() > self.at {
                 self.more_after = true;
+                self.next_ts = Some(record.ts());
                 return Ok(Flow::Stop);
             }
             self.last_ts = Some(record.ts());

@@ -45,6 +45,22 @@ pub enum SourceError {
         /// The limit, in days.
         days: u64,
     },
+    /// An instant asked for too long after the record before it, inside a gap of the log.
+    #[error(
+        "{at} is inside a gap of the log: more than {days} days after the record before it \
+         ({last}; the next is at {next}): the timers due by then are not fired that far; \
+         give an instant within {days} days of a record"
+    )]
+    TooFarInGap {
+        /// The instant asked for.
+        at: Ts,
+        /// The time of the record before it.
+        last: Ts,
+        /// The time of the record after it.
+        next: Ts,
+        /// The limit, in days.
+        days: u64,
+    },
 }
 
 /// An OS error on a named file or folder (shared by the errors of this crate that read

@@ -490,11 +490,13 @@ fn an_instant_years_after_the_log_is_refused_not_computed() {
     assert!(error.contains("more than 366 days after"), "{error}");
 }
 
-/// An instant inside a gap of more than a year between two records is answered (it is
-/// not after the log's last record, and a replay crosses that gap anyway); it was refused
-/// as "more than 366 days after the log's last record", naming the record before the gap.
+/// An instant more than a year inside a gap between two records is refused as such,
+/// naming the records on both sides (it named the record before the gap as the log's
+/// last); the limit holds inside the log too, since a replay need not cross the gap (the
+/// record after it may be quarantined). One within the year of the record before it is
+/// answered.
 #[test]
-fn an_instant_inside_a_gap_of_years_between_records_is_answered() {
+fn an_instant_years_inside_a_gap_is_refused_naming_the_gap() {
     let mut records = site_records();
     let (_, last) = first_and_last(&records);
     let gap = 2 * lhc_replay::query::MAX_AFTER_MS;
@@ -504,16 +506,25 @@ fn an_instant_inside_a_gap_of_years_between_records_is_answered() {
     let dir = tmp.path().join("log");
     write_log(&dir, &records);
     let open = || Source::open(&SourceSpec::Path(dir.clone())).unwrap();
-    let at = Ts(last.0 + lhc_replay::query::MAX_AFTER_MS + 86_400_000);
-    let cut = cut_at(&mut open(), at).expect("an instant inside the log's span is answered");
+    let near = Ts(last.0 + lhc_replay::query::MAX_AFTER_MS);
+    let cut = cut_at(&mut open(), near).expect("within the year of the record before it");
     assert!(cut.more_after);
     assert_eq!(cut.last_ts, Some(last));
-    // Past the log's real last record, the limit still holds, and names that record.
+    let inside = Ts(near.0 + 1);
+    let Err(error) = cut_at(&mut open(), inside) else {
+        panic!("{inside}, more than a year inside a gap, was answered");
+    };
+    let error = error.to_string();
+    assert!(error.contains("inside a gap of the log"), "{error}");
+    assert!(error.contains(&last.to_string()), "{error}");
+    assert!(error.contains(&Ts(last.0 + gap).to_string()), "{error}");
+    // Past the log's last record, the record named is that one.
     let far = Ts(last.0 + gap + lhc_replay::query::MAX_AFTER_MS + 1);
     let Err(error) = cut_at(&mut open(), far) else {
         panic!("{far}, more than a year after the log's last record, was answered");
     };
     let error = error.to_string();
+    assert!(error.contains("after the log's last record"), "{error}");
     assert!(error.contains(&Ts(last.0 + gap).to_string()), "{error}");
 }
 

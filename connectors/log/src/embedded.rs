@@ -162,8 +162,9 @@ fn keep_cut(segment: &Path, offset: u64, bytes: &[u8]) -> Result<PathBuf, LogErr
 
 /// Takes `file`'s exclusive lock, waiting until `deadline` at most: a writer stopped while
 /// it holds the lock (`kill -STOP`, a hung disk) must not hang every other writer, and a
-/// node's launches with them, without a word.
-fn lock_before(file: &File, deadline: Instant, wait: Duration) -> std::io::Result<()> {
+/// node's launches with them, without a word. `refusal` is the error's text when the
+/// deadline passes.
+fn lock_before(file: &File, deadline: Instant, refusal: &str) -> std::io::Result<()> {
     let mut pause = Duration::from_millis(1);
     loop {
         match file.try_lock() {
@@ -172,16 +173,11 @@ fn lock_before(file: &File, deadline: Instant, wait: Duration) -> std::io::Resul
             Err(std::fs::TryLockError::WouldBlock) if Instant::now() >= deadline => {
                 return Err(std::io::Error::new(
                     std::io::ErrorKind::WouldBlock,
-                    format!(
-                        "another process has held the log's lock for more than {} (a stopped \
-                         or stuck writer: `lhc log import`, `log append` or a node); nothing \
-                         was written",
-                        humantime::format_duration(wait)
-                    ),
+                    refusal.to_string(),
                 ));
             }
             Err(std::fs::TryLockError::WouldBlock) => {
-                std::thread::sleep(pause);
+                std::thread::sleep(pause.min(deadline.saturating_duration_since(Instant::now())));
                 pause = (pause * 2).min(Duration::from_millis(20));
             }
         }
@@ -1088,10 +1084,11 @@ struct Writer {
     /// index does).
     unwritten_loss: Option<(u64, u64)>,
     dirty_since: Option<Instant>,
-    /// The last batch waited `lock_wait` for the lock in vain: the next ones wait only
-    /// [`STUCK_LOCK_WAIT`] until one gets it, so batches queued meanwhile (a node's
-    /// launches) fail within moments instead of each waiting its own `lock_wait`.
-    lock_stuck: bool,
+    /// When a batch last found the lock held past its wait: for `lock_wait` after that,
+    /// batches wait only [`STUCK_LOCK_WAIT`] (until one gets the lock), so batches queued
+    /// meanwhile (a node's launches) fail within moments instead of each waiting its own
+    /// `lock_wait`; later, a batch waits in full again.
+    lock_stuck: Option<Instant>,
 }
 
 /// How long a batch waits for a lock the previous batch already waited for in vain.
@@ -1151,7 +1148,7 @@ impl Writer {
             lost: None,
             unwritten_loss: None,
             dirty_since: None,
-            lock_stuck: false,
+            lock_stuck: None,
         };
         writer.with_lock(|w| w.refresh())?;
         Ok(writer)
@@ -1161,26 +1158,45 @@ impl Writer {
         &mut self,
         f: impl FnOnce(&mut Writer) -> Result<T, LogError>,
     ) -> Result<T, LogError> {
-        let wait = if self.lock_stuck {
-            self.options.lock_wait.min(STUCK_LOCK_WAIT)
-        } else {
-            self.options.lock_wait
+        let full = self.options.lock_wait;
+        let stuck = self.lock_stuck.filter(|since| since.elapsed() < full);
+        let (wait, refusal) = match stuck {
+            Some(_) => (
+                full.min(STUCK_LOCK_WAIT),
+                format!(
+                    "another process still holds the log's lock, which a batch before this \
+                     one waited {} for in vain (a stopped or stuck writer: `lhc log \
+                     import`, `log append` or a node); nothing was written",
+                    humantime::format_duration(full)
+                ),
+            ),
+            None => (
+                full,
+                format!(
+                    "another process has held the log's lock for more than {} (a stopped \
+                     or stuck writer: `lhc log import`, `log append` or a node); nothing \
+                     was written",
+                    humantime::format_duration(full)
+                ),
+            ),
         };
         let deadline = Instant::now() + wait;
-        // The message names the whole time the lock has been waited for.
-        let said = self.options.lock_wait;
         if self.dir_locks {
-            if let Err(e) = lock_before(&self.dir_lock, deadline, said) {
-                self.lock_stuck |= e.kind() == std::io::ErrorKind::WouldBlock;
+            if let Err(e) = lock_before(&self.dir_lock, deadline, &refusal) {
+                if e.kind() == std::io::ErrorKind::WouldBlock {
+                    self.lock_stuck = Some(Instant::now());
+                }
                 return Err(LogError::io(&self.dir, e));
             }
         }
-        if let Err(e) = lock_before(&self.lock, deadline, said) {
-            self.lock_stuck |= e.kind() == std::io::ErrorKind::WouldBlock;
+        if let Err(e) = lock_before(&self.lock, deadline, &refusal) {
+            if e.kind() == std::io::ErrorKind::WouldBlock {
+                self.lock_stuck = Some(Instant::now());
+            }
             let _ = self.unlock_dir();
             return Err(LogError::io(self.dir.join("LOCK"), e));
         }
-        self.lock_stuck = false;
+        self.lock_stuck = None;
         // The path must still name the directory locked: a symbolic link swapped under a
         // running writer sent other writers to another directory at the same offsets
         // (found by hostile testing). One `stat` per batch.

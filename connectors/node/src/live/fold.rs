@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::Receiver;
+use std::sync::mpsc::{Receiver, TrySendError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -133,7 +133,20 @@ pub(crate) fn fold_loop(
             .name("lhc-end-watch".into())
             .spawn_scoped(scope, move || {
                 for look in watch {
-                    watch_end(shared, look);
+                    let looked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        watch_end(shared, look)
+                    }));
+                    if looked.is_err() {
+                        // Never silently: without its looks the node could not tell a log
+                        // that went back under it.
+                        shared.health.fail(
+                            "the node's look at the log's end failed unexpectedly (a bug; \
+                             see its log): it can no longer tell whether the records it \
+                             applied are still in the log; restart it"
+                                .into(),
+                        );
+                        return;
+                    }
                 }
             });
         let result = match watcher {
@@ -260,12 +273,11 @@ fn fold_on(
                         next: folder.next(),
                         last: folder.last_noted(),
                     };
-                    match end_watch {
-                        // Busy with the last look: this one is skipped, not queued.
-                        Some(watch) => {
-                            let _ = watch.try_send(look);
-                        }
-                        None => watch_end(shared, look),
+                    match end_watch.map(|watch| watch.try_send(look)) {
+                        // Looked at, or a look already waits: this one is skipped.
+                        Some(Ok(())) | Some(Err(TrySendError::Full(_))) => {}
+                        // No watcher (none started, or it stopped): the fold looks itself.
+                        None | Some(Err(TrySendError::Disconnected(_))) => watch_end(shared, look),
                     }
                 }
                 applied

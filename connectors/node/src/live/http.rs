@@ -793,6 +793,9 @@ async fn readiness(shared: &AppState) -> (Readiness, Result<(), ()>) {
                 in_steps - 1,
                 if caught_up {
                     String::new()
+                } else if shared.kafka.is_some() {
+                    // Kafka positions count other sites' records too: no count.
+                    "; catching up with the site log at start".to_string()
                 } else {
                     format!(
                         "; catching up with the site log at start: {} more record(s) to fold \
