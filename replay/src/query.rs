@@ -94,7 +94,13 @@ pub fn cut_from(
     // of them (a query at 9999-12-31 ran for hours). Inside a gap between two records too:
     // a replay need not cross it (the record after it may be quarantined, leaving the
     // clock where it was), so the limit holds there, named as a gap, not as the log's end.
-    if let Some(last) = last_ts.filter(|last| at.millis() - last.millis() > MAX_AFTER_MS) {
+    // Measured from the engine's clock, not the last record read: a quarantined record
+    // dated centuries ahead moves no clock, and passed the limit while decades of timers
+    // were left to fire (found by hostile testing).
+    let clock = engine
+        .now()
+        .map_or(last_ts, |now| Some(last_ts.map_or(now, |l| l.min(now))));
+    if let Some(last) = clock.filter(|last| at.millis() - last.millis() > MAX_AFTER_MS) {
         let days = (MAX_AFTER_MS / 86_400_000) as u64;
         return Err(match next_ts {
             Some(next) => SourceError::TooFarInGap {

@@ -34,8 +34,9 @@ pub enum SourceError {
     Log(#[from] LogError),
     /// An instant asked for too long after the log's last record.
     #[error(
-        "{at} is more than {days} days after the log's last record ({last}): the timers due \
-         by then are not fired that far; give an instant within {days} days of it"
+        "{at} is more than {days} days after the log's last record applied ({last}; records \
+         quarantined do not count): the timers due by then are not fired that far; give an \
+         instant within {days} days of it"
     )]
     TooFarAfter {
         /// The instant asked for.

@@ -500,8 +500,9 @@ fn an_instant_years_inside_a_gap_is_refused_naming_the_gap() {
     let mut records = site_records();
     let (_, last) = first_and_last(&records);
     let gap = 2 * lhc_replay::query::MAX_AFTER_MS;
-    let later = lhc_engine::build::records::health_check(Ts(last.0 + gap), "cc-gap", true);
-    records.push(lhc_engine::build::line(&later));
+    // A clock tick: admitted, so the engine's clock moves to it.
+    let later = format!(r#"{{"ts":"{}","type":"clock.tick"}}"#, Ts(last.0 + gap));
+    records.push(later.into_bytes());
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("log");
     write_log(&dir, &records);
@@ -590,4 +591,38 @@ fn past_a_few_damaged_checkpoints_the_answer_comes_from_the_start() {
         (2, 0),
         "{warnings:?}"
     );
+}
+
+/// A quarantined record dated centuries ahead (here a clock tick repeating an earlier
+/// record id) moves no clock: an instant just before it is measured from the last record
+/// applied, and refused, instead of firing centuries of LHC-mode timers one by one (found
+/// by hostile testing: a query ran for hours where a replay takes 0.1 s).
+#[test]
+fn a_quarantined_far_future_record_does_not_lift_the_limit() {
+    let example = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../docs/examples/site-outage.jsonl"
+    ))
+    .unwrap();
+    // Up to 09:30 the zone is in LHC mode: its timers make reports.
+    let mut lines: Vec<&str> = example
+        .lines()
+        .filter(|l| l.get(7..23).is_some_and(|ts| ts < "2026-01-05T09:30"))
+        .collect();
+    lines.push(r#"{"ts":"2026-01-05T09:29:59.000Z","type":"clock.tick","record_id":"p:1.0"}"#);
+    lines.push(r#"{"ts":"9998-12-30T00:00:00.000Z","type":"clock.tick","record_id":"p:1.0"}"#);
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("site.jsonl");
+    std::fs::write(&file, lines.join("\n") + "\n").unwrap();
+    let at = Ts::parse("9998-12-30T00:00:00.000Z").unwrap();
+    let mut source = Source::open(&SourceSpec::Path(file)).unwrap();
+    let Err(error) = cut_at(&mut source, at) else {
+        panic!("centuries after the last record applied, answered");
+    };
+    let error = error.to_string();
+    assert!(
+        error.contains("records quarantined do not count"),
+        "{error}"
+    );
+    assert!(error.contains("2026-01-05T09:29:59"), "{error}");
 }

@@ -1113,6 +1113,17 @@ fn a_node_applying_a_long_gap_in_steps_says_so_and_stops_when_asked() {
             })
         },
     );
+    // A launch now is refused at once and not written: appended, it would time out and
+    // still be brokered once the record is applied (a session nobody waits for).
+    let launch = r#"{"user":"u1","resource":"office","client":{"name":"pc","ip":"10.0.0.1"},"request":"while-in-steps"}"#;
+    let (status, refused) = http(port, "POST", "/storefront/launch", Some(launch), None).unwrap();
+    assert_eq!(status, 503, "{refused}");
+    assert!(
+        refused["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("in steps") && e.contains("nothing was appended")),
+        "{refused}"
+    );
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let deadline = Instant::now() + Duration::from_secs(30);
     let status = loop {
@@ -1170,6 +1181,10 @@ fn a_node_applying_a_long_gap_in_steps_says_so_and_stops_when_asked() {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+    // The refused launch was never written.
+    let out = lhc().args(["log", "cat"]).arg(&log).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("while-in-steps"));
 }
 
 /// Records a stopped writer left past the log's commit mark (`kill -STOP` on an import

@@ -1444,3 +1444,51 @@ fn a_mark_replaced_under_a_writer_is_the_one_it_writes() {
     log.append(&[&record(3)]).unwrap();
     assert_eq!(lhc_log::embedded::commit_mark(&dir), Some(4));
 }
+
+/// A FIFO where the log keeps an index or a segment never blocks a reader (found by
+/// hostile testing: a node's probes, its metrics and its stop hung on `open`): an index
+/// that is no regular file is ignored (it is only a hint), a segment that is none is an
+/// error that names it.
+#[test]
+fn a_fifo_in_place_of_an_index_or_a_segment_never_blocks_readers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("log");
+    let bases = segmented(&dir);
+    let fifo = |path: &Path| {
+        std::fs::remove_file(path).unwrap();
+        let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    };
+    let within = |what: &'static str, f: Box<dyn FnOnce() + Send>| {
+        let (done, finished) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            f();
+            let _ = done.send(());
+        });
+        finished
+            .recv_timeout(Duration::from_secs(20))
+            .unwrap_or_else(|_| panic!("{what} blocked"));
+    };
+    let expected = read_all(&EmbeddedLog::open_read_only(&dir).unwrap()).unwrap();
+    let last = *bases.last().unwrap();
+    fifo(&dir.join(format!("{last:020}.idx")));
+    let at = dir.clone();
+    within(
+        "reading past an index that is a FIFO",
+        Box::new(move || {
+            let log = EmbeddedLog::open_read_only(&at).unwrap();
+            assert_eq!(read_all(&log).unwrap(), expected);
+            assert_eq!(log.end_offset().unwrap(), 40);
+        }),
+    );
+    fifo(&dir.join(format!("{last:020}.log")));
+    let at = dir.clone();
+    within(
+        "reading a segment that is a FIFO",
+        Box::new(move || {
+            let log = EmbeddedLog::open_read_only(&at).unwrap();
+            let err = read_all(&log).unwrap_err().to_string();
+            assert!(err.contains("not a regular file"), "{err}");
+        }),
+    );
+}

@@ -45,7 +45,7 @@ enum Source {
 /// Runs until the node stops: applies, answers waiters, commits at most every
 /// `commit_interval`, then tells the publisher.
 pub(crate) fn fold_loop(
-    shared: &Shared,
+    shared: &Arc<Shared>,
     mut folder: Folder<Arc<Store>>,
     committed: std::sync::mpsc::Sender<()>,
     local: Option<Receiver<LocalBatch>>,
@@ -126,38 +126,37 @@ pub(crate) fn fold_loop(
         None
     };
     // The idle fold's look at the log's end (went back, replaced under it) reads files for
-    // milliseconds: it runs on a thread of its own, so launches never wait behind it.
+    // milliseconds: it runs on a thread of its own, so launches never wait behind it. Not
+    // joined: a look blocked on the log's disk must not keep the node from stopping.
     let (looks, watch) = std::sync::mpsc::sync_channel::<EndLook>(1);
-    let result = std::thread::scope(|scope| {
-        let watcher = std::thread::Builder::new()
-            .name("lhc-end-watch".into())
-            .spawn_scoped(scope, move || {
-                for look in watch {
-                    let looked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                        watch_end(shared, look)
-                    }));
-                    if looked.is_err() {
-                        // Never silently: without its looks the node could not tell a log
-                        // that went back under it.
-                        shared.health.fail(
-                            "the node's look at the log's end failed unexpectedly (a bug; \
-                             see its log): it can no longer tell whether the records it \
-                             applied are still in the log; restart it"
-                                .into(),
-                        );
-                        return;
-                    }
+    let watched = Arc::clone(shared);
+    let watcher = std::thread::Builder::new()
+        .name("lhc-end-watch".into())
+        .spawn(move || {
+            for look in watch {
+                let looked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    watch_end(&watched, look)
+                }));
+                if looked.is_err() {
+                    // Never silently: without its looks the node could not tell a log
+                    // that went back under it.
+                    watched.health.fail(
+                        "the node's look at the log's end failed unexpectedly (a bug; see \
+                         its log): it can no longer tell whether the records it applied \
+                         are still in the log; restart it"
+                            .into(),
+                    );
+                    return;
                 }
-            });
-        let result = match watcher {
-            Ok(_) => fold_on(shared, &mut folder, &mut source, &jobs, Some(&looks)),
-            // No thread for it: the fold looks itself.
-            Err(_) => fold_on(shared, &mut folder, &mut source, &jobs, None),
-        };
-        // Ends the watcher, which the scope waits for (a look in hand, milliseconds).
-        drop(looks);
-        result
-    });
+            }
+        });
+    let result = match watcher {
+        Ok(_) => fold_on(shared, &mut folder, &mut source, &jobs, Some(&looks)),
+        // No thread for it: the fold looks itself.
+        Err(_) => fold_on(shared, &mut folder, &mut source, &jobs, None),
+    };
+    // Ends the watcher once its look in hand, if any, returns.
+    drop(looks);
     if result.is_err() {
         // What was applied before the error (a damaged record, a lost Kafka reader) is
         // committed before the fold stops: in Kafka mode it holds this node's own records,

@@ -477,6 +477,19 @@ async fn launch(
     non_empty("client.name", &body.client.name)?;
     let arrived = std::time::Instant::now();
     let connector = me(&shared)?;
+    // A record applied in steps holds every decision for as long as its gap's timers take:
+    // a launch appended now would time out here and still be brokered later, a session
+    // nobody waits for (found by hostile testing). Refused unwritten, as at a start.
+    let in_steps = shared.in_steps.load(Ordering::SeqCst);
+    if in_steps > 0 {
+        shared.counters.launch_failed("catching_up");
+        return Err(ApiError::unavailable(format!(
+            "this node is applying record {} in steps (the timers of a long gap before it \
+             fire first) and cannot decide yet; nothing was appended: retry shortly (see \
+             /readyz)",
+            in_steps - 1
+        )));
+    }
     let request = match body.request {
         Some(r) => {
             non_empty("request", &r)?;
