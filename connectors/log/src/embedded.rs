@@ -912,16 +912,27 @@ fn read_range(file: &File, path: &Path, from: u64, to: u64) -> Result<Vec<u8>, L
 /// put in its place would block the reader forever on `open` (found by hostile testing:
 /// a node's probes and its stop hung on one); opened without blocking, then checked.
 fn open_regular(path: &Path) -> std::io::Result<File> {
+    open_regular_with(OpenOptions::new().read(true), path)
+}
+
+/// [`open_regular`] with `options` (a writer's: a FIFO opened for writing blocks until a
+/// reader comes, and held a writer, the lock with it, for good).
+fn open_regular_with(options: &mut OpenOptions, path: &Path) -> std::io::Result<File> {
     use std::os::unix::fs::OpenOptionsExt;
-    let file = OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)?;
-    if !file.metadata()?.is_file() {
-        return Err(std::io::Error::other(
+    let not_regular = || {
+        std::io::Error::other(
             "not a regular file (a FIFO, a device or a directory where the log keeps a \
-             segment or an index): move it away",
-        ));
+             segment, an index or its lock): move it away",
+        )
+    };
+    let file = match options.custom_flags(libc::O_NONBLOCK).open(path) {
+        Ok(file) => file,
+        // A FIFO no one reads, opened for writing without blocking.
+        Err(e) if e.raw_os_error() == Some(libc::ENXIO) => return Err(not_regular()),
+        Err(e) => return Err(e),
+    };
+    if !file.metadata()?.is_file() {
+        return Err(not_regular());
     }
     Ok(file)
 }
@@ -1131,12 +1142,11 @@ struct ActiveSegment {
 impl Writer {
     fn open(dir: &Path, options: EmbeddedOptions) -> Result<Writer, LogError> {
         let lock_path = dir.join("LOCK");
-        let lock = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .map_err(|e| LogError::io(&lock_path, e))?;
+        let lock = open_regular_with(
+            OpenOptions::new().create(true).truncate(false).write(true),
+            &lock_path,
+        )
+        .map_err(|e| LogError::io(&lock_path, e))?;
         let dir_lock = File::open(dir).map_err(|e| LogError::io(dir, e))?;
         let dir_locks = match dir_lock.try_lock() {
             Ok(()) => {
@@ -1379,10 +1389,7 @@ impl Writer {
             return Ok(());
         };
         let path = segment_path(&self.dir, base);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&path)
+        let file = open_regular_with(OpenOptions::new().read(true).write(true), &path)
             .map_err(|e| LogError::io(&path, e))?;
         let len = file.metadata().map_err(|e| LogError::io(&path, e))?.len();
         if len < SEGMENT_HEADER_BYTES {
@@ -1477,13 +1484,15 @@ impl Writer {
             _ => None,
         };
         let index_file = index_path(&self.dir, base);
-        let index = OpenOptions::new()
-            .create(true)
-            .append(!rebuild)
-            .write(true)
-            .truncate(rebuild)
-            .open(&index_file)
-            .map_err(|e| LogError::io(&index_file, e))?;
+        let index = open_regular_with(
+            OpenOptions::new()
+                .create(true)
+                .append(!rebuild)
+                .write(true)
+                .truncate(rebuild),
+            &index_file,
+        )
+        .map_err(|e| LogError::io(&index_file, e))?;
         let mut active = ActiveSegment {
             base,
             file,
@@ -1581,12 +1590,11 @@ impl Writer {
         file.write_all_at(&segment_header(base), 0)
             .map_err(|e| LogError::io(&path, e))?;
         let index_file = index_path(&self.dir, base);
-        let index = OpenOptions::new()
-            .create(true)
-            .truncate(true)
-            .write(true)
-            .open(&index_file)
-            .map_err(|e| LogError::io(&index_file, e))?;
+        let index = open_regular_with(
+            OpenOptions::new().create(true).truncate(true).write(true),
+            &index_file,
+        )
+        .map_err(|e| LogError::io(&index_file, e))?;
         if self.options.fsync != FsyncPolicy::Never {
             file.sync_all().map_err(|e| LogError::io(&path, e))?;
             File::open(&self.dir)
@@ -1724,14 +1732,12 @@ impl Writer {
             std::fs::remove_file(&path).map_err(|e| LogError::io(&path, e))?;
         }
         let path = segment_path(&self.dir, base);
-        let file = OpenOptions::new()
-            .write(true)
-            .open(&path)
+        let file = open_regular_with(OpenOptions::new().write(true), &path)
             .map_err(|e| LogError::io(&path, e))?;
         file.set_len(len).map_err(|e| LogError::io(&path, e))?;
         file.sync_all().map_err(|e| LogError::io(&path, e))?;
         let index = index_path(&self.dir, base);
-        if let Ok(f) = OpenOptions::new().write(true).open(&index) {
+        if let Ok(f) = open_regular_with(OpenOptions::new().write(true), &index) {
             f.set_len(index_len).map_err(|e| LogError::io(&index, e))?;
         }
         Ok(())

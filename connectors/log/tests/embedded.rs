@@ -1481,6 +1481,38 @@ fn a_fifo_in_place_of_an_index_or_a_segment_never_blocks_readers() {
             assert_eq!(log.end_offset().unwrap(), 40);
         }),
     );
+    // A writer refuses it at once, naming it, rather than blocking on it for good (and
+    // holding the lock meanwhile).
+    let at = dir.clone();
+    within(
+        "appending with an index that is a FIFO",
+        Box::new(move || {
+            let err = EmbeddedLog::open(&at, options(512))
+                .and_then(|log| log.append(&[&record(40)]))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("not a regular file"), "{err}");
+        }),
+    );
+    let lock = tmp.path().join("lock-fifo");
+    std::fs::create_dir(&lock).unwrap();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_type().unwrap().is_file() {
+            std::fs::copy(entry.path(), lock.join(entry.file_name())).unwrap();
+        }
+    }
+    fifo(&lock.join("LOCK"));
+    within(
+        "opening a writer whose LOCK is a FIFO",
+        Box::new(move || {
+            let err = EmbeddedLog::open(&lock, options(512))
+                .err()
+                .unwrap()
+                .to_string();
+            assert!(err.contains("not a regular file"), "{err}");
+        }),
+    );
     fifo(&dir.join(format!("{last:020}.log")));
     let at = dir.clone();
     within(
