@@ -689,7 +689,7 @@ async fn adc_probe(State(shared): State<AppState>) -> Response {
                 "catching_up",
                 format!(
                     "applying record {} in steps (the timers of a long gap before it fire \
-                     first): launches wait until it is applied",
+                     first): launches are refused until it is applied",
                     in_steps - 1
                 ),
             )
@@ -802,7 +802,7 @@ async fn readiness(shared: &AppState) -> (Readiness, Result<(), ()>) {
             "catching_up",
             format!(
                 "applying record {} in steps (the timers of a long gap before it fire first): \
-                 launches wait until it is applied{}",
+                 launches are refused until it is applied{}",
                 in_steps - 1,
                 if caught_up {
                     String::new()
