@@ -86,20 +86,25 @@ fn start_node(
 }
 
 /// Waits up to 30 s for `child` to exit (killing it and failing with `what` if it does
-/// not), then returns its status and what it wrote on its piped stderr.
-fn exit_and_stderr(child: &mut std::process::Child, what: &str) -> (ExitStatus, String) {
-    use std::io::Read;
+/// not), and returns its status.
+fn exit_within(child: &mut std::process::Child, what: &str) -> ExitStatus {
     let deadline = Instant::now() + Duration::from_secs(30);
-    let status = loop {
+    loop {
         if let Some(status) = child.try_wait().unwrap() {
-            break status;
+            return status;
         }
         if Instant::now() > deadline {
             let _ = child.kill();
             panic!("{what}");
         }
         std::thread::sleep(Duration::from_millis(50));
-    };
+    }
+}
+
+/// [`exit_within`], then what `child` wrote on its piped stderr too.
+fn exit_and_stderr(child: &mut std::process::Child, what: &str) -> (ExitStatus, String) {
+    use std::io::Read;
+    let status = exit_within(child, what);
     let mut stderr = String::new();
     child
         .stderr
@@ -1125,17 +1130,7 @@ fn a_node_applying_a_long_gap_in_steps_says_so_and_stops_when_asked() {
         "{refused}"
     );
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("the node went on after SIGTERM");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let status = exit_within(&mut child, "the node went on after SIGTERM");
     assert!(
         status.success(),
         "a stop asked for is no failure: {status:?}"
@@ -1173,14 +1168,7 @@ fn a_node_applying_a_long_gap_in_steps_says_so_and_stops_when_asked() {
         },
     );
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("the node went on after SIGTERM");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    exit_within(child, "the node went on after SIGTERM");
     // The refused launch was never written.
     let out = lhc().args(["log", "cat"]).arg(&log).output().unwrap();
     assert!(out.status.success(), "{out:?}");

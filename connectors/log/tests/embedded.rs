@@ -1357,9 +1357,13 @@ fn batches_after_one_that_waited_in_vain_for_the_lock_fail_at_once() {
     .unwrap();
     let lock = std::fs::File::open(dir.join("LOCK")).unwrap();
     lock.lock().unwrap();
-    let started = std::time::Instant::now();
-    assert!(log.append(&[&record(3)]).is_err());
-    assert!(started.elapsed() >= wait);
+    // A batch that fails only once it waited `lock_wait` in full.
+    let fails_after_full_wait = |n: usize| {
+        let started = std::time::Instant::now();
+        assert!(log.append(&[&record(n)]).is_err());
+        assert!(started.elapsed() >= wait);
+    };
+    fails_after_full_wait(3);
     let started = std::time::Instant::now();
     let err = log.append(&[&record(3)]).unwrap_err().to_string();
     // Moments, not another `lock_wait` (20 ms of waiting; a loaded machine's margin).
@@ -1368,19 +1372,15 @@ fn batches_after_one_that_waited_in_vain_for_the_lock_fail_at_once() {
         err.contains("still holds the log's lock, which a batch before this one waited"),
         "{err}"
     );
-    // Once `lock_wait` has passed since the last batch found it held, a batch waits in
+    // Once `lock_wait` has passed since the full wait failed, a batch waits in
     // full again (another writer may hold it for a moment, legitimately).
     std::thread::sleep(wait);
-    let started = std::time::Instant::now();
-    assert!(log.append(&[&record(3)]).is_err());
-    assert!(started.elapsed() >= wait);
+    fails_after_full_wait(3);
     lock.unlock().unwrap();
     assert_eq!(log.append(&[&record(3)]).unwrap(), vec![3]);
     // The lock taken again: the next batch waits in full before it fails.
     lock.lock().unwrap();
-    let started = std::time::Instant::now();
-    assert!(log.append(&[&record(4)]).is_err());
-    assert!(started.elapsed() >= wait);
+    fails_after_full_wait(4);
     lock.unlock().unwrap();
     assert_eq!(log.append(&[&record(4)]).unwrap(), vec![4]);
 }
