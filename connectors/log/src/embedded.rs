@@ -1289,13 +1289,31 @@ impl Writer {
         // Fast path: our segment has not grown and no segment starts where it ends, so no
         // other process appended or rolled since our last write.
         if let Some(active) = &self.active {
+            use std::os::unix::fs::MetadataExt;
             let path = segment_path(&self.dir, active.base);
-            let len = active
-                .file
-                .metadata()
-                .map_err(|e| LogError::io(&path, e))?
-                .len();
-            if active.len == len && !segment_path(&self.dir, active.next_offset).exists() {
+            let held = active.file.metadata().map_err(|e| LogError::io(&path, e))?;
+            // The path must still name the file this writer holds: a segment replaced
+            // under it (a copy renamed over it, a restore) took the writes of a running
+            // node into a file no reader reads any more, while its launches waited for a
+            // fold that never saw them (found by hostile testing). Its index likewise, or
+            // its entries would go to a file no reader reads. Two `stat`s per batch.
+            let same = |path: &Path, file: &File| {
+                let named = std::fs::symlink_metadata(path);
+                let held = file.metadata();
+                matches!((named, held), (Ok(n), Ok(h)) if (n.dev(), n.ino()) == (h.dev(), h.ino()))
+            };
+            if !same(&path, &active.file)
+                || !same(&index_path(&self.dir, active.base), &active.index)
+            {
+                tracing::warn!(
+                    segment = %path.display(),
+                    "the log's last segment or its index was replaced or removed under this \
+                     writer; reading the segment again from disk before appending"
+                );
+                self.active = None;
+            } else if active.len == held.len()
+                && !segment_path(&self.dir, active.next_offset).exists()
+            {
                 return Ok(());
             }
         }

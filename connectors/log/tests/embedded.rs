@@ -1524,3 +1524,50 @@ fn a_fifo_in_place_of_an_index_or_a_segment_never_blocks_readers() {
         }),
     );
 }
+
+/// A last segment replaced under a running writer: by a copy renamed over it, the writer
+/// appends to the file readers read (it wrote through the file it held, which no reader
+/// reads any more, and a node's launches waited for a fold that never saw them: found by
+/// hostile testing); by a FIFO, the batch is refused at once, naming it.
+#[test]
+fn a_segment_replaced_under_a_writer_is_the_one_it_appends_to() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("log");
+    let log = EmbeddedLog::open(&dir, options(1 << 20)).unwrap();
+    assert_eq!(log.append(&[&record(0), &record(1)]).unwrap(), vec![0, 1]);
+    let seg = segment(&dir, 0);
+    let copy = tmp.path().join("copy");
+    std::fs::copy(&seg, &copy).unwrap();
+    std::fs::rename(&copy, &seg).unwrap();
+    assert_eq!(log.append(&[&record(2)]).unwrap(), vec![2]);
+    assert_eq!(log.append(&[&record(3)]).unwrap(), vec![3]);
+    let reader = EmbeddedLog::open_read_only(&dir).unwrap();
+    let read = read_all(&reader).unwrap();
+    assert_eq!(
+        read,
+        (0..4).map(|i| (i as u64, record(i))).collect::<Vec<_>>()
+    );
+    assert_eq!(check(&dir).unwrap().commit_mark, Some(4));
+    // Its index replaced by an empty file: the writer writes the index readers read.
+    let index = dir.join(format!("{:020}.idx", 0));
+    let before = std::fs::read(&index).unwrap();
+    assert!(!before.is_empty());
+    std::fs::write(&copy, b"").unwrap();
+    std::fs::rename(&copy, &index).unwrap();
+    assert_eq!(log.append(&[&record(4)]).unwrap(), vec![4]);
+    assert!(std::fs::read(&index).unwrap().starts_with(&before));
+
+    std::fs::remove_file(&seg).unwrap();
+    let c = std::ffi::CString::new(seg.as_os_str().as_encoded_bytes()).unwrap();
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = done.send(log.append(&[&record(5)]).map_err(|e| e.to_string()));
+    });
+    let err = finished
+        .recv_timeout(Duration::from_secs(20))
+        .expect("an append to a segment replaced by a FIFO blocked")
+        .unwrap_err();
+    assert!(err.contains("not a regular file"), "{err}");
+    assert!(err.contains(&seg.display().to_string()), "{err}");
+}
