@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use crate::frame::{
     encode_frame, frame_size, looks_torn, parse_frame, parse_segment_header, segment_header,
-    valid_frame_follows, Parsed, SEGMENT_HEADER_BYTES, SEGMENT_MAGIC_V1,
+    valid_frame_follows, Parsed, FRAME_HEADER_BYTES, SEGMENT_HEADER_BYTES, SEGMENT_MAGIC_V1,
 };
 use crate::{Log, LogEntry, LogError, LogReader, MAX_RECORD_BYTES};
 
@@ -634,10 +634,9 @@ fn orphan_indexes(dir: &Path) -> Option<(usize, u64)> {
     for base in index_bases(dir) {
         // Entries that agree with the name: a junk file named like an index proves
         // nothing (it kept a new log from being made; found in review).
-        let entries = read_index(dir, base);
-        if index_agrees(&entries, base) {
+        if let Some(index) = read_index(dir, base, 0, None).filter(|i| index_agrees(i, base)) {
             found += 1;
-            last = last.max(entries.last().map(|e| e.0));
+            last = last.max(Some(index.last.0));
         }
     }
     last.map(|last| (found, last))
@@ -699,10 +698,10 @@ pub fn list_segments(dir: &Path) -> Result<Vec<u64>, LogError> {
 /// An entry past `end` whose position is inside the segment is a damaged index (a flipped
 /// bit), not a loss: the index has no checksum.
 fn listed_past(dir: &Path, base: u64, end: u64, whole_end: u64) -> Option<u64> {
-    read_index(dir, base)
-        .last()
-        .filter(|&&(offset, position)| offset >= end && position >= whole_end)
-        .map(|&(offset, _)| offset)
+    read_index(dir, base, 0, None)
+        .map(|index| index.last)
+        .filter(|&(offset, position)| offset >= end && position >= whole_end)
+        .map(|(offset, _)| offset)
 }
 
 /// The last offset that indexes at or after `end` (where the log's records end) show was
@@ -721,11 +720,13 @@ fn orphan_listing(dir: &Path, end: u64) -> Option<u64> {
     }
     let mut last = None;
     for base in index_bases(dir).into_iter().filter(|&b| b >= end) {
-        let entries = read_index(dir, base);
+        let Some(index) = read_index(dir, base, 0, None) else {
+            continue;
+        };
         if base == end {
-            last = last.max(entries.last().map(|e| e.0).filter(|&o| o >= end));
-        } else if base > end && index_agrees(&entries, base) {
-            last = last.max(Some(base - 1)).max(entries.last().map(|e| e.0));
+            last = last.max(Some(index.last.0).filter(|&o| o >= end));
+        } else if base > end && index_agrees(&index, base) {
+            last = last.max(Some(base - 1)).max(Some(index.last.0));
         }
     }
     last
@@ -733,10 +734,9 @@ fn orphan_listing(dir: &Path, end: u64) -> Option<u64> {
 
 /// Whether the entries of the index named for segment `base` agree with that name and a
 /// segment's header: evidence of records, where a junk file named like an index is not.
-fn index_agrees(entries: &[(u64, u64)], base: u64) -> bool {
-    entries
-        .first()
-        .is_some_and(|&(o, p)| o >= base && p >= SEGMENT_HEADER_BYTES)
+fn index_agrees(index: &IndexRead, base: u64) -> bool {
+    let (offset, position) = index.first;
+    offset >= base && position >= SEGMENT_HEADER_BYTES
 }
 
 /// The bases of the index files in `dir` (named like `{base:020}.idx`).
@@ -758,45 +758,79 @@ fn index_bases(dir: &Path) -> Vec<u64> {
         .collect()
 }
 
-fn read_index(dir: &Path, base: u64) -> Vec<(u64, u64)> {
-    let mut bytes = Vec::new();
-    let read = open_regular(&index_path(dir, base)).and_then(|mut file| {
-        use std::io::Read;
-        file.read_to_end(&mut bytes)
-    });
-    if read.is_err() {
-        return Vec::new();
+/// What an index file holds, read as a stream: its first and last entries, and the last
+/// entry at or before the offset asked for. Only from an index whose entries strictly
+/// increase; one that does not is damaged and ignored (scanning is correct without it).
+#[derive(Clone, Copy, Debug)]
+struct IndexRead {
+    first: (u64, u64),
+    last: (u64, u64),
+    /// The last entry whose offset is at or before the one asked for.
+    hint: Option<(u64, u64)>,
+}
+
+/// Reads the index of segment `base` (see [`IndexRead`]) in chunks, never whole: a sparse
+/// file of 2 GB named like an index took every reader's memory and 19 s of `log stats`
+/// (found by hostile testing); junk stops the read at its first out-of-order entry. With
+/// `segment_len`, an index larger than a segment of that length could have (one entry per
+/// frame at most) is ignored unread.
+fn read_index(
+    dir: &Path,
+    base: u64,
+    at_or_before: u64,
+    segment_len: Option<u64>,
+) -> Option<IndexRead> {
+    use std::io::Read;
+    let mut file = open_regular(&index_path(dir, base)).ok()?;
+    if let Some(segment_len) = segment_len {
+        let frames = segment_len.saturating_sub(SEGMENT_HEADER_BYTES) / FRAME_HEADER_BYTES as u64;
+        let len = file.metadata().ok()?.len();
+        if len > 16 * (frames + 1) {
+            return None;
+        }
     }
-    let entries: Vec<(u64, u64)> = bytes
-        .chunks_exact(16)
-        .map(|c| {
-            (
+    let mut chunk = vec![0u8; 64 << 10];
+    let mut filled = 0;
+    let mut read: Option<IndexRead> = None;
+    loop {
+        let n = file.read(&mut chunk[filled..]).ok()?;
+        if n == 0 {
+            return read;
+        }
+        filled += n;
+        let whole = filled - filled % 16;
+        for c in chunk[..whole].chunks_exact(16) {
+            let entry = (
                 u64::from_le_bytes(c[..8].try_into().expect("8 bytes")),
                 u64::from_le_bytes(c[8..].try_into().expect("8 bytes")),
-            )
-        })
-        .collect();
-    // An index that is not strictly increasing is damaged: ignore it, scanning is correct.
-    let sorted = entries
-        .windows(2)
-        .all(|w| w[0].0 < w[1].0 && w[0].1 < w[1].1);
-    if sorted {
-        entries
-    } else {
-        Vec::new()
+            );
+            let at = (entry.0 <= at_or_before).then_some(entry);
+            match &mut read {
+                None => {
+                    read = Some(IndexRead {
+                        first: entry,
+                        last: entry,
+                        hint: at,
+                    })
+                }
+                Some(r) if entry.0 > r.last.0 && entry.1 > r.last.1 => {
+                    r.last = entry;
+                    r.hint = at.or(r.hint);
+                }
+                Some(_) => return None,
+            }
+        }
+        chunk.copy_within(whole..filled, 0);
+        filled -= whole;
     }
 }
 
-/// The best place to start scanning for `offset`: (offset, position) of the last index entry
-/// at or before it, or the segment's first frame.
-fn seek_hint(dir: &Path, base: u64, offset: u64) -> (u64, u64) {
-    let index = read_index(dir, base);
-    let i = index.partition_point(|&(o, _)| o <= offset);
-    if i == 0 {
-        (base, SEGMENT_HEADER_BYTES)
-    } else {
-        index[i - 1]
-    }
+/// The best place to start scanning segment `base` (`segment_len` bytes) for `offset`:
+/// (offset, position) of the last index entry at or before it, or the segment's first frame.
+fn seek_hint(dir: &Path, base: u64, offset: u64, segment_len: u64) -> (u64, u64) {
+    read_index(dir, base, offset, Some(segment_len))
+        .and_then(|index| index.hint)
+        .unwrap_or((base, SEGMENT_HEADER_BYTES))
 }
 
 /// How a scan of a segment ended.
@@ -918,6 +952,21 @@ fn open_regular(path: &Path) -> std::io::Result<File> {
 /// [`open_regular`] with `options` (a writer's: a FIFO opened for writing blocks until a
 /// reader comes, and held a writer, the lock with it, for good).
 fn open_regular_with(options: &mut OpenOptions, path: &Path) -> std::io::Result<File> {
+    open_regular_flags(options, path, 0)
+}
+
+/// [`open_regular_with`] for the files a writer makes its own (an index, a new segment):
+/// never through a symbolic link, which had a writer truncate and write the file the link
+/// named (found by hostile testing); a link or a directory there is refused like a FIFO.
+fn open_regular_nofollow(options: &mut OpenOptions, path: &Path) -> std::io::Result<File> {
+    open_regular_flags(options, path, libc::O_NOFOLLOW)
+}
+
+fn open_regular_flags(
+    options: &mut OpenOptions,
+    path: &Path,
+    flags: libc::c_int,
+) -> std::io::Result<File> {
     use std::os::unix::fs::OpenOptionsExt;
     let not_regular = || {
         std::io::Error::other(
@@ -925,10 +974,18 @@ fn open_regular_with(options: &mut OpenOptions, path: &Path) -> std::io::Result<
              segment, an index or its lock): move it away",
         )
     };
-    let file = match options.custom_flags(libc::O_NONBLOCK).open(path) {
+    let file = match options.custom_flags(libc::O_NONBLOCK | flags).open(path) {
         Ok(file) => file,
-        // A FIFO no one reads, opened for writing without blocking.
-        Err(e) if e.raw_os_error() == Some(libc::ENXIO) => return Err(not_regular()),
+        // A FIFO no one reads, opened for writing without blocking; a directory opened for
+        // writing; a symbolic link where `O_NOFOLLOW` refuses one.
+        Err(e)
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::ENXIO | libc::EISDIR | libc::ELOOP)
+            ) =>
+        {
+            return Err(not_regular())
+        }
         Err(e) => return Err(e),
     };
     if !file.metadata()?.is_file() {
@@ -1010,11 +1067,12 @@ pub fn probe_end(dir: &Path) -> Result<u64, LogError> {
         Ok(f) => f,
         Err(e) => return Err(LogError::io(&path, e)),
     };
-    if file.metadata().map_err(|e| LogError::io(&path, e))?.len() < SEGMENT_HEADER_BYTES {
+    let len = file.metadata().map_err(|e| LogError::io(&path, e))?.len();
+    if len < SEGMENT_HEADER_BYTES {
         return Ok(base); // a segment being created
     }
     check_header(&file, &path, base)?;
-    let (offset, position) = seek_hint(dir, base, u64::MAX);
+    let (offset, position) = seek_hint(dir, base, u64::MAX, len);
     let mut scan = scan_segment(&file, &path, offset, position, |_, _, _| {})?;
     if !matches!(scan.end, ScanEnd::Clean) && position != SEGMENT_HEADER_BYTES {
         // The index is only a hint; judge damage from the segment's start.
@@ -1062,8 +1120,8 @@ fn check_closed_segments(dir: &Path, bases: &[u64]) -> Result<(), LogError> {
 fn closed_segment_ends_at(dir: &Path, base: u64, next: u64) -> Result<(), LogError> {
     let path = segment_path(dir, base);
     let file = open_segment(&path, base)?;
-    let (offset, position) = seek_hint(dir, base, u64::MAX);
     let len = file.metadata().map_err(|e| LogError::io(&path, e))?.len();
+    let (offset, position) = seek_hint(dir, base, u64::MAX, len);
     let mut scan = if position <= len {
         scan_segment(&file, &path, offset, position, |_, _, _| {})?
     } else {
@@ -1502,7 +1560,7 @@ impl Writer {
             _ => None,
         };
         let index_file = index_path(&self.dir, base);
-        let index = open_regular_with(
+        let index = open_regular_nofollow(
             OpenOptions::new()
                 .create(true)
                 .append(!rebuild)
@@ -1547,7 +1605,7 @@ impl Writer {
         }
         if !rebuild {
             // Another process appended and wrote its own index entries.
-            active.last_indexed = read_index(&self.dir, base).last().map_or(0, |e| e.1);
+            active.last_indexed = read_index(&self.dir, base, 0, None).map_or(0, |i| i.last.1);
         }
         active
             .index
@@ -1579,12 +1637,12 @@ impl Writer {
         // An index already there lists records of a segment that was emptied or deleted:
         // kept before the new segment's empty index replaces it.
         // (Entries that agree with the segment's name and header: junk proves nothing.)
-        let entries = read_index(&self.dir, base);
+        let index = read_index(&self.dir, base, 0, None);
         let said = |listed: u64| {
             self.unwritten_loss
                 .is_some_and(|(first, last)| first <= base && last >= listed)
         };
-        if let Some(&(listed, _)) = entries.last().filter(|_| index_agrees(&entries, base)) {
+        if let Some((listed, _)) = index.filter(|i| index_agrees(i, base)).map(|i| i.last) {
             // The commit mark may name records past the index's last entry.
             let listed = listed.max(marked_past(&self.dir, base).unwrap_or(0));
             if listed >= base && !said(listed) {
@@ -1598,17 +1656,19 @@ impl Writer {
                 })?;
             }
         }
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(true)
-            .read(true)
-            .write(true)
-            .open(&path)
-            .map_err(|e| LogError::io(&path, e))?;
+        let file = open_regular_nofollow(
+            OpenOptions::new()
+                .create(true)
+                .truncate(true)
+                .read(true)
+                .write(true),
+            &path,
+        )
+        .map_err(|e| LogError::io(&path, e))?;
         file.write_all_at(&segment_header(base), 0)
             .map_err(|e| LogError::io(&path, e))?;
         let index_file = index_path(&self.dir, base);
-        let index = open_regular_with(
+        let index = open_regular_nofollow(
             OpenOptions::new().create(true).truncate(true).write(true),
             &index_file,
         )
@@ -1755,7 +1815,7 @@ impl Writer {
         file.set_len(len).map_err(|e| LogError::io(&path, e))?;
         file.sync_all().map_err(|e| LogError::io(&path, e))?;
         let index = index_path(&self.dir, base);
-        if let Ok(f) = open_regular_with(OpenOptions::new().write(true), &index) {
+        if let Ok(f) = open_regular_nofollow(OpenOptions::new().write(true), &index) {
             f.set_len(index_len).map_err(|e| LogError::io(&index, e))?;
         }
         Ok(())
@@ -1938,7 +1998,8 @@ impl Cursor {
     fn open(dir: &Path, base: u64, target: u64) -> Result<Cursor, LogError> {
         let path = segment_path(dir, base);
         let file = open_segment(&path, base)?;
-        let (offset, position) = seek_hint(dir, base, target);
+        let len = file.metadata().map_err(|e| LogError::io(&path, e))?.len();
+        let (offset, position) = seek_hint(dir, base, target, len);
         let from_start = position == SEGMENT_HEADER_BYTES;
         Ok(Cursor {
             base,
