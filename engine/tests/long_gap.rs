@@ -25,6 +25,12 @@ fn log_with_gap(days: u32) -> Vec<String> {
 
 fn apply_all(lines: &[String]) -> (Vec<(u64, Output)>, String) {
     let mut engine = Engine::new();
+    let all = apply_to(&mut engine, lines);
+    (all, engine.digest())
+}
+
+/// Applies `lines` one record at a time to `engine`: every output with its offset.
+fn apply_to(engine: &mut Engine, lines: &[String]) -> Vec<(u64, Output)> {
     let mut all = Vec::new();
     for (i, line) in lines.iter().enumerate() {
         let mut out = Vec::new();
@@ -35,7 +41,7 @@ fn apply_all(lines: &[String]) -> (Vec<(u64, Output)>, String) {
         );
         all.extend(out.into_iter().map(|o| (i as u64, o)));
     }
-    (all, engine.digest())
+    all
 }
 
 /// Applies `lines` with `apply_in_steps` in steps of `step`, showing each step's outputs
@@ -185,19 +191,10 @@ fn apply_timers(
     if one_by_one {
         engine.fire_timers_one_by_one();
     }
-    let mut all = Vec::new();
-    for (i, line) in lines.iter().enumerate() {
-        let mut out = Vec::new();
-        engine.apply(
-            i as u64,
-            decode_record_at(line.as_bytes(), i as u64),
-            &mut out,
-        );
-        all.extend(
-            out.into_iter()
-                .map(|o| (i, serde_json::to_string(&o).unwrap())),
-        );
-    }
+    let all = apply_to(&mut engine, lines)
+        .into_iter()
+        .map(|(i, o)| (i as usize, serde_json::to_string(&o).unwrap()))
+        .collect();
     (all, engine.digest(), engine.now())
 }
 

@@ -15,6 +15,11 @@ fn run(args: &[&str]) -> Output {
 }
 
 fn run_stdin(args: &[&str], stdin: &str) -> Output {
+    spawn_stdin(args, stdin).wait_with_output().unwrap()
+}
+
+/// Starts `lhc args` with `stdin` written and closed, its output piped, without waiting.
+fn spawn_stdin(args: &[&str], stdin: &str) -> std::process::Child {
     let mut child = lhc()
         .args(args)
         .stdin(Stdio::piped())
@@ -28,7 +33,7 @@ fn run_stdin(args: &[&str], stdin: &str) -> Output {
         .unwrap()
         .write_all(stdin.as_bytes())
         .unwrap();
-    child.wait_with_output().unwrap()
+    child
 }
 
 fn text(bytes: &[u8]) -> String {
@@ -917,18 +922,10 @@ fn an_append_racing_another_writers_batch_keeps_the_time_order() {
         .unwrap()
         .write_all(&frames)
         .unwrap();
-    let mut child = lhc()
-        .args(["log", "append", "--log", &log])
-        .stdin(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(b"{\"ts\":\"2026-01-05T10:00:01.000Z\",\"type\":\"clock.tick\"}\n")
-        .unwrap();
+    let child = spawn_stdin(
+        &["log", "append", "--log", &log],
+        "{\"ts\":\"2026-01-05T10:00:01.000Z\",\"type\":\"clock.tick\"}\n",
+    );
     // It checked against the readers' end; the batch ends while it waits for the lock.
     std::thread::sleep(std::time::Duration::from_millis(500));
     lock.unlock().unwrap();

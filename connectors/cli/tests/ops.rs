@@ -104,21 +104,10 @@ fn probes_metrics_alerts_and_dashboard() {
     ] {
         assert!(scrape.contains(metric), "{metric} in:\n{scrape}");
     }
-    let mut check = Command::new(promtool())
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    use std::io::Write;
-    check
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(scrape.as_bytes())
-        .unwrap();
-    let checked = check.wait_with_output().unwrap();
+    let checked = common::output_with_stdin(
+        Command::new(promtool()).args(["check", "metrics"]),
+        scrape.as_bytes(),
+    );
     assert!(
         checked.status.success(),
         "promtool check metrics: {}{}",

@@ -2,8 +2,7 @@
 //! status a script can tell apart (0 ok, 1 findings, 2 error) and a message on stderr that
 //! says what to do. Each case here answered wrongly, or quietly, before.
 
-use std::io::Write;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 mod common;
 
@@ -139,20 +138,10 @@ fn records_out_of_time_order_are_refused_at_import_with_line_and_offset() {
     let rejects = std::fs::read_to_string(tmp.path().join("in.jsonl.rejects.jsonl")).unwrap();
     assert!(rejects.contains("\"line\":2"), "{rejects}");
     // `log append` keeps the same order: a record older than the end is refused.
-    let mut child = Command::new(env!("CARGO_BIN_EXE_lhc"))
-        .args(["log", "append", "--log", log])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(b"{\"ts\":\"2026-01-05T09:00:15Z\",\"type\":\"clock.tick\"}\n")
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = common::output_with_stdin(
+        Command::new(env!("CARGO_BIN_EXE_lhc")).args(["log", "append", "--log", log]),
+        b"{\"ts\":\"2026-01-05T09:00:15Z\",\"type\":\"clock.tick\"}\n",
+    );
     refused(out, "older than the log's last record (offset 1)");
 }
 

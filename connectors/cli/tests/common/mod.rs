@@ -2,8 +2,9 @@
 // Each test file uses a part of them.
 #![allow(dead_code)]
 
+use std::io::Write;
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 
 /// Runs `lhc` with `args`.
 pub fn lhc(args: &[&str]) -> Output {
@@ -11,6 +12,23 @@ pub fn lhc(args: &[&str]) -> Output {
         .args(args)
         .output()
         .expect("lhc runs")
+}
+
+/// Runs `command` with `stdin` written to it and closed, its stdout and stderr kept.
+pub fn output_with_stdin(command: &mut Command, stdin: &[u8]) -> Output {
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the command runs");
+    child
+        .stdin
+        .take()
+        .expect("piped")
+        .write_all(stdin)
+        .expect("stdin written");
+    child.wait_with_output().expect("the command ends")
 }
 
 /// Runs the lhc binary under a shell resource limit (`ulimit` options, like `-v 600000` for
