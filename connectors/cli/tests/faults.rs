@@ -1129,6 +1129,27 @@ fn a_node_applying_a_long_gap_in_steps_says_so_and_stops_when_asked() {
             .is_some_and(|e| e.contains("in steps") && e.contains("nothing was appended")),
         "{refused}"
     );
+    // So are the other records callers wait for (they held their callers for the whole
+    // launch timeout, and were retried into the log again).
+    for (path, body) in [
+        (
+            "/vda/heartbeat",
+            r#"{"machine":"hb-while-in-steps.example","sessions":[]}"#,
+        ),
+        (
+            "/storefront/heartbeat",
+            r#"{"storefront":"sf-while-in-steps"}"#,
+        ),
+    ] {
+        let (status, refused) = http(port, "POST", path, Some(body), None).unwrap();
+        assert_eq!(status, 503, "{path}: {refused}");
+        assert!(
+            refused["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("in steps") && e.contains("nothing was appended")),
+            "{path}: {refused}"
+        );
+    }
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let status = exit_within(&mut child, "the node went on after SIGTERM");
     assert!(

@@ -340,6 +340,23 @@ async fn append(
         .map_err(|e| ApiError::unavailable(format!("the site log refused the record: {e}")))
 }
 
+/// Refuses a request that would append while a record is applied in steps (the timers of
+/// a long gap before it firing first, for as long as they take): its record would wait
+/// behind them and the request time out after being written (a launch was brokered later
+/// for nobody; heartbeats held their callers for the whole timeout and were retried into
+/// the log again: found by hostile testing). Refused unwritten, as at a start.
+fn not_in_steps(shared: &Shared) -> Result<(), ApiError> {
+    let in_steps = shared.in_steps.load(Ordering::SeqCst);
+    if in_steps == 0 {
+        return Ok(());
+    }
+    Err(ApiError::unavailable(format!(
+        "this node is applying record {} in steps (the timers of a long gap before it fire \
+         first) and cannot decide yet; nothing was appended: retry shortly (see /readyz)",
+        in_steps - 1
+    )))
+}
+
 /// Appends the record `make` builds and answers once the fold has applied it (the offset).
 /// Another writer of the same log (a second node, another process) can append a later
 /// stamp between this node's stamping and its append; the engine then quarantines the
@@ -350,6 +367,7 @@ async fn append_kept(
     shared: &Shared,
     make: impl Fn(lhc_engine::Ts) -> Record + Send + Sync + 'static,
 ) -> Result<u64, ApiError> {
+    not_in_steps(shared)?;
     let make = Arc::new(make);
     let mut last_error = String::new();
     for _ in 0..LAUNCH_ATTEMPTS {
@@ -480,15 +498,9 @@ async fn launch(
     // A record applied in steps holds every decision for as long as its gap's timers take:
     // a launch appended now would time out here and still be brokered later, a session
     // nobody waits for (found by hostile testing). Refused unwritten, as at a start.
-    let in_steps = shared.in_steps.load(Ordering::SeqCst);
-    if in_steps > 0 {
+    if let Err(e) = not_in_steps(&shared) {
         shared.counters.launch_failed("catching_up");
-        return Err(ApiError::unavailable(format!(
-            "this node is applying record {} in steps (the timers of a long gap before it \
-             fire first) and cannot decide yet; nothing was appended: retry shortly (see \
-             /readyz)",
-            in_steps - 1
-        )));
+        return Err(e);
     }
     let request = match body.request {
         Some(r) => {
