@@ -1140,6 +1140,10 @@ fn a_node_applying_a_long_gap_in_steps_says_so_and_stops_when_asked() {
             "/storefront/heartbeat",
             r#"{"storefront":"sf-while-in-steps"}"#,
         ),
+        (
+            "/vda/session",
+            r#"{"machine":"vda1.example","session":"s-while-in-steps","user":"u1","event":"logon"}"#,
+        ),
     ] {
         let (status, refused) = http(port, "POST", path, Some(body), None).unwrap();
         assert_eq!(status, 503, "{path}: {refused}");

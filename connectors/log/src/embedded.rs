@@ -772,19 +772,28 @@ struct IndexRead {
 /// Reads the index of segment `base` (see [`IndexRead`]) in chunks, never whole: a sparse
 /// file of 2 GB named like an index took every reader's memory and 19 s of `log stats`
 /// (found by hostile testing); junk stops the read at its first out-of-order entry. With
-/// `segment_len`, an index larger than a segment of that length could have (one entry per
-/// frame at most) is ignored unread.
+/// `segment`, an index larger than that segment could have (one entry per frame at most)
+/// is ignored unread: the index is only a hint there. Never through a symbolic link (the
+/// log makes none): a link's target read as an index wrote false losses to `LOST`.
 fn read_index(
     dir: &Path,
     base: u64,
     at_or_before: u64,
-    segment_len: Option<u64>,
+    segment: Option<&File>,
 ) -> Option<IndexRead> {
     use std::io::Read;
-    let mut file = open_regular(&index_path(dir, base)).ok()?;
-    if let Some(segment_len) = segment_len {
-        let frames = segment_len.saturating_sub(SEGMENT_HEADER_BYTES) / FRAME_HEADER_BYTES as u64;
+    let mut file = open_regular_flags(
+        OpenOptions::new().read(true),
+        &index_path(dir, base),
+        libc::O_NOFOLLOW,
+    )
+    .ok()?;
+    if let Some(segment) = segment {
+        // The index's length first: frames are written before their entries, so a segment
+        // that grows meanwhile only loosens the bound.
         let len = file.metadata().ok()?.len();
+        let segment_len = segment.metadata().ok()?.len();
+        let frames = segment_len.saturating_sub(SEGMENT_HEADER_BYTES) / FRAME_HEADER_BYTES as u64;
         if len > 16 * (frames + 1) {
             return None;
         }
@@ -793,7 +802,11 @@ fn read_index(
     let mut filled = 0;
     let mut read: Option<IndexRead> = None;
     loop {
-        let n = file.read(&mut chunk[filled..]).ok()?;
+        let n = match file.read(&mut chunk[filled..]) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => return None,
+        };
         if n == 0 {
             return read;
         }
@@ -825,10 +838,10 @@ fn read_index(
     }
 }
 
-/// The best place to start scanning segment `base` (`segment_len` bytes) for `offset`:
+/// The best place to start scanning segment `base` (open as `segment`) for `offset`:
 /// (offset, position) of the last index entry at or before it, or the segment's first frame.
-fn seek_hint(dir: &Path, base: u64, offset: u64, segment_len: u64) -> (u64, u64) {
-    read_index(dir, base, offset, Some(segment_len))
+fn seek_hint(dir: &Path, base: u64, offset: u64, segment: &File) -> (u64, u64) {
+    read_index(dir, base, offset, Some(segment))
         .and_then(|index| index.hint)
         .unwrap_or((base, SEGMENT_HEADER_BYTES))
 }
@@ -970,8 +983,8 @@ fn open_regular_flags(
     use std::os::unix::fs::OpenOptionsExt;
     let not_regular = || {
         std::io::Error::other(
-            "not a regular file (a FIFO, a device or a directory where the log keeps a \
-             segment, an index or its lock): move it away",
+            "not a regular file (a FIFO, a device, a directory or a symbolic link where the \
+             log keeps a segment, an index or its lock): move it away",
         )
     };
     let file = match options.custom_flags(libc::O_NONBLOCK | flags).open(path) {
@@ -1072,7 +1085,7 @@ pub fn probe_end(dir: &Path) -> Result<u64, LogError> {
         return Ok(base); // a segment being created
     }
     check_header(&file, &path, base)?;
-    let (offset, position) = seek_hint(dir, base, u64::MAX, len);
+    let (offset, position) = seek_hint(dir, base, u64::MAX, &file);
     let mut scan = scan_segment(&file, &path, offset, position, |_, _, _| {})?;
     if !matches!(scan.end, ScanEnd::Clean) && position != SEGMENT_HEADER_BYTES {
         // The index is only a hint; judge damage from the segment's start.
@@ -1121,7 +1134,7 @@ fn closed_segment_ends_at(dir: &Path, base: u64, next: u64) -> Result<(), LogErr
     let path = segment_path(dir, base);
     let file = open_segment(&path, base)?;
     let len = file.metadata().map_err(|e| LogError::io(&path, e))?.len();
-    let (offset, position) = seek_hint(dir, base, u64::MAX, len);
+    let (offset, position) = seek_hint(dir, base, u64::MAX, &file);
     let mut scan = if position <= len {
         scan_segment(&file, &path, offset, position, |_, _, _| {})?
     } else {
@@ -1354,14 +1367,14 @@ impl Writer {
             // under it (a copy renamed over it, a restore) took the writes of a running
             // node into a file no reader reads any more, while its launches waited for a
             // fold that never saw them (found by hostile testing). Its index likewise, or
-            // its entries would go to a file no reader reads. Two `stat`s per batch.
-            let same = |path: &Path, file: &File| {
-                let named = std::fs::symlink_metadata(path);
-                let held = file.metadata();
-                matches!((named, held), (Ok(n), Ok(h)) if (n.dev(), n.ino()) == (h.dev(), h.ino()))
-            };
-            if !same(&path, &active.file)
-                || !same(&index_path(&self.dir, active.base), &active.index)
+            // its entries would go to a file no reader reads. A `stat` of each path per
+            // batch, following links as readers do (a last segment that is a link to a
+            // file elsewhere is that file, not a replacement at every batch).
+            let named = |path: &Path| std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()));
+            let index = active.index.metadata().map(|m| (m.dev(), m.ino())).ok();
+            if named(&path) != Some((held.dev(), held.ino()))
+                || index.is_none()
+                || named(&index_path(&self.dir, active.base)) != index
             {
                 tracing::warn!(
                     segment = %path.display(),
@@ -1547,6 +1560,18 @@ impl Writer {
                 })?;
             }
         }
+        // The index opened before anything is cut: one the writer cannot own (a link, a
+        // directory) refuses the batch with the tail untouched.
+        let index_file = index_path(&self.dir, base);
+        let index = open_regular_nofollow(
+            OpenOptions::new()
+                .create(true)
+                .append(!rebuild)
+                .write(true)
+                .truncate(rebuild),
+            &index_file,
+        )
+        .map_err(|e| LogError::io(&index_file, e))?;
         // The bytes a torn-tail cut removes, kept before anything is changed (the index is
         // rebuilt just below): if they cannot be kept (a full disk), nothing is cut and the
         // writer does not open.
@@ -1559,16 +1584,6 @@ impl Writer {
             }
             _ => None,
         };
-        let index_file = index_path(&self.dir, base);
-        let index = open_regular_nofollow(
-            OpenOptions::new()
-                .create(true)
-                .append(!rebuild)
-                .write(true)
-                .truncate(rebuild),
-            &index_file,
-        )
-        .map_err(|e| LogError::io(&index_file, e))?;
         let mut active = ActiveSegment {
             base,
             file,
@@ -1656,6 +1671,14 @@ impl Writer {
                 })?;
             }
         }
+        // The index first: one the writer cannot own (a link, a directory) refuses before a
+        // segment is made.
+        let index_file = index_path(&self.dir, base);
+        let index = open_regular_nofollow(
+            OpenOptions::new().create(true).truncate(true).write(true),
+            &index_file,
+        )
+        .map_err(|e| LogError::io(&index_file, e))?;
         let file = open_regular_nofollow(
             OpenOptions::new()
                 .create(true)
@@ -1667,12 +1690,6 @@ impl Writer {
         .map_err(|e| LogError::io(&path, e))?;
         file.write_all_at(&segment_header(base), 0)
             .map_err(|e| LogError::io(&path, e))?;
-        let index_file = index_path(&self.dir, base);
-        let index = open_regular_nofollow(
-            OpenOptions::new().create(true).truncate(true).write(true),
-            &index_file,
-        )
-        .map_err(|e| LogError::io(&index_file, e))?;
         if self.options.fsync != FsyncPolicy::Never {
             file.sync_all().map_err(|e| LogError::io(&path, e))?;
             File::open(&self.dir)
@@ -1998,8 +2015,7 @@ impl Cursor {
     fn open(dir: &Path, base: u64, target: u64) -> Result<Cursor, LogError> {
         let path = segment_path(dir, base);
         let file = open_segment(&path, base)?;
-        let len = file.metadata().map_err(|e| LogError::io(&path, e))?.len();
-        let (offset, position) = seek_hint(dir, base, target, len);
+        let (offset, position) = seek_hint(dir, base, target, &file);
         let from_start = position == SEGMENT_HEADER_BYTES;
         Ok(Cursor {
             base,
@@ -2410,4 +2426,69 @@ pub fn check(dir: &Path) -> Result<CheckReport, LogError> {
         }
     }
     Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Writes an index of `entries` strictly increasing (offset, position) pairs for the
+    /// segment at base 0 in `dir`.
+    fn write_index(dir: &Path, entries: u64) {
+        let bytes: Vec<u8> = (0..entries)
+            .flat_map(|i| {
+                let (offset, position) = (i, SEGMENT_HEADER_BYTES + i * 32);
+                offset
+                    .to_le_bytes()
+                    .into_iter()
+                    .chain(position.to_le_bytes())
+            })
+            .collect();
+        std::fs::write(index_path(dir, 0), bytes).unwrap();
+    }
+
+    /// A reader's hint comes from an index no larger than its segment allows (one entry
+    /// per frame at most): a larger one is ignored unread, whatever it holds, while the
+    /// writer's evidence of lost records still reads it.
+    #[test]
+    fn an_index_larger_than_its_segment_allows_gives_no_hint() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let segment = File::create(segment_path(dir, 0)).unwrap();
+        // Room for 10 frames of a header alone: 11 entries at most.
+        segment
+            .set_len(SEGMENT_HEADER_BYTES + 10 * FRAME_HEADER_BYTES as u64)
+            .unwrap();
+        write_index(dir, 11);
+        let read = read_index(dir, 0, 5, Some(&segment)).unwrap();
+        assert_eq!(read.hint, Some((5, SEGMENT_HEADER_BYTES + 5 * 32)));
+        assert_eq!(read.last.0, 10);
+        write_index(dir, 12);
+        assert!(read_index(dir, 0, 5, Some(&segment)).is_none());
+        assert_eq!(read_index(dir, 0, 5, None).unwrap().last.0, 11);
+    }
+
+    /// Entries across the reader's chunks, a trailing partial entry, and an out-of-order
+    /// entry after many good ones.
+    #[test]
+    fn an_index_is_read_across_chunks_and_refused_at_its_first_disorder() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let many = 3 * (64 << 10) / 16 + 7;
+        write_index(dir, many);
+        let read = read_index(dir, 0, 5000, None).unwrap();
+        assert_eq!((read.first.0, read.last.0), (0, many - 1));
+        assert_eq!(read.hint.unwrap().0, 5000);
+        let mut bytes = std::fs::read(index_path(dir, 0)).unwrap();
+        bytes.extend_from_slice(&[1, 2, 3]);
+        std::fs::write(index_path(dir, 0), &bytes).unwrap();
+        assert_eq!(read_index(dir, 0, 0, None).unwrap().last.0, many - 1);
+        bytes.truncate(bytes.len() - 3);
+        bytes.extend_from_slice(&3u64.to_le_bytes());
+        bytes.extend_from_slice(&(1u64 << 40).to_le_bytes());
+        std::fs::write(index_path(dir, 0), &bytes).unwrap();
+        assert!(read_index(dir, 0, 0, None).is_none());
+        std::fs::write(index_path(dir, 0), b"").unwrap();
+        assert!(read_index(dir, 0, 0, None).is_none());
+    }
 }

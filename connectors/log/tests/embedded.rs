@@ -1644,9 +1644,43 @@ fn a_writer_never_writes_an_index_through_a_link_nor_into_a_directory() {
         assert!(err.contains("not a regular file"), "{kind}: {err}");
         assert!(err.contains(&index.display().to_string()), "{kind}: {err}");
         assert_eq!(reader.end_offset().unwrap(), 40, "{kind}");
+        // Nothing changed: the link's target was never read as evidence of lost records
+        // (it wrote a false loss to LOST), and `log check` finds nothing.
+        assert!(!dir.join(lhc_log::embedded::LOST_FILE).exists(), "{kind}");
+        let report = check(&dir).unwrap();
+        assert_eq!((report.lost_tail, report.end_offset), (None, 40), "{kind}");
+        assert_eq!(list_segments(&dir).unwrap(), bases, "{kind}");
     }
     assert_eq!(
         std::fs::read(&victim).unwrap(),
         b"precious bytes, not an index"
+    );
+}
+
+/// A last segment that is a symbolic link to a file elsewhere (an admin's storage layout)
+/// is appended to as before, and readers read it.
+#[test]
+fn a_last_segment_linked_from_elsewhere_is_appended_to() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("log");
+    let log = EmbeddedLog::open(&dir, options(1 << 20)).unwrap();
+    log.append(&[&record(0)]).unwrap();
+    drop(log);
+    let seg = segment(&dir, 0);
+    let elsewhere = tmp.path().join("elsewhere.log");
+    std::fs::rename(&seg, &elsewhere).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, &seg).unwrap();
+    let log = EmbeddedLog::open(&dir, options(1 << 20)).unwrap();
+    for i in 1..4 {
+        assert_eq!(log.append(&[&record(i)]).unwrap(), vec![i as u64]);
+    }
+    assert!(std::fs::symlink_metadata(&seg)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    let read = read_all(&EmbeddedLog::open_read_only(&dir).unwrap()).unwrap();
+    assert_eq!(
+        read,
+        (0..4).map(|i| (i as u64, record(i))).collect::<Vec<_>>()
     );
 }
