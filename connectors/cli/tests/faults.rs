@@ -876,12 +876,25 @@ fn a_log_that_goes_back_under_a_running_node_fails_it_visibly() {
     }
     let probe = seen.expect("/adc/probe answered DOWN once the log went back");
     assert_eq!(probe["reason"], "node_failed", "{probe}");
+    // Failed, it writes nothing more before it exits: a launch appended then was answered
+    // 503 and brokered by whoever folded the log later (found by hostile testing).
+    let launch = r#"{"user":"u1","resource":"office","client":{"name":"pc","ip":"10.0.0.1"},"request":"after-failure"}"#;
+    if let Some((status, body)) = http(port, "POST", "/storefront/launch", Some(launch), None) {
+        assert_eq!(status, 503, "{body}");
+    }
+    let heartbeat = r#"{"machine":"hb-after-failure.example","sessions":[]}"#;
+    if let Some((status, body)) = http(port, "POST", "/vda/heartbeat", Some(heartbeat), None) {
+        assert_eq!(status, 503, "{body}");
+    }
     let (status, stderr) = exit_and_stderr(&mut child, "the failed node did not exit");
     assert!(!status.success(), "a failed node exits non-zero");
     assert!(
         stderr.contains("records it applied are gone from the log"),
         "{stderr}"
     );
+    let out = lhc().args(["log", "cat"]).arg(&log).output().unwrap();
+    let written = String::from_utf8_lossy(&out.stdout);
+    assert!(!written.contains("after-failure"), "{written}");
     // Restarted over the same store, it refuses the shorter log.
     let mut restarted = lhc()
         .args([

@@ -295,10 +295,9 @@ fn write_lost(dir: &Path, lost: &LostRecords) -> Result<bool, LogError> {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let mut file = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&path)
+    // Never through a symbolic link (the line went into the file it named, found by
+    // hostile testing), nor into a FIFO: refused, naming the path, and the writer with it.
+    let mut file = open_regular_nofollow(OpenOptions::new().create(true).append(true), &path)
         .map_err(|e| LogError::io(&path, e))?;
     use std::io::Write as _;
     writeln!(file, "{name} {} {}", lost.first, lost.last_listed)
@@ -699,6 +698,7 @@ pub fn list_segments(dir: &Path) -> Result<Vec<u64>, LogError> {
 /// bit), not a loss: the index has no checksum.
 fn listed_past(dir: &Path, base: u64, end: u64, whole_end: u64) -> Option<u64> {
     read_index(dir, base, 0, None)
+        .filter(|index| index_agrees(index, base))
         .map(|index| index.last)
         .filter(|&(offset, position)| offset >= end && position >= whole_end)
         .map(|(offset, _)| offset)
@@ -720,12 +720,12 @@ fn orphan_listing(dir: &Path, end: u64) -> Option<u64> {
     }
     let mut last = None;
     for base in index_bases(dir).into_iter().filter(|&b| b >= end) {
-        let Some(index) = read_index(dir, base, 0, None) else {
+        let Some(index) = read_index(dir, base, 0, None).filter(|i| index_agrees(i, base)) else {
             continue;
         };
         if base == end {
             last = last.max(Some(index.last.0).filter(|&o| o >= end));
-        } else if base > end && index_agrees(&index, base) {
+        } else if base > end {
             last = last.max(Some(base - 1)).max(Some(index.last.0));
         }
     }
@@ -736,7 +736,20 @@ fn orphan_listing(dir: &Path, end: u64) -> Option<u64> {
 /// segment's header: evidence of records, where a junk file named like an index is not.
 fn index_agrees(index: &IndexRead, base: u64) -> bool {
     let (offset, position) = index.first;
-    offset >= base && position >= SEGMENT_HEADER_BYTES
+    offset >= base
+        && position >= SEGMENT_HEADER_BYTES
+        && at_least_frames((base, SEGMENT_HEADER_BYTES), index.first)
+}
+
+/// Whether index entry `to` lies far enough past `from` for the frames between them (one
+/// per offset, each at least a frame header): what every index a writer made holds, and
+/// what junk read as an index (a file's text, a link's target) seldom does; it named
+/// records up to offset 6e18 as lost (found by hostile testing).
+fn at_least_frames(from: (u64, u64), to: (u64, u64)) -> bool {
+    to.0.checked_sub(from.0)
+        .and_then(|frames| frames.checked_mul(FRAME_HEADER_BYTES as u64))
+        .zip(to.1.checked_sub(from.1))
+        .is_some_and(|(least, gap)| gap >= least)
 }
 
 /// The bases of the index files in `dir` (named like `{base:020}.idx`).
@@ -826,7 +839,7 @@ fn read_index(
                         hint: at,
                     })
                 }
-                Some(r) if entry.0 > r.last.0 && entry.1 > r.last.1 => {
+                Some(r) if entry.0 > r.last.0 && at_least_frames(r.last, entry) => {
                     r.last = entry;
                     r.hint = at.or(r.hint);
                 }
@@ -840,9 +853,19 @@ fn read_index(
 
 /// The best place to start scanning segment `base` (open as `segment`) for `offset`:
 /// (offset, position) of the last index entry at or before it, or the segment's first frame.
+/// Only an entry that lands on the header of the frame it names (its checksum holds and it
+/// carries that offset) is used: a flipped bit in an index's last entry sent readers past
+/// the segment's end, and they read no further records, silently, or called the log
+/// corrupt (found by hostile testing). One read of a frame header.
 fn seek_hint(dir: &Path, base: u64, offset: u64, segment: &File) -> (u64, u64) {
     read_index(dir, base, offset, Some(segment))
         .and_then(|index| index.hint)
+        .filter(|&(offset, position)| {
+            let mut header = [0u8; FRAME_HEADER_BYTES];
+            segment.read_exact_at(&mut header, position).is_ok()
+                && header[8..16] == offset.to_le_bytes()
+                && !matches!(parse_frame(&header, offset), Parsed::Bad(_))
+        })
         .unwrap_or((base, SEGMENT_HEADER_BYTES))
 }
 
@@ -1210,6 +1233,26 @@ struct ActiveSegment {
     last_indexed: u64,
 }
 
+impl ActiveSegment {
+    /// Whether the paths still name the segment and index this writer holds: a segment
+    /// replaced under it (a copy renamed over it, a restore) took the writes of a running
+    /// node into a file no reader reads any more, while its launches waited for a fold
+    /// that never saw them (found by hostile testing); its index likewise. A `stat` of each
+    /// path, following links as readers do (a last segment that is a link to a file
+    /// elsewhere is that file, not a replacement at every batch).
+    fn named_by_paths(&self, dir: &Path) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        let id = |m: std::fs::Metadata| (m.dev(), m.ino());
+        let named = |path: &Path| std::fs::metadata(path).ok().map(id);
+        let segment = self.file.metadata().ok().map(id);
+        let index = self.index.metadata().ok().map(id);
+        segment.is_some()
+            && index.is_some()
+            && named(&segment_path(dir, self.base)) == segment
+            && named(&index_path(dir, self.base)) == index
+    }
+}
+
 impl Writer {
     fn open(dir: &Path, options: EmbeddedOptions) -> Result<Writer, LogError> {
         let lock_path = dir.join("LOCK");
@@ -1360,22 +1403,9 @@ impl Writer {
         // Fast path: our segment has not grown and no segment starts where it ends, so no
         // other process appended or rolled since our last write.
         if let Some(active) = &self.active {
-            use std::os::unix::fs::MetadataExt;
             let path = segment_path(&self.dir, active.base);
             let held = active.file.metadata().map_err(|e| LogError::io(&path, e))?;
-            // The path must still name the file this writer holds: a segment replaced
-            // under it (a copy renamed over it, a restore) took the writes of a running
-            // node into a file no reader reads any more, while its launches waited for a
-            // fold that never saw them (found by hostile testing). Its index likewise, or
-            // its entries would go to a file no reader reads. A `stat` of each path per
-            // batch, following links as readers do (a last segment that is a link to a
-            // file elsewhere is that file, not a replacement at every batch).
-            let named = |path: &Path| std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()));
-            let index = active.index.metadata().map(|m| (m.dev(), m.ino())).ok();
-            if named(&path) != Some((held.dev(), held.ino()))
-                || index.is_none()
-                || named(&index_path(&self.dir, active.base)) != index
-            {
+            if !active.named_by_paths(&self.dir) {
                 tracing::warn!(
                     segment = %path.display(),
                     "the log's last segment or its index was replaced or removed under this \
@@ -1806,6 +1836,31 @@ impl Writer {
         let index_file = index_path(&self.dir, active.base);
         let index_len = std::fs::metadata(&index_file).map_or(0, |m| m.len());
         match self.write_batch(records) {
+            // Replaced while the batch was written (checked before it): the records went
+            // to a file no reader reads, unless the copy was taken after them. Not called
+            // appended; the next batch reads the tail again and keeps in LOST what the
+            // commit mark names and the new file lacks (found by hostile testing: an
+            // append said "appended 300000 record(s)" of which the log held none).
+            Ok(offsets)
+                if !offsets.is_empty()
+                    && !self
+                        .active
+                        .as_ref()
+                        .is_some_and(|a| a.named_by_paths(&self.dir)) =>
+            {
+                self.active = None;
+                let (first, last) = (offsets[0], offsets[offsets.len() - 1]);
+                Err(LogError::io(
+                    segment_path(&self.dir, start.0),
+                    std::io::Error::other(format!(
+                        "the log's last segment or its index was replaced while this batch \
+                         was written (a copy renamed over it, a restore): records {first}..={last} \
+                         went to the file replaced, and are in the log only if the copy was \
+                         taken after them; see `lhc log check` and `lhc log cat --from {first}` \
+                         before sending them again"
+                    )),
+                ))
+            }
             Ok(offsets) => Ok(offsets),
             Err(e) => {
                 if let Err(undo) = self.roll_back(start, index_len) {
@@ -2147,6 +2202,7 @@ impl EmbeddedReader {
 
     fn try_next(&mut self) -> Result<Option<LogEntry>, LogError> {
         let mut rechecked = false;
+        let mut reopened = false;
         loop {
             if self.cursor.is_none() {
                 let bases = list_segments(&self.dir)?;
@@ -2222,6 +2278,16 @@ impl EmbeddedReader {
                                 detail: "bytes after the last record of a closed segment".into(),
                             });
                         }
+                        self.cursor = None;
+                        continue;
+                    }
+                    // The path must still name the file read: a last segment replaced under
+                    // a follower (a copy renamed over it, a restore) took the writers'
+                    // records while it waited on the old file for good (a node's fold
+                    // stopped, its launches timing out; found by hostile testing). Read
+                    // again from the file the path names; a segment gone is an error there.
+                    if !reopened && !cursor.same_file() {
+                        reopened = true;
                         self.cursor = None;
                         continue;
                     }

@@ -1535,11 +1535,20 @@ fn a_segment_replaced_under_a_writer_is_the_one_it_appends_to() {
     let dir = tmp.path().join("log");
     let log = EmbeddedLog::open(&dir, options(1 << 20)).unwrap();
     assert_eq!(log.append(&[&record(0), &record(1)]).unwrap(), vec![0, 1]);
+    // A follower at the end of the segment (a node's fold) reads the new file too: it
+    // waited on the old one for good.
+    let mut follower = log.reader(0).unwrap();
+    for i in 0..2 {
+        assert_eq!(follower.next(Duration::ZERO).unwrap().unwrap().offset, i);
+    }
+    assert!(follower.next(Duration::ZERO).unwrap().is_none());
     let seg = segment(&dir, 0);
     let copy = tmp.path().join("copy");
     std::fs::copy(&seg, &copy).unwrap();
     std::fs::rename(&copy, &seg).unwrap();
     assert_eq!(log.append(&[&record(2)]).unwrap(), vec![2]);
+    let next = follower.next(Duration::from_secs(5)).unwrap();
+    assert_eq!(next.map(|e| (e.offset, e.bytes)), Some((2, record(2))));
     assert_eq!(log.append(&[&record(3)]).unwrap(), vec![3]);
     let reader = EmbeddedLog::open_read_only(&dir).unwrap();
     let read = read_all(&reader).unwrap();
@@ -1683,4 +1692,94 @@ fn a_last_segment_linked_from_elsewhere_is_appended_to() {
         read,
         (0..4).map(|i| (i as u64, record(i))).collect::<Vec<_>>()
     );
+}
+
+/// A flipped bit in an index entry's position (the index has no checksum), or an entry
+/// crafted at the segment's end: readers start from a frame the entry does not land on
+/// only after checking it, so they read every record (they read none past the entry,
+/// silently, or called the log corrupt: found by hostile testing).
+#[test]
+fn an_index_entry_that_does_not_land_on_its_frame_is_not_used() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("log");
+    let bases = segmented(&dir);
+    let expected = read_all(&EmbeddedLog::open_read_only(&dir).unwrap()).unwrap();
+    for base in [bases[0], *bases.last().unwrap()] {
+        let path = dir.join(format!("{base:020}.idx"));
+        let clean = std::fs::read(&path).unwrap();
+        let n = clean.len();
+        assert!(n >= 32, "two entries at least");
+        let seg_len = std::fs::metadata(segment(&dir, base)).unwrap().len();
+        let last_offset = u64::from_le_bytes(clean[n - 16..n - 8].try_into().unwrap());
+        let damaged = |bytes: &[u8]| {
+            std::fs::write(&path, bytes).unwrap();
+            let log = EmbeddedLog::open_read_only(&dir).unwrap();
+            assert_eq!(read_all(&log).unwrap(), expected, "{base}");
+            assert_eq!(log.end_offset().unwrap(), 40, "{base}");
+            let mut from = log.reader(last_offset).unwrap();
+            let first = from.next(Duration::ZERO).unwrap().unwrap();
+            assert_eq!(first.offset, last_offset, "{base}");
+            let report = check(&dir).unwrap();
+            assert_eq!((report.records, report.lost_tail), (40, None), "{base}");
+        };
+        // A bit of the last entry's position flipped upward: past the segment's end.
+        let mut flipped = clean.clone();
+        flipped[n - 6] ^= 0x02;
+        damaged(&flipped);
+        // Inside the segment, off its frame.
+        let mut off = clean.clone();
+        off[n - 8] ^= 0x01;
+        damaged(&off);
+        // Crafted at the segment's exact end.
+        let mut at_end = clean.clone();
+        at_end[n - 8..].copy_from_slice(&seg_len.to_le_bytes());
+        damaged(&at_end);
+        std::fs::write(&path, &clean).unwrap();
+    }
+}
+
+/// Junk named like an index (a file's text, a link's target) is no evidence of records
+/// lost: a writer appends without writing LOST (it kept records up to offset 6e18 as lost,
+/// and `log check` failed for good: found by hostile testing).
+#[test]
+fn junk_in_place_of_an_index_is_no_evidence_of_a_loss() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("log");
+    write(&dir, 5, 1 << 20);
+    std::fs::write(dir.join(format!("{:020}.idx", 0)), b"PRECIOUS DATA DO").unwrap();
+    let log = EmbeddedLog::open(&dir, options(1 << 20)).unwrap();
+    assert_eq!(log.append(&[&record(5)]).unwrap(), vec![5]);
+    assert!(log.lost().is_none());
+    assert!(!dir.join(lhc_log::embedded::LOST_FILE).exists());
+    drop(log);
+    let report = check(&dir).unwrap();
+    assert_eq!((report.records, report.lost_tail), (6, None));
+}
+
+/// `LOST` that is a symbolic link: a writer that finds records lost refuses, naming it,
+/// and never writes through the link.
+#[test]
+fn lost_is_never_written_through_a_link() {
+    let tmp = tempfile::tempdir().unwrap();
+    let victim = tmp.path().join("victim");
+    std::fs::write(&victim, b"precious bytes\n").unwrap();
+    let dir = tmp.path().join("log");
+    write(&dir, 5, 1 << 20);
+    let seg = segment(&dir, 0);
+    let older = std::fs::read(&seg).unwrap();
+    {
+        let log = EmbeddedLog::open(&dir, options(1 << 20)).unwrap();
+        log.append(&[&record(5), &record(6)]).unwrap();
+    }
+    // An older copy of the segment: records 5 and 6 are gone, the commit mark names them.
+    std::fs::write(&seg, &older).unwrap();
+    let lost = dir.join(lhc_log::embedded::LOST_FILE);
+    std::os::unix::fs::symlink(&victim, &lost).unwrap();
+    let err = EmbeddedLog::open(&dir, options(1 << 20))
+        .and_then(|log| log.append(&[&record(5)]))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("not a regular file"), "{err}");
+    assert!(err.contains(&lost.display().to_string()), "{err}");
+    assert_eq!(std::fs::read(&victim).unwrap(), b"precious bytes\n");
 }

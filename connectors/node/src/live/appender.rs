@@ -392,6 +392,17 @@ impl Appender {
 }
 
 fn write(sink: &mut Sink, last_ts: &AtomicI64, waiters: &RecordWaiters, batch: Vec<Job>) {
+    // A node that cannot decide any more writes nothing more: a launch appended in the
+    // seconds before it exits was answered 503 yet brokered by whoever folds the log
+    // later (found by hostile testing).
+    if let Some(reason) = sink.health.fatal() {
+        for job in batch {
+            let _ = job.reply.send(Err(format!(
+                "this node cannot decide any more ({reason}); nothing was appended"
+            )));
+        }
+        return;
+    }
     let wall = super::wall_ms();
     // Equal stamps are fine: records with equal ts apply in log order (R-STATE-9).
     let ts = Ts(wall.max(last_ts.load(Ordering::SeqCst)));
