@@ -1217,6 +1217,10 @@ struct Writer {
     /// meanwhile (a node's launches) fail within moments instead of each waiting its own
     /// `lock_wait`; then a batch waits in full again.
     lock_stuck: Option<Instant>,
+    /// The segments the batch being written rolled to: what a roll back removes, and
+    /// nothing else (a file planted where the next segment goes, which refused the roll,
+    /// was removed with them).
+    rolled: Vec<u64>,
 }
 
 /// How long a batch waits for a lock the previous batch already waited for in vain.
@@ -1296,6 +1300,7 @@ impl Writer {
             unwritten_loss: None,
             dirty_since: None,
             lock_stuck: None,
+            rolled: Vec::new(),
         };
         writer.with_lock(|w| w.refresh())?;
         Ok(writer)
@@ -1717,14 +1722,29 @@ impl Writer {
                 .write(true),
             &path,
         )
-        .map_err(|e| LogError::io(&path, e))?;
-        file.write_all_at(&segment_header(base), 0)
-            .map_err(|e| LogError::io(&path, e))?;
-        if self.options.fsync != FsyncPolicy::Never {
-            file.sync_all().map_err(|e| LogError::io(&path, e))?;
-            File::open(&self.dir)
-                .and_then(|d| d.sync_all())
-                .map_err(|e| LogError::io(&self.dir, e))?;
+        .map_err(|e| {
+            // The empty index just made goes with the segment that could not be.
+            let _ = std::fs::remove_file(&index_file);
+            LogError::io(&path, e)
+        })?;
+        let made = file
+            .write_all_at(&segment_header(base), 0)
+            .map_err(|e| LogError::io(&path, e))
+            .and_then(|()| {
+                if self.options.fsync == FsyncPolicy::Never {
+                    return Ok(());
+                }
+                file.sync_all().map_err(|e| LogError::io(&path, e))?;
+                File::open(&self.dir)
+                    .and_then(|d| d.sync_all())
+                    .map_err(|e| LogError::io(&self.dir, e))
+            });
+        if let Err(e) = made {
+            // Made by this call and not usable: removed here, index first (a roll back
+            // removes only the segments a batch rolled to).
+            let _ = std::fs::remove_file(&index_file);
+            let _ = std::fs::remove_file(&path);
+            return Err(e);
         }
         Ok(ActiveSegment {
             base,
@@ -1835,6 +1855,7 @@ impl Writer {
         let start = (active.base, active.len);
         let index_file = index_path(&self.dir, active.base);
         let index_len = std::fs::metadata(&index_file).map_or(0, |m| m.len());
+        self.rolled.clear();
         match self.write_batch(records) {
             // Replaced while the batch was written (checked before it): the records went
             // to a file no reader reads, unless the copy was taken after them. Not called
@@ -1875,7 +1896,7 @@ impl Writer {
     /// entries it added to the segment it started in.
     fn roll_back(&mut self, (base, len): (u64, u64), index_len: u64) -> Result<(), LogError> {
         self.active = None; // the next append re-reads the tail from disk
-        for later in list_segments(&self.dir)?.into_iter().filter(|&b| b > base) {
+        for later in std::mem::take(&mut self.rolled) {
             // The index first: one left without its segment would read as records lost.
             let _ = std::fs::remove_file(index_path(&self.dir, later));
             let path = segment_path(&self.dir, later);
@@ -1905,6 +1926,7 @@ impl Writer {
                 self.sync_active()?;
                 let next = self.active.as_ref().expect("set").next_offset;
                 self.active = Some(self.create_segment(next)?);
+                self.rolled.push(next);
             }
             let active = self.active.as_mut().expect("set");
             let position = active.len + pending.frames.len() as u64;

@@ -522,6 +522,20 @@ fn import(file: &Path, how: Import, target: &LogArgs, quiet: bool) -> anyhow::Re
             .append_at(expected_first + appended, &refs)
             .map_err(|e| {
                 if let lhc_log::LogError::Moved { expected, end } = e {
+                    if end < expected {
+                        // Shorter than this import left it: records it appended are gone
+                        // (the segment replaced by an older copy, or cut), not another
+                        // writer's (found by hostile testing).
+                        return anyhow::anyhow!(
+                            "{describe} ends at offset {end}, before offset {expected} where \
+                             this import's last batch ended: records it appended are gone \
+                             from the log (its segment replaced by an older copy or cut under \
+                             this import; `lhc log check` names the loss); this batch (lines \
+                             {from_line} on of {}) was not written; {}",
+                            file.display(),
+                            done_so_far(appended, first, last)
+                        );
+                    }
                     return anyhow::anyhow!(
                         "another writer appended to {describe} during this import: the log ends \
                      at offset {end}, not {expected}, so this batch (lines {from_line} on of \
