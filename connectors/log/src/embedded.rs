@@ -1596,14 +1596,11 @@ impl Writer {
             }
         }
         // The index opened before anything is cut: one the writer cannot own (a link, a
-        // directory) refuses the batch with the tail untouched.
+        // directory) refuses the batch with the tail untouched (a rebuilt index is emptied
+        // only below, once the tail is settled).
         let index_file = index_path(&self.dir, base);
         let index = open_regular_nofollow(
-            OpenOptions::new()
-                .create(true)
-                .append(!rebuild)
-                .write(true)
-                .truncate(rebuild),
+            OpenOptions::new().create(true).append(!rebuild).write(true),
             &index_file,
         )
         .map_err(|e| LogError::io(&index_file, e))?;
@@ -1653,7 +1650,12 @@ impl Writer {
                 active.len = position;
             }
         }
-        if !rebuild {
+        if rebuild {
+            active
+                .index
+                .set_len(0)
+                .map_err(|e| LogError::io(&index_file, e))?;
+        } else {
             // Another process appended and wrote its own index entries.
             active.last_indexed = read_index(&self.dir, base, 0, None).map_or(0, |i| i.last.1);
         }
