@@ -306,15 +306,39 @@ fn write_lost(dir: &Path, lost: &LostRecords) -> Result<bool, LogError> {
     Ok(true)
 }
 
+/// The largest `LOST` file read: a line per loss a writer found, so far more than any
+/// log's losses.
+const MAX_LOST_BYTES: u64 = 16 << 20;
+
 /// The records writers found lost in `dir`, from its [`LOST_FILE`] (none when it is
 /// absent); a line that does not parse is named as it is.
 pub fn lost_records(dir: &Path) -> Result<Vec<Result<LostRecords, String>>, LogError> {
     let path = dir.join(LOST_FILE);
-    let text = match std::fs::read_to_string(&path) {
-        Ok(text) => text,
+    // A regular file only, never through a link, and no larger than a file of findings
+    // grows (a line per loss): a FIFO there hung `log check` and `replay`, a link to
+    // /dev/zero read until memory ran out (found by hostile testing). Refused, naming it.
+    let file = match open_regular_flags(OpenOptions::new().read(true), &path, libc::O_NOFOLLOW) {
+        Ok(file) => file,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(LogError::io(&path, e)),
     };
+    let len = file.metadata().map_err(|e| LogError::io(&path, e))?.len();
+    if len > MAX_LOST_BYTES {
+        return Err(LogError::io(
+            &path,
+            std::io::Error::other(format!(
+                "{len} bytes: not a file of records found lost (a line per loss, at most \
+                 {MAX_LOST_BYTES} bytes); move it away"
+            )),
+        ));
+    }
+    let mut text = String::new();
+    {
+        use std::io::Read;
+        (&file)
+            .read_to_string(&mut text)
+            .map_err(|e| LogError::io(&path, e))?;
+    }
     Ok(text
         .lines()
         .filter(|l| !l.trim().is_empty())
@@ -1245,16 +1269,21 @@ impl ActiveSegment {
     /// path, following links as readers do (a last segment that is a link to a file
     /// elsewhere is that file, not a replacement at every batch).
     fn named_by_paths(&self, dir: &Path) -> bool {
-        use std::os::unix::fs::MetadataExt;
-        let id = |m: std::fs::Metadata| (m.dev(), m.ino());
-        let named = |path: &Path| std::fs::metadata(path).ok().map(id);
-        let segment = self.file.metadata().ok().map(id);
-        let index = self.index.metadata().ok().map(id);
-        segment.is_some()
-            && index.is_some()
-            && named(&segment_path(dir, self.base)) == segment
-            && named(&index_path(dir, self.base)) == index
+        self.segment_named(dir) && named_file(&index_path(dir, self.base), &self.index)
     }
+
+    /// [`ActiveSegment::named_by_paths`] for the segment alone: where the records go.
+    fn segment_named(&self, dir: &Path) -> bool {
+        named_file(&segment_path(dir, self.base), &self.file)
+    }
+}
+
+/// Whether `path` names `file` (following links).
+fn named_file(path: &Path, file: &File) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let id = |m: std::fs::Metadata| (m.dev(), m.ino());
+    let held = file.metadata().ok().map(id);
+    held.is_some() && std::fs::metadata(path).ok().map(id) == held
 }
 
 impl Writer {
@@ -1790,6 +1819,10 @@ impl Writer {
                     let answer = match result {
                         Ok(offsets) => Ok(offsets),
                         Err(e @ LogError::Moved { .. }) => Err(e),
+                        Err(e @ LogError::BatchUncertain(_)) => {
+                            self.active = None;
+                            Err(e)
+                        }
                         Err(e) => {
                             self.active = None;
                             Err(LogError::BatchFailed(e.to_string()))
@@ -1814,12 +1847,15 @@ impl Writer {
                 }
                 Err(e) => {
                     let message = e.to_string();
+                    let uncertain = matches!(e, LogError::BatchUncertain(_));
                     // Forget the cached tail: the next append re-reads it from disk.
                     self.active = None;
                     for request in batch {
-                        let _ = request
-                            .reply
-                            .send(Err(LogError::BatchFailed(message.clone())));
+                        let _ = request.reply.send(Err(if uncertain {
+                            LogError::BatchUncertain(message.clone())
+                        } else {
+                            LogError::BatchFailed(message.clone())
+                        }));
                     }
                 }
             }
@@ -1859,32 +1895,29 @@ impl Writer {
         let index_len = std::fs::metadata(&index_file).map_or(0, |m| m.len());
         self.rolled.clear();
         match self.write_batch(records) {
-            // Replaced while the batch was written (checked before it): the records went
-            // to a file no reader reads, unless the copy was taken after them. Not called
-            // appended; the next batch reads the tail again and keeps in LOST what the
-            // commit mark names and the new file lacks (found by hostile testing: an
-            // append said "appended 300000 record(s)" of which the log held none).
+            // A segment replaced while the batch was written (checked before it, and at
+            // each roll): the records went to a file no reader reads, unless the copy was
+            // taken after them. Not called appended, nor rolled back (the path names
+            // another file now); the next batch reads the tail again and keeps in LOST
+            // what the commit mark names and the new file lacks (found by hostile testing:
+            // an append said "appended 300000 record(s)" of which the log held none). An
+            // index replaced alone loses nothing: it is rebuilt at the next batch.
             Ok(offsets)
                 if !offsets.is_empty()
                     && !self
                         .active
                         .as_ref()
-                        .is_some_and(|a| a.named_by_paths(&self.dir)) =>
+                        .is_some_and(|a| a.segment_named(&self.dir)) =>
             {
                 self.active = None;
-                let (first, last) = (offsets[0], offsets[offsets.len() - 1]);
-                Err(LogError::io(
-                    segment_path(&self.dir, start.0),
-                    std::io::Error::other(format!(
-                        "the log's last segment or its index was replaced while this batch \
-                         was written (a copy renamed over it, a restore): records {first}..={last} \
-                         went to the file replaced, and are in the log only if the copy was \
-                         taken after them; see `lhc log check` and `lhc log cat --from {first}` \
-                         before sending them again"
-                    )),
-                ))
+                let base = self.rolled.last().copied().unwrap_or(start.0);
+                Err(self.replaced_during(base, &offsets))
             }
             Ok(offsets) => Ok(offsets),
+            Err(e @ LogError::BatchUncertain(_)) => {
+                self.active = None;
+                Err(e)
+            }
             Err(e) => {
                 if let Err(undo) = self.roll_back(start, index_len) {
                     tracing::error!("rolling back a failed append failed too: {undo}");
@@ -1892,6 +1925,23 @@ impl Writer {
                 Err(e)
             }
         }
+    }
+
+    /// The error of a batch written while its segment `base` was replaced (see
+    /// [`LogError::BatchUncertain`]); `offsets` are those it was given so far.
+    fn replaced_during(&self, base: u64, offsets: &[u64]) -> LogError {
+        let range = match (offsets.first(), offsets.last()) {
+            (Some(first), Some(last)) => format!("records {first}..={last}"),
+            _ => "its records".to_string(),
+        };
+        let from = offsets.first().copied().unwrap_or(base);
+        LogError::BatchUncertain(format!(
+            "{}: the log's segment was replaced while this batch was written (a copy renamed \
+             over it, a restore): {range} went to the file replaced, and are in the log only \
+             if the copy was taken after them; see `lhc log check` and `lhc log cat --from \
+             {from}` before sending them again",
+            segment_path(&self.dir, base).display()
+        ))
     }
 
     /// Removes what a failed batch wrote: segments it created, and the bytes and index
@@ -1926,6 +1976,12 @@ impl Writer {
             if position + size > self.options.segment_bytes && position > SEGMENT_HEADER_BYTES {
                 self.flush(&mut pending)?;
                 self.sync_active()?;
+                let active = self.active.as_ref().expect("set");
+                if !active.segment_named(&self.dir) {
+                    // Replaced while written: the batch's records so far went to a file
+                    // no reader reads; a roll would put the rest after a gap.
+                    return Err(self.replaced_during(active.base, &offsets));
+                }
                 let next = self.active.as_ref().expect("set").next_offset;
                 self.active = Some(self.create_segment(next)?);
                 self.rolled.push(next);
@@ -2314,6 +2370,22 @@ impl EmbeddedReader {
                         reopened = true;
                         self.cursor = None;
                         continue;
+                    }
+                    if cursor.offset < self.next {
+                        // The file (replaced, or cut) ends below what this reader read:
+                        // records it handed out are gone, and a writer appends at their
+                        // offsets; skipping to its position would pass the new records
+                        // over silently (found by hostile testing: a node's fold did).
+                        return Err(LogError::Corrupt {
+                            segment: cursor.path.clone(),
+                            offset: cursor.offset,
+                            detail: format!(
+                                "the log went back: the segment ends at offset {}, below \
+                                 offset {} this reader had read up to (replaced by an older \
+                                 copy, or cut); records it read are gone",
+                                cursor.offset, self.next
+                            ),
+                        });
                     }
                     return Ok(None);
                 }

@@ -103,6 +103,11 @@ pub enum LogError {
     /// batch); the writer goes on with the next.
     #[error("{0}")]
     BatchFailed(String),
+    /// A batch was written to a last segment replaced under the writer meanwhile (a copy
+    /// renamed over it, a restore): some, all or none of it is in the log, depending on
+    /// when the copy was taken. Not a failure to retry blindly: the caller must look.
+    #[error("{0}")]
+    BatchUncertain(String),
     /// Records kept by another store, read as a log (a node's journal), could not be read.
     #[error("{0}")]
     Elsewhere(String),

@@ -1783,3 +1783,59 @@ fn lost_is_never_written_through_a_link() {
     assert!(err.contains(&lost.display().to_string()), "{err}");
     assert_eq!(std::fs::read(&victim).unwrap(), b"precious bytes\n");
 }
+
+/// A follower whose last segment is replaced by an older copy, on which a writer appends
+/// at the offsets it had read: an error naming the loss, never the new records skipped
+/// (a node's fold skipped them silently and stayed UP with another state than the log's:
+/// found by hostile testing).
+#[test]
+fn a_follower_whose_log_went_back_says_so() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("log");
+    let log = EmbeddedLog::open(&dir, options(1 << 20)).unwrap();
+    log.append(&[&record(0), &record(1)]).unwrap();
+    let seg = segment(&dir, 0);
+    let older = tmp.path().join("older");
+    std::fs::copy(&seg, &older).unwrap();
+    log.append(&[&record(2), &record(3)]).unwrap();
+    let mut follower = log.reader(0).unwrap();
+    for i in 0..4 {
+        assert_eq!(follower.next(Duration::ZERO).unwrap().unwrap().offset, i);
+    }
+    std::fs::rename(&older, &seg).unwrap();
+    // The writer keeps the loss in LOST and appends at offset 2 again.
+    assert_eq!(log.append(&[&record(20)]).unwrap(), vec![2]);
+    assert!(dir.join(lhc_log::embedded::LOST_FILE).exists());
+    let err = follower.next(Duration::from_secs(2)).unwrap_err().to_string();
+    assert!(err.contains("went back"), "{err}");
+}
+
+/// A `LOST` that is a FIFO or a link is refused by readers, naming it, at once (a FIFO
+/// hung `log check` for good; a link to /dev/zero read until memory ran out).
+#[test]
+fn a_lost_file_that_is_no_regular_file_is_refused_at_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    for kind in ["fifo", "zero"] {
+        let dir = tmp.path().join(kind);
+        write(&dir, 3, 1 << 20);
+        let lost = dir.join(lhc_log::embedded::LOST_FILE);
+        match kind {
+            "fifo" => {
+                let c = std::ffi::CString::new(lost.as_os_str().as_encoded_bytes()).unwrap();
+                assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+            }
+            _ => std::os::unix::fs::symlink("/dev/zero", &lost).unwrap(),
+        }
+        let (done, finished) = std::sync::mpsc::channel();
+        let at = dir.clone();
+        std::thread::spawn(move || {
+            let _ = done.send(lhc_log::embedded::lost_records(&at).map(|l| l.len()));
+        });
+        let err = finished
+            .recv_timeout(Duration::from_secs(20))
+            .expect("reading LOST blocked")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("not a regular file"), "{kind}: {err}");
+    }
+}

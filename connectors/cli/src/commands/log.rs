@@ -551,6 +551,17 @@ fn import(file: &Path, how: Import, target: &LogArgs, quiet: bool) -> anyhow::Re
                         }
                     );
                 }
+                if let lhc_log::LogError::BatchUncertain(_) = e {
+                    // Part of the batch may be in the log: "nothing kept" would have the
+                    // admin import those lines twice (found by hostile testing).
+                    return anyhow::anyhow!(
+                        "appending to {describe} failed: {e}; {} — whether lines {from_line} \
+                         on of {} are in the log depends on when the segment was copied: look \
+                         before importing them again (`lhc log check`, `lhc log cat`)",
+                        done_so_far(appended, first, last),
+                        file.display()
+                    );
+                }
                 anyhow::anyhow!(
                     "appending to {describe} failed: {e}; {} — lines {from_line} on of {} were \
                  not, and no part of the failed batch was kept: fix the cause and import \

@@ -391,8 +391,9 @@ impl Health {
 /// ends at `end`, below it: records it applied are gone from the log.
 pub(crate) fn log_went_back(log: &dyn Log, end: u64, position: u64) -> String {
     format!(
-        "{} ends at offset {end}, but this node applied records up to offset \
-         {}: records it applied are gone from the log (cut, or an older copy restored under \
+        "{} ends at offset {end} (its next record takes that offset), but this node applied \
+         records up to offset {}: records it applied are gone from the log (cut, or an older \
+         copy restored under \
          the running node), and records appended now would take their offsets; restore the \
          log from a copy if it was cut, then fold it again into an empty --data (`lhc log \
          check` names a loss it can see)",
