@@ -1806,7 +1806,10 @@ fn a_follower_whose_log_went_back_says_so() {
     // The writer keeps the loss in LOST and appends at offset 2 again.
     assert_eq!(log.append(&[&record(20)]).unwrap(), vec![2]);
     assert!(dir.join(lhc_log::embedded::LOST_FILE).exists());
-    let err = follower.next(Duration::from_secs(2)).unwrap_err().to_string();
+    let err = follower
+        .next(Duration::from_secs(2))
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("went back"), "{err}");
 }
 
