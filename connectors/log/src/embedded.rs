@@ -1245,6 +1245,10 @@ struct Writer {
     /// nothing else (a file planted where the next segment goes, which refused the roll,
     /// was removed with them).
     rolled: Vec<u64>,
+    /// Every segment the batch being written wrote to (base, and device and inode of the
+    /// file written): each must still be the file its path names when the batch ends (a
+    /// segment rolled from and replaced meanwhile lost the batch's records in it).
+    written: Vec<(u64, (u64, u64))>,
 }
 
 /// How long a batch waits for a lock the previous batch already waited for in vain.
@@ -1280,10 +1284,19 @@ impl ActiveSegment {
 
 /// Whether `path` names `file` (following links).
 fn named_file(path: &Path, file: &File) -> bool {
+    let held = file_id(file);
+    held.is_some() && std::fs::metadata(path).ok().map(metadata_id) == held
+}
+
+/// The device and inode of an open file.
+fn file_id(file: &File) -> Option<(u64, u64)> {
+    file.metadata().ok().map(metadata_id)
+}
+
+/// The device and inode `metadata` describes.
+fn metadata_id(metadata: std::fs::Metadata) -> (u64, u64) {
     use std::os::unix::fs::MetadataExt;
-    let id = |m: std::fs::Metadata| (m.dev(), m.ino());
-    let held = file.metadata().ok().map(id);
-    held.is_some() && std::fs::metadata(path).ok().map(id) == held
+    (metadata.dev(), metadata.ino())
 }
 
 impl Writer {
@@ -1330,6 +1343,7 @@ impl Writer {
             dirty_since: None,
             lock_stuck: None,
             rolled: Vec::new(),
+            written: Vec::new(),
         };
         writer.with_lock(|w| w.refresh())?;
         Ok(writer)
@@ -1894,6 +1908,10 @@ impl Writer {
         let index_file = index_path(&self.dir, active.base);
         let index_len = std::fs::metadata(&index_file).map_or(0, |m| m.len());
         self.rolled.clear();
+        self.written.clear();
+        if let Some(id) = file_id(&active.file) {
+            self.written.push((start.0, id));
+        }
         match self.write_batch(records) {
             // A segment replaced while the batch was written (checked before it, and at
             // each roll): the records went to a file no reader reads, unless the copy was
@@ -1902,15 +1920,9 @@ impl Writer {
             // what the commit mark names and the new file lacks (found by hostile testing:
             // an append said "appended 300000 record(s)" of which the log held none). An
             // index replaced alone loses nothing: it is rebuilt at the next batch.
-            Ok(offsets)
-                if !offsets.is_empty()
-                    && !self
-                        .active
-                        .as_ref()
-                        .is_some_and(|a| a.segment_named(&self.dir)) =>
-            {
+            Ok(offsets) if !offsets.is_empty() && self.replaced_segment().is_some() => {
                 self.active = None;
-                let base = self.rolled.last().copied().unwrap_or(start.0);
+                let base = self.replaced_segment().unwrap_or(start.0);
                 Err(self.replaced_during(base, &offsets))
             }
             Ok(offsets) => Ok(offsets),
@@ -1925,6 +1937,19 @@ impl Writer {
                 Err(e)
             }
         }
+    }
+
+    /// The first segment the batch wrote to whose path names another file now.
+    fn replaced_segment(&self) -> Option<u64> {
+        self.written
+            .iter()
+            .find(|(base, id)| {
+                std::fs::metadata(segment_path(&self.dir, *base))
+                    .ok()
+                    .map(metadata_id)
+                    != Some(*id)
+            })
+            .map(|(base, _)| *base)
     }
 
     /// The error of a batch written while its segment `base` was replaced (see
@@ -1985,6 +2010,9 @@ impl Writer {
                 let next = self.active.as_ref().expect("set").next_offset;
                 self.active = Some(self.create_segment(next)?);
                 self.rolled.push(next);
+                if let Some(id) = self.active.as_ref().and_then(|a| file_id(&a.file)) {
+                    self.written.push((next, id));
+                }
             }
             let active = self.active.as_mut().expect("set");
             let position = active.len + pending.frames.len() as u64;

@@ -558,7 +558,10 @@ fn import(file: &Path, how: Import, target: &LogArgs, quiet: bool) -> anyhow::Re
                         "appending to {describe} failed: {e}; {} — whether lines {from_line} \
                          on of {} are in the log depends on when the segment was copied: look \
                          before importing them again (`lhc log check`, `lhc log cat`)",
-                        done_so_far(appended, first, last),
+                        match (first, last) {
+                            (Some(_), Some(_)) => done_so_far(appended, first, last),
+                            _ => "no earlier batch of this import was appended".to_string(),
+                        },
                         file.display()
                     );
                 }
