@@ -317,7 +317,7 @@ pub fn lost_records(dir: &Path) -> Result<Vec<Result<LostRecords, String>>, LogE
     // A regular file only, never through a link, and no larger than a file of findings
     // grows (a line per loss): a FIFO there hung `log check` and `replay`, a link to
     // /dev/zero read until memory ran out (found by hostile testing). Refused, naming it.
-    let file = match open_regular_flags(OpenOptions::new().read(true), &path, libc::O_NOFOLLOW) {
+    let file = match open_regular_nofollow(OpenOptions::new().read(true), &path) {
         Ok(file) => file,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(LogError::io(&path, e)),
@@ -819,12 +819,8 @@ fn read_index(
     segment: Option<&File>,
 ) -> Option<IndexRead> {
     use std::io::Read;
-    let mut file = open_regular_flags(
-        OpenOptions::new().read(true),
-        &index_path(dir, base),
-        libc::O_NOFOLLOW,
-    )
-    .ok()?;
+    let mut file =
+        open_regular_nofollow(OpenOptions::new().read(true), &index_path(dir, base)).ok()?;
     if let Some(segment) = segment {
         // The index's length first: frames are written before their entries, so a segment
         // that grows meanwhile only loosens the bound.
@@ -1015,9 +1011,10 @@ fn open_regular_with(options: &mut OpenOptions, path: &Path) -> std::io::Result<
     open_regular_flags(options, path, 0)
 }
 
-/// [`open_regular_with`] for the files a writer makes its own (an index, a new segment):
-/// never through a symbolic link, which had a writer truncate and write the file the link
-/// named (found by hostile testing); a link or a directory there is refused like a FIFO.
+/// [`open_regular_with`] for the files a writer makes its own (an index, a new segment,
+/// `LOST`), and their reading as evidence: never through a symbolic link, which had a
+/// writer truncate and write the file the link named (found by hostile testing); a link or
+/// a directory there is refused like a FIFO.
 fn open_regular_nofollow(options: &mut OpenOptions, path: &Path) -> std::io::Result<File> {
     open_regular_flags(options, path, libc::O_NOFOLLOW)
 }
@@ -2205,11 +2202,7 @@ impl Cursor {
     /// Whether the segment's path still names the file this cursor reads (a segment a
     /// failed batch created is removed, and its offsets may be written anew elsewhere).
     fn same_file(&self) -> bool {
-        use std::os::unix::fs::MetadataExt;
-        match (self.file.metadata(), std::fs::metadata(&self.path)) {
-            (Ok(held), Ok(named)) => (held.dev(), held.ino()) == (named.dev(), named.ino()),
-            _ => false,
-        }
+        named_file(&self.path, &self.file)
     }
 
     fn rewind_to_start(&mut self) {

@@ -46,6 +46,17 @@ fn read_all(log: &dyn Log) -> Result<Vec<(u64, Vec<u8>)>, LogError> {
     Ok(out)
 }
 
+/// Makes a FIFO at `path`.
+fn mkfifo(path: &Path) {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    assert_eq!(
+        unsafe { libc::mkfifo(c.as_ptr(), 0o644) },
+        0,
+        "{}",
+        path.display()
+    );
+}
+
 fn segment(dir: &Path, base: u64) -> PathBuf {
     dir.join(format!("{base:020}.log"))
 }
@@ -1399,11 +1410,7 @@ fn a_mark_that_is_not_a_regular_file_is_refused_by_writers_and_ignored_by_reader
         let mark = dir.join(lhc_log::embedded::COMMIT_FILE);
         std::fs::remove_file(&mark).unwrap();
         match kind {
-            "fifo" => assert!(std::process::Command::new("mkfifo")
-                .arg(&mark)
-                .status()
-                .unwrap()
-                .success()),
+            "fifo" => mkfifo(&mark),
             "symlink" => std::os::unix::fs::symlink(&victim, &mark).unwrap(),
             _ => std::fs::create_dir(&mark).unwrap(),
         }
@@ -1456,8 +1463,7 @@ fn a_fifo_in_place_of_an_index_or_a_segment_never_blocks_readers() {
     let bases = segmented(&dir);
     let fifo = |path: &Path| {
         std::fs::remove_file(path).unwrap();
-        let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
-        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        mkfifo(path);
     };
     let within = |what: &'static str, f: Box<dyn FnOnce() + Send>| {
         let (done, finished) = std::sync::mpsc::channel();
@@ -1567,8 +1573,7 @@ fn a_segment_replaced_under_a_writer_is_the_one_it_appends_to() {
     assert!(std::fs::read(&index).unwrap().starts_with(&before));
 
     std::fs::remove_file(&seg).unwrap();
-    let c = std::ffi::CString::new(seg.as_os_str().as_encoded_bytes()).unwrap();
-    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    mkfifo(&seg);
     let (done, finished) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let _ = done.send(log.append(&[&record(5)]).map_err(|e| e.to_string()));
@@ -1823,10 +1828,7 @@ fn a_lost_file_that_is_no_regular_file_is_refused_at_once() {
         write(&dir, 3, 1 << 20);
         let lost = dir.join(lhc_log::embedded::LOST_FILE);
         match kind {
-            "fifo" => {
-                let c = std::ffi::CString::new(lost.as_os_str().as_encoded_bytes()).unwrap();
-                assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
-            }
+            "fifo" => mkfifo(&lost),
             _ => std::os::unix::fs::symlink("/dev/zero", &lost).unwrap(),
         }
         let (done, finished) = std::sync::mpsc::channel();
