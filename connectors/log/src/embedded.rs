@@ -477,9 +477,20 @@ pub struct EmbeddedLog {
 
 struct Request {
     records: Vec<Vec<u8>>,
-    /// Append only if the log ends here ([`Log::append_at`]).
-    expect: Option<u64>,
+    /// What the log's end must be for the records to be written.
+    guard: Guard,
     reply: mpsc::Sender<Result<Vec<u64>, LogError>>,
+}
+
+/// A request's condition on the log's end, checked under the lock with the write.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Guard {
+    /// None: appended wherever the log ends ([`Log::append`]).
+    None,
+    /// Exactly here, written alone ([`Log::append_at`]).
+    At(u64),
+    /// At or past here, in a shared batch ([`Log::append_past`]).
+    Past(u64),
 }
 
 impl EmbeddedLog {
@@ -568,11 +579,11 @@ impl EmbeddedLog {
 
     /// Appends owned records; see [`Log::append`].
     pub fn append_owned(&self, records: Vec<Vec<u8>>) -> Result<Vec<u64>, LogError> {
-        self.request(records, None)
+        self.request(records, Guard::None)
     }
 
     /// Sends `records` to the writer thread and waits for its answer.
-    fn request(&self, records: Vec<Vec<u8>>, expect: Option<u64>) -> Result<Vec<u64>, LogError> {
+    fn request(&self, records: Vec<Vec<u8>>, guard: Guard) -> Result<Vec<u64>, LogError> {
         if let Some(big) = records.iter().find(|r| r.len() > MAX_RECORD_BYTES) {
             return Err(LogError::RecordTooLarge {
                 size: big.len(),
@@ -586,7 +597,7 @@ impl EmbeddedLog {
         requests
             .send(Request {
                 records,
-                expect,
+                guard,
                 reply,
             })
             .map_err(|_| LogError::Closed("writer thread exited".into()))?;
@@ -612,7 +623,17 @@ impl Log for EmbeddedLog {
     }
 
     fn append_at(&self, expected: u64, records: &[&[u8]]) -> Result<Vec<u64>, LogError> {
-        self.request(records.iter().map(|r| r.to_vec()).collect(), Some(expected))
+        self.request(
+            records.iter().map(|r| r.to_vec()).collect(),
+            Guard::At(expected),
+        )
+    }
+
+    fn append_past(&self, floor: u64, records: &[&[u8]]) -> Result<Vec<u64>, LogError> {
+        self.request(
+            records.iter().map(|r| r.to_vec()).collect(),
+            Guard::Past(floor),
+        )
     }
 
     fn start_offset(&self) -> Result<u64, LogError> {
@@ -1822,14 +1843,14 @@ impl Writer {
             while let Ok(more) = inbox.try_recv() {
                 batch.push(more);
             }
-            if batch.iter().any(|r| r.expect.is_some()) {
+            if batch.iter().any(|r| matches!(r.guard, Guard::At(_))) {
                 // A conditional append is checked and written alone, under the lock.
                 for request in batch {
                     let records: Vec<&[u8]> = request.records.iter().map(Vec::as_slice).collect();
-                    let result = self.with_lock(|w| w.write_at(request.expect, &records));
+                    let result = self.with_lock(|w| w.write_at(request.guard, &records));
                     let answer = match result {
                         Ok(offsets) => Ok(offsets),
-                        Err(e @ LogError::Moved { .. }) => Err(e),
+                        Err(e @ (LogError::Moved { .. } | LogError::WentBack { .. })) => Err(e),
                         Err(e @ LogError::BatchUncertain(_)) => {
                             self.active = None;
                             Err(e)
@@ -1843,14 +1864,49 @@ impl Writer {
                 }
                 continue;
             }
-            let records: Vec<&[u8]> = batch
+            let floor = batch
                 .iter()
-                .flat_map(|r| r.records.iter().map(Vec::as_slice))
-                .collect();
-            match self.with_lock(|w| w.write(&records)) {
-                Ok(offsets) => {
+                .filter_map(|r| match r.guard {
+                    Guard::Past(floor) => Some(floor),
+                    _ => None,
+                })
+                .max();
+            let written = self.with_lock(|w| {
+                // Requests whose floor is past the log's end take no part (nothing of
+                // theirs is written); the others share the write.
+                let end = match floor {
+                    Some(_) => {
+                        w.refresh()?;
+                        w.active.as_ref().expect("refresh sets it").next_offset
+                    }
+                    None => u64::MAX,
+                };
+                let mut went_back = Vec::new();
+                let mut records: Vec<&[u8]> = Vec::new();
+                for request in &batch {
+                    match request.guard {
+                        Guard::Past(floor) if floor > end => {
+                            went_back.push(Some(LogError::WentBack { floor, end }))
+                        }
+                        _ => {
+                            went_back.push(None);
+                            records.extend(request.records.iter().map(Vec::as_slice));
+                        }
+                    }
+                }
+                if records.is_empty() {
+                    return Ok((Vec::new(), went_back));
+                }
+                w.write(&records).map(|offsets| (offsets, went_back))
+            });
+            match written {
+                Ok((offsets, went_back)) => {
                     let mut rest = offsets.as_slice();
-                    for request in batch {
+                    for (request, refused) in batch.into_iter().zip(went_back) {
+                        if let Some(e) = refused {
+                            let _ = request.reply.send(Err(e));
+                            continue;
+                        }
                         let (mine, others) = rest.split_at(request.records.len());
                         rest = others;
                         let _ = request.reply.send(Ok(mine.to_vec()));
@@ -1886,13 +1942,19 @@ impl Writer {
     /// Writes records at the tail, all or nothing: a batch that fails part way (a full
     /// disk, a file-size limit) is rolled back to where it started, across a segment roll
     /// too, so no prefix of it stays behind (R-LOG-3). Must hold the lock.
-    /// [`Writer::write`], only if the log ends at `expect` (when given). Must hold the lock.
-    fn write_at(&mut self, expect: Option<u64>, records: &[&[u8]]) -> Result<Vec<u64>, LogError> {
-        if let Some(expected) = expect {
+    /// [`Writer::write`], only if the log's end meets `guard`. Must hold the lock.
+    fn write_at(&mut self, guard: Guard, records: &[&[u8]]) -> Result<Vec<u64>, LogError> {
+        if let Guard::At(expected) | Guard::Past(expected) = guard {
             self.refresh()?;
             let end = self.active.as_ref().expect("refresh sets it").next_offset;
-            if end != expected {
-                return Err(LogError::Moved { expected, end });
+            match guard {
+                Guard::At(_) if end != expected => {
+                    return Err(LogError::Moved { expected, end });
+                }
+                Guard::Past(floor) if end < floor => {
+                    return Err(LogError::WentBack { floor, end });
+                }
+                _ => {}
             }
         }
         self.write(records)

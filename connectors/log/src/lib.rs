@@ -120,6 +120,20 @@ pub enum LogError {
         /// Where it ends.
         end: u64,
     },
+    /// A guarded append ([`Log::append_past`]) found the log ending below what its caller
+    /// already wrote or read there: records are gone from it (its tail cut, an older copy
+    /// restored), and the batch would have taken their offsets. Nothing was written.
+    #[error(
+        "the log ends at offset {end}, below offset {floor} that records were already \
+         written or read up to: records are gone from it (its tail cut, or an older copy \
+         restored); nothing was written"
+    )]
+    WentBack {
+        /// One past the last offset the caller wrote or read.
+        floor: u64,
+        /// Where the log ends.
+        end: u64,
+    },
 }
 
 impl LogError {
@@ -144,6 +158,16 @@ pub trait Log: Send + Sync {
     /// offsets it got.
     fn append_at(&self, expected: u64, records: &[&[u8]]) -> Result<Vec<u64>, LogError> {
         let _ = expected;
+        self.append(records)
+    }
+
+    /// [`Log::append`] only if the log ends at or past `floor` (else [`LogError::WentBack`],
+    /// and nothing written), where the log can check that atomically with the write (the
+    /// embedded log, under its lock): a writer that knows records up to `floor` never
+    /// writes at offsets those records had. Unlike [`Log::append_at`] it shares a batch
+    /// with other appends. Elsewhere (Kafka) it appends: the caller checks the offsets.
+    fn append_past(&self, floor: u64, records: &[&[u8]]) -> Result<Vec<u64>, LogError> {
+        let _ = floor;
         self.append(records)
     }
 

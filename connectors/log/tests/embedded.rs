@@ -1818,6 +1818,71 @@ fn a_follower_whose_log_went_back_says_so() {
     assert!(err.contains("went back"), "{err}");
 }
 
+/// A guarded append (`append_past`) is refused, writing nothing, once the log ends below
+/// its floor (an older copy restored under the writer), and shares a group commit with
+/// plain appends otherwise: a node appending after its log went back wrote its records at
+/// offsets its fold had passed, brokered later by whoever folded the log (hostile testing).
+#[test]
+fn a_guarded_append_below_its_floor_writes_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("log");
+    let log = std::sync::Arc::new(EmbeddedLog::open(&dir, options(1 << 20)).unwrap());
+    log.append(&[&record(0), &record(1)]).unwrap();
+    let seg = segment(&dir, 0);
+    let older = tmp.path().join("older");
+    std::fs::copy(&seg, &older).unwrap();
+    // At or past its floor it appends, as `append` does.
+    assert_eq!(log.append_past(2, &[&record(2)]).unwrap(), vec![2]);
+    assert_eq!(log.append_past(0, &[&record(3)]).unwrap(), vec![3]);
+    std::fs::rename(&older, &seg).unwrap();
+    let err = log.append_past(4, &[&record(40)]).unwrap_err();
+    assert!(
+        matches!(err, lhc_log::LogError::WentBack { floor: 4, end: 2 }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("nothing was written"), "{err}");
+    assert_eq!(log.end_offset().unwrap(), 2);
+    // Many writers at once: each guarded request is judged alone, in whatever batches
+    // they share; the plain ones and the guarded ones the end allows are written.
+    let threads: Vec<_> = (0..8usize)
+        .map(|i| {
+            let log = log.clone();
+            std::thread::spawn(move || {
+                let bytes = record(100 + i);
+                match i % 3 {
+                    0 => log.append(&[&bytes]).map(|_| ()),
+                    1 => log.append_past(0, &[&bytes]).map(|_| ()),
+                    _ => log.append_past(1_000, &[&bytes]).map(|_| ()),
+                }
+            })
+        })
+        .collect();
+    let mut refused = 0;
+    for (i, t) in threads.into_iter().enumerate() {
+        match t.join().unwrap() {
+            Ok(()) => assert_ne!(i % 3, 2, "a floor past the end was written"),
+            Err(e) => {
+                assert!(
+                    matches!(e, lhc_log::LogError::WentBack { floor: 1_000, .. }),
+                    "{e}"
+                );
+                refused += 1;
+            }
+        }
+    }
+    assert_eq!(refused, 2);
+    assert_eq!(log.end_offset().unwrap(), 2 + 6);
+    let mut reader = log.reader(2).unwrap();
+    let mut seen = Vec::new();
+    while let Some(r) = reader.next(Duration::ZERO).unwrap() {
+        seen.push(r.bytes);
+    }
+    assert_eq!(seen.len(), 6);
+    for i in [102, 105] {
+        assert!(!seen.contains(&record(i)), "record {i} was written");
+    }
+}
+
 /// A `LOST` that is a FIFO or a link is refused by readers, naming it, at once (a FIFO
 /// hung `log check` for good; a link to /dev/zero read until memory ran out).
 #[test]

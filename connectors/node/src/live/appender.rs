@@ -105,6 +105,8 @@ pub(crate) struct Sink {
     /// One past the last offset this node's appends to the embedded log got: a later
     /// append landing below it means the log lost records under the node.
     written_end: u64,
+    /// Embedded log: the fold's next offset (records it applied are in the log below it).
+    applied: Option<tokio::sync::watch::Receiver<u64>>,
 }
 
 /// Records published per append when draining the backlog.
@@ -126,7 +128,24 @@ impl Sink {
             backlog: VecDeque::new(),
             last_try: None,
             written_end: 0,
+            applied: None,
         }
+    }
+
+    /// Makes every append to the embedded log conditional on the log ending at or past
+    /// the fold's next offset too (see [`Sink::floor`]).
+    pub(crate) fn watch_applied(&mut self, applied: tokio::sync::watch::Receiver<u64>) {
+        self.applied = Some(applied);
+    }
+
+    /// Where the embedded log must end at least for this node to append: past every
+    /// record it wrote and every record its fold applied. Below, the log went back (its
+    /// tail cut, an older copy restored) and new records would take offsets the fold has
+    /// passed: brokered by a later fold while this node answered 503 (found by hostile
+    /// testing), so the log refuses them under its lock instead.
+    fn floor(&self) -> u64 {
+        let applied = self.applied.as_ref().map_or(0, |a| *a.borrow());
+        self.written_end.max(applied)
     }
 
     /// Offsets an append to the embedded log got: below what this node's appends got
@@ -154,7 +173,15 @@ impl Sink {
     ) -> bool {
         let Some(link) = self.kafka.clone() else {
             let refs: Vec<&[u8]> = records.iter().map(Vec::as_slice).collect();
-            let result = self.log.append(&refs).map_err(|e| e.to_string());
+            let floor = self.floor();
+            let result = match self.log.append_past(floor, &refs) {
+                Err(lhc_log::LogError::WentBack { end, .. }) => {
+                    let why = super::log_went_back(&*self.log, end, floor);
+                    self.health.fail(why.clone());
+                    Err(why)
+                }
+                other => other.map_err(|e| e.to_string()),
+            };
             let written = result.is_ok();
             if let Ok(offsets) = &result {
                 self.note_offsets(offsets);

@@ -517,8 +517,11 @@ pub async fn run(
             epoch,
         ));
     }
-    let appender = Appender::start(sink, last_ts.clone(), bell.clone(), record_waiters.clone());
     let (applied, _) = watch::channel(folder.next());
+    if kafka.is_none() {
+        sink.watch_applied(applied.subscribe());
+    }
+    let appender = Appender::start(sink, last_ts.clone(), bell.clone(), record_waiters.clone());
     let start_pos = match &kafka {
         Some(link) => link.next.load(Ordering::SeqCst),
         None => folder.next(),
