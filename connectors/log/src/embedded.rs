@@ -160,6 +160,40 @@ fn keep_cut(segment: &Path, offset: u64, bytes: &[u8]) -> Result<PathBuf, LogErr
     unreachable!("some name is free")
 }
 
+/// Where a batch started: its segment's base and length, and its index's length.
+struct BatchStart {
+    start: (u64, u64),
+    index_len: u64,
+}
+
+/// Moves segment `path` (its first record at `offset`) to a free [`cut_path`] name, never
+/// over a file there; the new path.
+fn set_aside(path: &Path, offset: u64) -> Result<PathBuf, LogError> {
+    let base = cut_path(path, offset);
+    for n in 0u32.. {
+        let to = if n == 0 {
+            base.clone()
+        } else {
+            PathBuf::from(format!("{}.{n}", base.display()))
+        };
+        // A link then an unlink: `rename` would replace a file already there.
+        match std::fs::hard_link(path, &to) {
+            Ok(()) => {
+                std::fs::remove_file(path).map_err(|e| LogError::io(path, e))?;
+                if let Some(dir) = path.parent() {
+                    File::open(dir)
+                        .and_then(|d| d.sync_all())
+                        .map_err(|e| LogError::io(dir, e))?;
+                }
+                return Ok(to);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(LogError::io(&to, e)),
+        }
+    }
+    unreachable!("some name is free")
+}
+
 /// Takes `file`'s exclusive lock, waiting until `deadline` at most: a writer stopped while
 /// it holds the lock (`kill -STOP`, a hung disk) must not hang every other writer, and a
 /// node's launches with them, without a word. `refusal` is the error's text when the
@@ -1961,6 +1995,13 @@ impl Writer {
     }
 
     fn write(&mut self, records: &[&[u8]]) -> Result<Vec<u64>, LogError> {
+        let start = self.begin()?;
+        let written = self.write_batch(records);
+        self.finish(start, written)
+    }
+
+    /// Reads the tail before a batch; where it starts (segment, length, index length).
+    fn begin(&mut self) -> Result<BatchStart, LogError> {
         self.refresh()?;
         let active = self.active.as_ref().expect("refresh sets it");
         let start = (active.base, active.len);
@@ -1971,7 +2012,17 @@ impl Writer {
         if let Some(id) = file_id(&active.file) {
             self.written.push((start.0, id));
         }
-        match self.write_batch(records) {
+        Ok(BatchStart { start, index_len })
+    }
+
+    /// Judges a batch once written: appended, uncertain (a segment it wrote replaced), or
+    /// failed and rolled back.
+    fn finish(
+        &mut self,
+        BatchStart { start, index_len }: BatchStart,
+        written: Result<Vec<u64>, LogError>,
+    ) -> Result<Vec<u64>, LogError> {
+        match written {
             // A segment replaced while the batch was written (checked before it, and at
             // each roll): the records went to a file no reader reads, unless the copy was
             // taken after them. Not called appended, nor rolled back (the path names
@@ -1982,7 +2033,8 @@ impl Writer {
             Ok(offsets) if !offsets.is_empty() && self.replaced_segment().is_some() => {
                 self.active = None;
                 let base = self.replaced_segment().unwrap_or(start.0);
-                Err(self.replaced_during(base, &offsets))
+                let error = self.replaced_during(base, &offsets);
+                Err(self.set_aside_past(base, error))
             }
             Ok(offsets) => Ok(offsets),
             Err(e @ LogError::BatchUncertain(_)) => {
@@ -2009,6 +2061,48 @@ impl Writer {
                     != Some(*id)
             })
             .map(|(base, _)| *base)
+    }
+
+    /// After a batch found segment `base` replaced once it had rolled past it: when the
+    /// file there now ends short of the next segment (an older copy), the segments the
+    /// batch rolled to after it are set aside as kept files (as a torn tail's cut bytes
+    /// are, [`cut_path`]), so the log ends where the copy does and the commit mark names
+    /// the records in between as lost (the next writer keeps them in `LOST`), instead of a
+    /// gap that called every later append and `lhc log check` a corrupt log without a
+    /// word on the cause (found by hostile testing). `error` gains what was set aside.
+    fn set_aside_past(&mut self, base: u64, error: LogError) -> LogError {
+        let later: Vec<u64> = self.rolled.iter().copied().filter(|&b| b > base).collect();
+        let Some(&next) = later.first() else {
+            return error;
+        };
+        if closed_segment_ends_at(&self.dir, base, next).is_ok() {
+            // A copy taken after the roll: the log is whole.
+            return error;
+        }
+        let mut kept = Vec::new();
+        for later in later.iter().rev() {
+            let path = segment_path(&self.dir, *later);
+            match set_aside(&path, *later) {
+                Ok(to) => {
+                    // Derived from the segment: the mark names the loss.
+                    let _ = std::fs::remove_file(index_path(&self.dir, *later));
+                    kept.push(to.display().to_string());
+                }
+                Err(e) => {
+                    tracing::error!("setting aside {} failed: {e}", path.display());
+                    return error;
+                }
+            }
+        }
+        self.rolled.clear();
+        kept.reverse();
+        LogError::BatchUncertain(format!(
+            "{error}; the segment(s) it rolled to after that one, starting past the replaced \
+             file's end, were set aside as {} (their records kept there), so the log ends \
+             where the replaced file does and the next writer keeps the records in between \
+             in {LOST_FILE}",
+            kept.join(", ")
+        ))
     }
 
     /// The error of a batch written while its segment `base` was replaced (see
@@ -2690,6 +2784,87 @@ mod tests {
             })
             .collect();
         std::fs::write(index_path(dir, 0), bytes).unwrap();
+    }
+
+    /// A batch that rolled past a segment replaced under it meanwhile by an older copy
+    /// (shorter than where the batch rolled) sets the segments it rolled to aside as kept
+    /// files: the log ends where the copy does, and the next writer keeps the records in
+    /// between in `LOST`. The gap left before made every later append and `lhc log check`
+    /// call the log corrupt, without a word on the cause (found by hostile testing).
+    #[test]
+    fn a_batch_that_rolled_past_a_segment_replaced_by_an_older_copy_sets_aside_what_follows() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("log");
+        let options = EmbeddedOptions {
+            fsync: FsyncPolicy::Never,
+            segment_bytes: 512,
+            index_interval_bytes: 128,
+            ..EmbeddedOptions::default()
+        };
+        let record = |i: usize| format!(r#"{{"type":"clock.tick","n":{i}}}"#).into_bytes();
+        let first: Vec<Vec<u8>> = (0..3).map(record).collect();
+        let refs: Vec<&[u8]> = first.iter().map(Vec::as_slice).collect();
+        EmbeddedLog::open(&dir, options.clone())
+            .unwrap()
+            .append(&refs)
+            .unwrap();
+        let older = tmp.path().join("older");
+        std::fs::copy(segment_path(&dir, 0), &older).unwrap();
+        let mut writer = Writer::open(&dir, options.clone()).unwrap();
+        let batch: Vec<Vec<u8>> = (3..20).map(record).collect();
+        let refs: Vec<&[u8]> = batch.iter().map(Vec::as_slice).collect();
+        let start = writer.begin().unwrap();
+        let written = writer.write_batch(&refs);
+        assert!(written.is_ok());
+        let rolled = writer.rolled.clone();
+        assert!(!rolled.is_empty(), "the batch rolls");
+        // The older copy renamed over the segment the batch rolled from.
+        std::fs::rename(&older, segment_path(&dir, 0)).unwrap();
+        let err = writer.finish(start, written).unwrap_err();
+        assert!(matches!(err, LogError::BatchUncertain(_)), "{err}");
+        assert!(err.to_string().contains("set aside"), "{err}");
+        drop(writer);
+        assert_eq!(list_segments(&dir).unwrap(), vec![0]);
+        for base in &rolled {
+            let kept = cut_path(&segment_path(&dir, *base), *base);
+            assert!(kept.exists(), "{} kept", kept.display());
+            assert!(!index_path(&dir, *base).exists());
+        }
+        // Readers see a lost tail (the mark past the copy's end), not a corrupt log.
+        let report = check(&dir).unwrap();
+        assert_eq!(report.end_offset, 3);
+        assert!(report.lost_tail.is_some(), "{report:?}");
+        // The next writer keeps the loss in LOST and goes on at offset 3.
+        let log = EmbeddedLog::open(&dir, options).unwrap();
+        assert_eq!(log.append(&[b"{}".as_slice()]).unwrap(), vec![3]);
+        let lost = lost_records(&dir).unwrap();
+        assert!(
+            lost.iter().any(|l| l
+                .as_ref()
+                .is_ok_and(|l| l.first == 3 && l.last_listed == 19)),
+            "{lost:?}"
+        );
+        // A copy taken after the roll leaves the log whole: nothing is set aside.
+        drop(log);
+        let whole = tmp.path().join("whole");
+        let mut writer = Writer::open(
+            &dir,
+            EmbeddedOptions {
+                fsync: FsyncPolicy::Never,
+                segment_bytes: 512,
+                index_interval_bytes: 128,
+                ..EmbeddedOptions::default()
+            },
+        )
+        .unwrap();
+        let start = writer.begin().unwrap();
+        let written = writer.write_batch(&refs);
+        let base = writer.written[0].0;
+        std::fs::copy(segment_path(&dir, base), &whole).unwrap();
+        std::fs::rename(&whole, segment_path(&dir, base)).unwrap();
+        let err = writer.finish(start, written).unwrap_err();
+        assert!(!err.to_string().contains("set aside"), "{err}");
+        assert!(check(&dir).is_ok());
     }
 
     /// A reader's hint comes from an index no larger than its segment allows (one entry
