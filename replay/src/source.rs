@@ -554,7 +554,8 @@ pub fn losses(dir: &Path, log: &dyn Log, end: u64) -> Vec<String> {
         found.push(format!(
             "records lost: {} ends at offset {end}, but the log's index or commit mark \
              names a record at offset {listed}: records {end}..={listed} (at least) were written and are gone \
-             (the file was cut, or a crash lost writes not yet on disk); this answer comes \
+             (the file was cut, an older copy put in its place, or a crash lost writes not yet \
+             on disk); this answer comes \
              from the records before offset {end} only. Restore the log from a copy; `lhc \
              log check` names the loss",
             segment.display()

@@ -272,7 +272,8 @@ impl LogArgs {
             eprintln!(
                 "warning: records lost from {}: it ends at offset {}, but its index or commit \
                  mark named a record at offset {}; records {}..={} (at least) were written and are gone (the \
-                 file was cut, or a crash lost writes not yet on disk). Appends go on at offset \
+                 file was cut, an older copy put in its place, or a crash lost writes not yet \
+                 on disk). Appends go on at offset \
                  {}; the loss is kept in {} and `lhc log check` names it. Restore the log from a \
                  copy if you have one",
                 lost.segment.display(),

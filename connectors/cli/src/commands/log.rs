@@ -1039,8 +1039,8 @@ fn check(target: &LogArgs, quiet: bool) -> anyhow::Result<ExitCode> {
             println!(
                 "records lost: {} ends at offset {end}, but its index or the log's commit mark \
                  names a record at offset {listed}: records {end}..={listed} (at least) were \
-                 written and are gone (the file was cut, or a crash lost writes not yet on disk \
-                 with --fsync never or an interval); restore the log from a copy. The next \
+                 written and are gone (the file was cut, an older copy put in its place, or \
+                 a crash lost writes not yet on disk with --fsync never or an interval); restore the log from a copy. The next \
                  append would give their offsets to other records",
                 segment.display()
             );
