@@ -160,6 +160,48 @@ fn keep_cut(segment: &Path, offset: u64, bytes: &[u8]) -> Result<PathBuf, LogErr
     unreachable!("some name is free")
 }
 
+/// Gives `path` a file of its own when other names link to it (a `cp -al` or rsnapshot
+/// backup): a writer about to change a file in place (the last segment, its index, the
+/// commit mark, `LOST`) first copies it to a new file renamed over the path, so the other
+/// names keep what they held. Appends, a torn tail's cut and the mark went into a
+/// hard-linked backup's files too, and the backup's mark then named records it lacked as
+/// lost (found by hostile testing). `true` when a copy was made. Must hold the lock.
+fn unshare(path: &Path) -> Result<bool, LogError> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(LogError::io(path, e)),
+    };
+    if !meta.file_type().is_file() || meta.nlink() <= 1 {
+        return Ok(false);
+    }
+    let name = path
+        .file_name()
+        .map_or_else(|| "file".to_string(), |n| n.to_string_lossy().into_owned());
+    let tmp = path.with_file_name(format!("{name}.unshare"));
+    let _ = std::fs::remove_file(&tmp);
+    let copied = std::fs::copy(path, &tmp)
+        .and_then(|_| File::open(&tmp)?.sync_all())
+        .and_then(|()| std::fs::rename(&tmp, path));
+    if let Err(e) = copied {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(LogError::io(path, e));
+    }
+    if let Some(dir) = path.parent() {
+        File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| LogError::io(dir, e))?;
+    }
+    tracing::warn!(
+        path = %path.display(),
+        links = meta.nlink(),
+        "the log's file had other names (hard links: a `cp -al` backup?); the writer gave \
+         it a copy of its own before changing it, so the other names keep what they held"
+    );
+    Ok(true)
+}
+
 /// Where a batch started: its segment's base and length, and its index's length.
 struct BatchStart {
     start: (u64, u64),
@@ -331,6 +373,8 @@ fn write_lost(dir: &Path, lost: &LostRecords) -> Result<bool, LogError> {
         .unwrap_or_default();
     // Never through a symbolic link (the line went into the file it named, found by
     // hostile testing), nor into a FIFO: refused, naming the path, and the writer with it.
+    // Nor into a backup's hard link to it.
+    unshare(&path)?;
     let mut file = open_regular_nofollow(OpenOptions::new().create(true).append(true), &path)
         .map_err(|e| LogError::io(&path, e))?;
     use std::io::Write as _;
@@ -1505,7 +1549,10 @@ impl Writer {
         if let Some(active) = &self.active {
             let path = segment_path(&self.dir, active.base);
             let held = active.file.metadata().map_err(|e| LogError::io(&path, e))?;
-            if !active.named_by_paths(&self.dir) {
+            if std::os::unix::fs::MetadataExt::nlink(&held) > 1 {
+                // Linked elsewhere since (a backup): read again, given a file of its own.
+                self.active = None;
+            } else if !active.named_by_paths(&self.dir) {
                 tracing::warn!(
                     segment = %path.display(),
                     "the log's last segment or its index was replaced or removed under this \
@@ -1562,11 +1609,20 @@ impl Writer {
         // a removal): written to the file readers read, not to a deleted one. Two `stat`s
         // per batch.
         let path = self.dir.join(COMMIT_FILE);
-        let same = match (std::fs::symlink_metadata(&path), held.metadata()) {
-            (Ok(now), Ok(held)) => now.dev() == held.dev() && now.ino() == held.ino(),
-            _ => false,
+        let (same, linked) = match (std::fs::symlink_metadata(&path), held.metadata()) {
+            (Ok(now), Ok(held)) => (
+                now.dev() == held.dev() && now.ino() == held.ino(),
+                now.file_type().is_file() && now.nlink() > 1,
+            ),
+            _ => (false, false),
         };
-        if !same {
+        if linked {
+            // Other names link to it (a `cp -al` backup): this name is given a new mark,
+            // so the backup's keeps the end of its own records (written in place, it
+            // named records the backup lacks as lost).
+            let _ = std::fs::remove_file(&path);
+        }
+        if !same || linked {
             match open_mark(&self.dir) {
                 Ok(Some(file)) => self.mark = Some(file),
                 Ok(None) => {
@@ -1608,6 +1664,10 @@ impl Writer {
             return Ok(());
         };
         let path = segment_path(&self.dir, base);
+        // The files changed in place below, each given one of its own first if a backup
+        // links to it.
+        unshare(&path)?;
+        unshare(&index_path(&self.dir, base))?;
         let file = open_regular_with(OpenOptions::new().read(true).write(true), &path)
             .map_err(|e| LogError::io(&path, e))?;
         let len = file.metadata().map_err(|e| LogError::io(&path, e))?.len();

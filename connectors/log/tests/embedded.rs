@@ -1883,6 +1883,79 @@ fn a_guarded_append_below_its_floor_writes_nothing() {
     }
 }
 
+/// A backup of hard links (`cp -al`, rsnapshot) keeps what it held: a writer gives each
+/// file it changes in place (the last segment, its index, the commit mark, `LOST`) a
+/// copy of its own first, whether the links were made before it opened the log or while
+/// it appends. Before, appends, cuts and the mark went into the backup's files too, and
+/// the backup's mark named records it lacked as lost (found by hostile testing).
+#[test]
+fn a_hard_linked_backup_keeps_what_it_held() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("log");
+    let snapshot = |to: &Path| -> Vec<(String, Vec<u8>)> {
+        std::fs::create_dir_all(to).unwrap();
+        let mut files: Vec<(String, Vec<u8>)> = Vec::new();
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let entry = entry.unwrap();
+            if !entry.file_type().unwrap().is_file() || entry.file_name() == "LOCK" {
+                continue;
+            }
+            let name = entry.file_name().to_string_lossy().into_owned();
+            std::fs::hard_link(entry.path(), to.join(&name)).unwrap();
+            files.push((name, std::fs::read(entry.path()).unwrap()));
+        }
+        files.sort();
+        files
+    };
+    let same = |to: &Path, files: &[(String, Vec<u8>)]| {
+        for (name, bytes) in files {
+            assert_eq!(
+                &std::fs::read(to.join(name)).unwrap(),
+                bytes,
+                "{} changed",
+                to.join(name).display()
+            );
+        }
+    };
+    let batch = |from: usize| -> Vec<Vec<u8>> { (from..from + 5).map(record).collect() };
+    let append = |log: &EmbeddedLog, from: usize| {
+        let records = batch(from);
+        let refs: Vec<&[u8]> = records.iter().map(Vec::as_slice).collect();
+        log.append(&refs).unwrap()
+    };
+    let log = EmbeddedLog::open(&dir, options(1 << 20)).unwrap();
+    append(&log, 0);
+    // Linked while the writer has the log open.
+    let live = tmp.path().join("live-backup");
+    let held = snapshot(&live);
+    assert!(held
+        .iter()
+        .any(|(n, _)| n == lhc_log::embedded::COMMIT_FILE));
+    assert_eq!(append(&log, 5), (5..10).collect::<Vec<u64>>());
+    same(&live, &held);
+    drop(log);
+    // Linked before a writer opens it, with a torn tail the writer cuts.
+    let cold = tmp.path().join("cold-backup");
+    let segment = segment(&dir, 0);
+    let mut bytes = std::fs::read(&segment).unwrap();
+    bytes.extend_from_slice(b"torn");
+    std::fs::write(&segment, &bytes).unwrap();
+    let held_cold = snapshot(&cold);
+    let log = EmbeddedLog::open(&dir, options(1 << 20)).unwrap();
+    assert!(log.recovery().is_some(), "the torn tail is cut");
+    assert_eq!(append(&log, 10), (10..15).collect::<Vec<u64>>());
+    drop(log);
+    same(&cold, &held_cold);
+    same(&live, &held);
+    // The backups read as the logs they were: no loss named, every record there.
+    for (backup, records) in [(&live, 5u64), (&cold, 10)] {
+        let report = lhc_log::embedded::check(backup).unwrap();
+        assert_eq!(report.end_offset, records, "{report:?}");
+        assert!(report.lost_tail.is_none(), "{report:?}");
+    }
+    assert_eq!(lhc_log::embedded::check(&dir).unwrap().end_offset, 15);
+}
+
 /// A `LOST` that is a FIFO or a link is refused by readers, naming it, at once (a FIFO
 /// hung `log check` for good; a link to /dev/zero read until memory ran out).
 #[test]
