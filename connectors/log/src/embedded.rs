@@ -1203,8 +1203,11 @@ fn first_segment_is_lhc(dir: &Path) -> bool {
 /// recreates it; readers see the end there. (Named anywhere else it is a stray file, and
 /// taking it for the end would hide the records after its name.)
 fn being_created(dir: &Path, bases: &[u64], base: u64) -> bool {
+    // A regular file only: a FIFO (or a device) reads as empty, and `lhc log check` said
+    // "framing ok" before the readers refused it.
     let short = bases.last() == Some(&base)
-        && std::fs::metadata(segment_path(dir, base)).is_ok_and(|m| m.len() < SEGMENT_HEADER_BYTES);
+        && std::fs::metadata(segment_path(dir, base))
+            .is_ok_and(|m| m.is_file() && m.len() < SEGMENT_HEADER_BYTES);
     short
         && match bases.len() {
             1 => base == 0,

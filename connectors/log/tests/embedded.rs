@@ -1956,6 +1956,19 @@ fn a_hard_linked_backup_keeps_what_it_held() {
     assert_eq!(lhc_log::embedded::check(&dir).unwrap().end_offset, 15);
 }
 
+/// A FIFO named like the segment after the last one is no segment being created (it
+/// reads as empty): `check` refuses it, naming it, instead of a clean report that the
+/// readers then contradicted (`lhc log check` printed "framing ok" before failing).
+#[test]
+fn a_fifo_after_the_last_segment_is_refused_by_check() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("log");
+    write(&dir, 3, 1 << 20);
+    mkfifo(&segment(&dir, 3));
+    let err = lhc_log::embedded::check(&dir).unwrap_err().to_string();
+    assert!(err.contains("not a regular file"), "{err}");
+}
+
 /// A `LOST` that is a FIFO or a link is refused by readers, naming it, at once (a FIFO
 /// hung `log check` for good; a link to /dev/zero read until memory ran out).
 #[test]
