@@ -196,8 +196,27 @@ struct EndLook {
 /// Fails the node when the log went back under it (records it applied are gone) or holds
 /// other records where it applied some.
 fn watch_end(shared: &Shared, look: EndLook) {
-    let Ok(end) = shared.log.written_end() else {
-        return;
+    // The last error of a look, said once until it changes (a look runs each second
+    // while the fold is idle): a log whose end cannot be read is never judged silently.
+    static LAST_ERROR: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+    let end = match shared.log.written_end() {
+        Ok(end) => {
+            LAST_ERROR.lock().map(|mut e| e.take()).ok();
+            end
+        }
+        Err(e) => {
+            let e = e.to_string();
+            let mut last = LAST_ERROR.lock().unwrap_or_else(|p| p.into_inner());
+            if last.as_deref() != Some(e.as_str()) {
+                tracing::warn!(
+                    "cannot read where {} ends ({e}); whether records this node applied are \
+                     still in it is not known until it can",
+                    shared.log.describe()
+                );
+                *last = Some(e);
+            }
+            return;
+        }
     };
     if end < look.next {
         shared
