@@ -173,7 +173,7 @@ fn unshare(path: &Path) -> Result<bool, LogError> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
         Err(e) => return Err(LogError::io(path, e)),
     };
-    if !meta.file_type().is_file() || meta.nlink() <= 1 {
+    if !meta.file_type().is_file() || meta.nlink() <= 1 || links_unreliable() {
         return Ok(false);
     }
     let name = path
@@ -186,12 +186,33 @@ fn unshare(path: &Path) -> Result<bool, LogError> {
         .and_then(|()| std::fs::rename(&tmp, path));
     if let Err(e) = copied {
         let _ = std::fs::remove_file(&tmp);
-        return Err(LogError::io(path, e));
+        return Err(LogError::io(
+            path,
+            std::io::Error::new(
+                e.kind(),
+                format!(
+                    "the file has other names (hard links: a `cp -al` backup?), and giving \
+                     it a copy of its own before changing it failed ({e}); nothing was \
+                     written: free space, or remove the other names"
+                ),
+            ),
+        ));
     }
     if let Some(dir) = path.parent() {
         File::open(dir)
             .and_then(|d| d.sync_all())
             .map_err(|e| LogError::io(dir, e))?;
+    }
+    if std::fs::symlink_metadata(path).is_ok_and(|m| m.nlink() > 1) {
+        // A file system that counts links its own way: copying again would not help
+        // (and would copy the segment at every batch).
+        LINKS_UNRELIABLE.store(true, std::sync::atomic::Ordering::Relaxed);
+        tracing::warn!(
+            path = %path.display(),
+            "this file system reports other names for a file just made: hard links are \
+             not looked at any more by this process"
+        );
+        return Ok(false);
     }
     tracing::warn!(
         path = %path.display(),
@@ -200,6 +221,14 @@ fn unshare(path: &Path) -> Result<bool, LogError> {
          it a copy of its own before changing it, so the other names keep what they held"
     );
     Ok(true)
+}
+
+/// Set once a file system reported links for a file just copied (see [`unshare`]).
+static LINKS_UNRELIABLE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether hard links are no longer looked at (see [`unshare`]).
+fn links_unreliable() -> bool {
+    LINKS_UNRELIABLE.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// Where a batch started: its segment's base and length, and its index's length.
@@ -1274,6 +1303,22 @@ fn check_closed_segments(dir: &Path, bases: &[u64]) -> Result<(), LogError> {
     Ok(())
 }
 
+/// Where segment `base` ends: the offset after its last whole record (a torn tail is an
+/// end too); an error when it cannot be read or is damaged.
+fn segment_end(dir: &Path, base: u64) -> Result<u64, LogError> {
+    let path = segment_path(dir, base);
+    let file = open_segment(&path, base)?;
+    let scan = scan_segment(&file, &path, base, SEGMENT_HEADER_BYTES, |_, _, _| {})?;
+    match scan.end {
+        ScanEnd::Clean | ScanEnd::Torn { .. } => Ok(scan.next_offset),
+        ScanEnd::Corrupt { detail } => Err(LogError::Corrupt {
+            segment: path,
+            offset: scan.next_offset,
+            detail,
+        }),
+    }
+}
+
 /// Checks that the closed segment `base` ends whole exactly where the segment `next`
 /// begins (see [`check_closed_segments`]).
 fn closed_segment_ends_at(dir: &Path, base: u64, next: u64) -> Result<(), LogError> {
@@ -1552,7 +1597,7 @@ impl Writer {
         if let Some(active) = &self.active {
             let path = segment_path(&self.dir, active.base);
             let held = active.file.metadata().map_err(|e| LogError::io(&path, e))?;
-            if std::os::unix::fs::MetadataExt::nlink(&held) > 1 {
+            if std::os::unix::fs::MetadataExt::nlink(&held) > 1 && !links_unreliable() {
                 // Linked elsewhere since (a backup): read again, given a file of its own.
                 self.active = None;
             } else if !active.named_by_paths(&self.dir) {
@@ -1619,11 +1664,20 @@ impl Writer {
             ),
             _ => (false, false),
         };
-        if linked {
-            // Other names link to it (a `cp -al` backup): this name is given a new mark,
-            // so the backup's keeps the end of its own records (written in place, it
-            // named records the backup lacks as lost).
-            let _ = std::fs::remove_file(&path);
+        if linked && !links_unreliable() {
+            // Other names link to it (a `cp -al` backup): this name is given a mark of its
+            // own (a copy renamed over it, so readers never find none), and the backup's
+            // keeps the end of its own records (written in place, it named records the
+            // backup lacks as lost).
+            if let Err(e) = unshare(&path) {
+                // This name only: the backup keeps its mark.
+                let _ = std::fs::remove_file(&path);
+                tracing::warn!(
+                    "{e}; removed this name of it, and appends go on without a commit mark"
+                );
+                self.mark = None;
+                return;
+            }
         }
         if !same || linked {
             match open_mark(&self.dir) {
@@ -1961,24 +2015,18 @@ impl Writer {
                 }
                 continue;
             }
-            let floor = batch
-                .iter()
-                .filter_map(|r| match r.guard {
-                    Guard::Past(floor) => Some(floor),
-                    _ => None,
-                })
-                .max();
+            let guarded = batch.iter().any(|r| matches!(r.guard, Guard::Past(_)));
+            // Requests whose floor is past the log's end take no part (nothing of theirs is
+            // written, whatever becomes of the others: they are answered `WentBack`); the
+            // others share the write.
+            let mut went_back: Vec<Option<LogError>> = Vec::new();
             let written = self.with_lock(|w| {
-                // Requests whose floor is past the log's end take no part (nothing of
-                // theirs is written); the others share the write.
-                let end = match floor {
-                    Some(_) => {
-                        w.refresh()?;
-                        w.active.as_ref().expect("refresh sets it").next_offset
-                    }
-                    None => u64::MAX,
+                let end = if guarded {
+                    w.refresh()?;
+                    w.active.as_ref().expect("refresh sets it").next_offset
+                } else {
+                    u64::MAX
                 };
-                let mut went_back = Vec::new();
                 let mut records: Vec<&[u8]> = Vec::new();
                 for request in &batch {
                     match request.guard {
@@ -1992,36 +2040,36 @@ impl Writer {
                     }
                 }
                 if records.is_empty() {
-                    return Ok((Vec::new(), went_back));
+                    return Ok(Vec::new());
                 }
-                w.write(&records).map(|offsets| (offsets, went_back))
+                w.write(&records)
             });
-            match written {
-                Ok((offsets, went_back)) => {
-                    let mut rest = offsets.as_slice();
-                    for (request, refused) in batch.into_iter().zip(went_back) {
-                        if let Some(e) = refused {
-                            let _ = request.reply.send(Err(e));
-                            continue;
-                        }
+            if written.is_err() {
+                // Forget the cached tail: the next append re-reads it from disk.
+                self.active = None;
+            }
+            let failed = written
+                .as_ref()
+                .err()
+                .map(|e| (e.to_string(), matches!(e, LogError::BatchUncertain(_))));
+            let offsets = written.unwrap_or_default();
+            let mut rest = offsets.as_slice();
+            for (i, request) in batch.into_iter().enumerate() {
+                // (Empty when the lock was never taken: then every request failed alike.)
+                if let Some(Some(refused)) = went_back.get_mut(i).map(Option::take) {
+                    let _ = request.reply.send(Err(refused));
+                    continue;
+                }
+                let answer = match &failed {
+                    Some((message, true)) => Err(LogError::BatchUncertain(message.clone())),
+                    Some((message, false)) => Err(LogError::BatchFailed(message.clone())),
+                    None => {
                         let (mine, others) = rest.split_at(request.records.len());
                         rest = others;
-                        let _ = request.reply.send(Ok(mine.to_vec()));
+                        Ok(mine.to_vec())
                     }
-                }
-                Err(e) => {
-                    let message = e.to_string();
-                    let uncertain = matches!(e, LogError::BatchUncertain(_));
-                    // Forget the cached tail: the next append re-reads it from disk.
-                    self.active = None;
-                    for request in batch {
-                        let _ = request.reply.send(Err(if uncertain {
-                            LogError::BatchUncertain(message.clone())
-                        } else {
-                            LogError::BatchFailed(message.clone())
-                        }));
-                    }
-                }
+                };
+                let _ = request.reply.send(answer);
             }
         }
         self.sync_quietly();
@@ -2036,9 +2084,6 @@ impl Writer {
         self.dirty_since = None;
     }
 
-    /// Writes records at the tail, all or nothing: a batch that fails part way (a full
-    /// disk, a file-size limit) is rolled back to where it started, across a segment roll
-    /// too, so no prefix of it stays behind (R-LOG-3). Must hold the lock.
     /// [`Writer::write`], only if the log's end meets `guard`. Must hold the lock.
     fn write_at(&mut self, guard: Guard, records: &[&[u8]]) -> Result<Vec<u64>, LogError> {
         if let Guard::At(expected) | Guard::Past(expected) = guard {
@@ -2057,6 +2102,9 @@ impl Writer {
         self.write(records)
     }
 
+    /// Writes records at the tail, all or nothing: a batch that fails part way (a full
+    /// disk, a file-size limit) is rolled back to where it started, across a segment roll
+    /// too, so no prefix of it stays behind (R-LOG-2). Must hold the lock.
     fn write(&mut self, records: &[&[u8]]) -> Result<Vec<u64>, LogError> {
         let start = self.begin()?;
         let written = self.write_batch(records);
@@ -2102,7 +2150,10 @@ impl Writer {
             Ok(offsets) => Ok(offsets),
             Err(e @ LogError::BatchUncertain(_)) => {
                 self.active = None;
-                Err(e)
+                Err(match self.replaced_segment() {
+                    Some(base) => self.set_aside_past(base, e),
+                    None => e,
+                })
             }
             Err(e) => {
                 if let Err(undo) = self.roll_back(start, index_len) {
@@ -2138,34 +2189,58 @@ impl Writer {
         let Some(&next) = later.first() else {
             return error;
         };
-        if closed_segment_ends_at(&self.dir, base, next).is_ok() {
-            // A copy taken after the roll: the log is whole.
-            return error;
+        // Only a file that reads whole (or torn) and ends short of the next segment is an
+        // older copy; one that cannot be read (gone, damaged, an I/O error) is left as
+        // it is, for `lhc log check` to name.
+        match segment_end(&self.dir, base) {
+            Ok(end) if end < next => {}
+            Ok(_) => return error,
+            Err(e) => {
+                tracing::error!("the segment replaced under a batch cannot be read: {e}");
+                return error;
+            }
         }
         let mut kept = Vec::new();
+        let mut failed = None;
         for later in later.iter().rev() {
+            // The index first: one left without its segment would read as records lost
+            // (the mark names the loss).
+            let _ = std::fs::remove_file(index_path(&self.dir, *later));
             let path = segment_path(&self.dir, *later);
             match set_aside(&path, *later) {
-                Ok(to) => {
-                    // Derived from the segment: the mark names the loss.
-                    let _ = std::fs::remove_file(index_path(&self.dir, *later));
-                    kept.push(to.display().to_string());
-                }
+                Ok(to) => kept.push(to.display().to_string()),
                 Err(e) => {
-                    tracing::error!("setting aside {} failed: {e}", path.display());
-                    return error;
+                    failed = Some(format!("setting aside {} failed ({e})", path.display()));
+                    break;
                 }
             }
         }
         self.rolled.clear();
         kept.reverse();
-        LogError::BatchUncertain(format!(
-            "{error}; the segment(s) it rolled to after that one, starting past the replaced \
-             file's end, were set aside as {} (their records kept there), so the log ends \
-             where the replaced file does and the next writer keeps the records in between \
-             in {LOST_FILE}",
-            kept.join(", ")
-        ))
+        let aside = if kept.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " were set aside as {} (their records kept there)",
+                kept.join(", ")
+            )
+        };
+        match failed {
+            None => LogError::BatchUncertain(format!(
+                "{error}; the segment(s) it rolled to after that one, starting past the \
+                 replaced file's end,{aside}, so the log ends where the replaced file does \
+                 and the next writer keeps the records in between in {LOST_FILE}"
+            )),
+            Some(failed) => LogError::BatchUncertain(format!(
+                "{error}; the segment(s) it rolled to after that one start past the replaced \
+                 file's end: {failed}{}{aside}; the log has a gap until they are moved away",
+                if kept.is_empty() {
+                    ""
+                } else {
+                    ", and the later ones"
+                }
+            )),
+        }
     }
 
     /// The error of a batch written while its segment `base` was replaced (see
@@ -2251,6 +2326,11 @@ impl Writer {
                 self.dirty_since.get_or_insert_with(Instant::now);
             }
             FsyncPolicy::Never => {}
+        }
+        // A segment it wrote to replaced meanwhile: not committed (readers would read
+        // records that may not be in the log; see `finish`).
+        if let Some(base) = self.replaced_segment().filter(|_| !offsets.is_empty()) {
+            return Err(self.replaced_during(base, &offsets));
         }
         // Only now may readers see the batch: until here it can still be rolled back.
         let end = self.active.as_ref().expect("set").next_offset;
@@ -2922,12 +3002,63 @@ mod tests {
         .unwrap();
         let start = writer.begin().unwrap();
         let written = writer.write_batch(&refs);
+        assert!(!writer.rolled.is_empty(), "the batch rolls");
         let base = writer.written[0].0;
         std::fs::copy(segment_path(&dir, base), &whole).unwrap();
         std::fs::rename(&whole, segment_path(&dir, base)).unwrap();
         let err = writer.finish(start, written).unwrap_err();
         assert!(!err.to_string().contains("set aside"), "{err}");
         assert!(check(&dir).is_ok());
+    }
+
+    /// Guarded and plain requests queued together share one batch: each guarded one
+    /// whose floor is past the end is answered `WentBack` with nothing of it written, the
+    /// others are written in order, one after another.
+    #[test]
+    fn guarded_and_plain_requests_in_one_batch_are_judged_one_by_one() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("log");
+        let options = EmbeddedOptions {
+            fsync: FsyncPolicy::Never,
+            ..EmbeddedOptions::default()
+        };
+        std::fs::create_dir_all(&dir).unwrap();
+        let writer = Writer::open(&dir, options).unwrap();
+        let (requests, inbox) = mpsc::channel();
+        let mut answers = Vec::new();
+        for (i, guard) in [
+            Guard::None,
+            Guard::Past(5),
+            Guard::Past(0),
+            Guard::None,
+            Guard::Past(1),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let (reply, answer) = mpsc::channel();
+            requests
+                .send(Request {
+                    records: vec![format!(r#"{{"type":"clock.tick","n":{i}}}"#).into_bytes()],
+                    guard,
+                    reply,
+                })
+                .unwrap();
+            answers.push(answer);
+        }
+        // All queued before the writer wakes: one batch; the writer ends with the queue.
+        drop(requests);
+        writer.run(inbox);
+        let got: Vec<String> = answers
+            .iter()
+            .map(|a| match a.recv().unwrap() {
+                Ok(offsets) => format!("{offsets:?}"),
+                Err(LogError::WentBack { floor, end }) => format!("went back {floor} {end}"),
+                Err(e) => format!("{e}"),
+            })
+            .collect();
+        assert_eq!(got, ["[0]", "went back 5 0", "[1]", "[2]", "went back 1 0"]);
+        assert_eq!(check(&dir).unwrap().end_offset, 3);
     }
 
     /// A reader's hint comes from an index no larger than its segment allows (one entry

@@ -1954,6 +1954,37 @@ fn a_hard_linked_backup_keeps_what_it_held() {
         assert!(report.lost_tail.is_none(), "{report:?}");
     }
     assert_eq!(lhc_log::embedded::check(&dir).unwrap().end_offset, 15);
+    // `LOST` too: a loss found after the backup was linked goes into the log's own.
+    let lost = dir.join(lhc_log::embedded::LOST_FILE);
+    std::fs::write(&lost, "00000000000000000000.log 100 200\n").unwrap();
+    let with_lost = tmp.path().join("lost-backup");
+    let held_lost = snapshot(&with_lost);
+    // The live segment (a copy of its own, not the backup's) cut by its last two records,
+    // which are as long as each other: the mark names them, and the next writer keeps
+    // the loss in LOST.
+    let name = segment.file_name().unwrap().to_string_lossy().into_owned();
+    let ten = held_cold.iter().find(|(n, _)| *n == name).unwrap().1.len() as u64 - 4;
+    let fifteen = std::fs::metadata(&segment).unwrap().len();
+    let frame = (fifteen - ten) / 5;
+    let own = tmp.path().join("own-segment");
+    std::fs::copy(&segment, &own).unwrap();
+    std::fs::rename(&own, &segment).unwrap();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&segment)
+        .unwrap()
+        .set_len(fifteen - 2 * frame)
+        .unwrap();
+    let log = EmbeddedLog::open(&dir, options(1 << 20)).unwrap();
+    let found = log.lost().expect("the cut records are found lost").clone();
+    assert_eq!((found.first, found.last_listed), (13, 14));
+    drop(log);
+    let kept = std::fs::read_to_string(&lost).unwrap();
+    assert!(
+        kept.lines().count() == 2 && kept.contains(" 13 14"),
+        "{kept}"
+    );
+    same(&with_lost, &held_lost);
 }
 
 /// A FIFO named like the segment after the last one is no segment being created (it
