@@ -834,6 +834,91 @@ fn a_standard_output_that_cannot_be_written_is_an_error_not_a_panic() {
     }
 }
 
+/// The site log's tail cut in place under a running node and refilled at once by another
+/// writer with as many records or more: the frames line up where the node's fold stood,
+/// so it read on, and it stayed UP with records the log no longer holds (found by hostile
+/// testing). The writer keeps the loss in `LOST` before it appends; the node watches that
+/// file and fails, naming the loss.
+#[test]
+fn records_cut_and_refilled_under_a_running_node_fail_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("log");
+    import_example(&log);
+    let segment = log.join("00000000000000000000.log");
+    let data = tmp.path().join("node");
+    let port = free_port();
+    // The node appends nothing of its own for an hour once started: the log's tail is
+    // the test's ticks.
+    let quiet: Vec<&std::ffi::OsStr> = [
+        "--health-interval",
+        "1h",
+        "--probe-interval",
+        "1h",
+        "--tick-interval",
+        "1h",
+    ]
+    .iter()
+    .map(std::ffi::OsStr::new)
+    .collect();
+    let mut child = spawn_node(&log, &data, port, NO_CLOUD, &quiet, Stdio::piped());
+    wait_until("the node caught up", Duration::from_secs(30), || {
+        http(port, "GET", "/readyz", None, None).is_some_and(|(s, _)| s == 200)
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    // Ticks of one length each (stamped a minute ahead of the node's own records), so
+    // that frames line up once cut and refilled.
+    let at = std::time::SystemTime::now() + Duration::from_secs(60);
+    let ticks = |from: u64, n: u64| -> String {
+        (from..from + n)
+            .map(|i| {
+                let ts = humantime::format_rfc3339_millis(at + Duration::from_millis(i));
+                format!("{{\"ts\":\"{ts}\",\"type\":\"clock.tick\"}}\n")
+            })
+            .collect()
+    };
+    let before = std::fs::metadata(&segment).unwrap().len();
+    assert!(append_stdin(&log, ticks(0, 30).as_bytes()).status.success());
+    let size = std::fs::metadata(&segment).unwrap().len();
+    let frame = (size - before) / 30;
+    assert_eq!(size - before, 30 * frame, "ticks of one frame size each");
+    wait_until(
+        "the node applied the ticks",
+        Duration::from_secs(10),
+        || {
+            http(port, "GET", "/adc/probe", None, None).is_some()
+                && std::fs::metadata(&segment).unwrap().len() == size
+        },
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    // Cut by ten records in place, then twenty others appended at once.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&segment)
+        .unwrap()
+        .set_len(size - 10 * frame)
+        .unwrap();
+    assert!(append_stdin(&log, ticks(100, 20).as_bytes())
+        .status
+        .success());
+    let mut seen = None;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline && seen.is_none() {
+        if let Some((503, body)) = http(port, "GET", "/adc/probe", None, None) {
+            seen = Some(body);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let probe = seen.expect("/adc/probe answered DOWN once records it applied were lost");
+    assert_eq!(probe["reason"], "node_failed", "{probe}");
+    let (status, stderr) = exit_and_stderr(&mut child, "the failed node did not exit");
+    assert!(!status.success());
+    assert!(
+        stderr.contains("records it applied are gone from the log"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("LOST"), "{stderr}");
+}
+
 /// The site log going back under a running node (an older copy of its segment restored,
 /// its last records cut): the node applied records the log no longer holds, and records
 /// appended now would take offsets its fold has passed. It says so on its probes and exits

@@ -193,6 +193,80 @@ struct EndLook {
     last: Option<(u64, u128)>,
 }
 
+/// Watches the embedded log's `LOST` file: a writer keeps there every loss it finds
+/// before it gives the lost offsets to other records. A loss below where the fold stood
+/// at the previous look means records this node applied are gone and others may hold
+/// their offsets: cut in place and refilled with as many records between two looks at
+/// the log's end, the fold read on at the same byte position, the offsets lined up, and
+/// the node stayed UP with records the log no longer holds (found by hostile testing).
+/// Looked at after each burst of records and each idle second: one `stat` while `LOST`
+/// does not grow.
+struct LostWatch {
+    /// `LOST`'s length and lines at the previous look.
+    len: u64,
+    lines: usize,
+    /// The fold's next offset at the previous look.
+    next: u64,
+}
+
+impl LostWatch {
+    /// Losses already kept when the node starts are not this run's to judge.
+    fn start(log: &dyn lhc_log::Log, next: u64) -> LostWatch {
+        let (len, lines) = lost_now(log).unwrap_or((0, 0));
+        LostWatch { len, lines, next }
+    }
+
+    /// Why the node cannot decide, when a loss kept since the previous look reaches
+    /// below where the fold stood then.
+    fn look(&mut self, log: &dyn lhc_log::Log, next: u64) -> Option<String> {
+        let before = std::mem::replace(&mut self.next, next);
+        let dir = log.local_dir()?;
+        let len = std::fs::symlink_metadata(dir.join(lhc_log::embedded::LOST_FILE))
+            .ok()
+            .filter(|m| m.is_file())
+            .map_or(0, |m| m.len());
+        if len == self.len {
+            return None;
+        }
+        let lines = lhc_log::embedded::lost_records(dir).ok()?;
+        let new = lines.get(self.lines..).unwrap_or_default();
+        let gone = new
+            .iter()
+            .flatten()
+            .filter(|lost| lost.first < before)
+            .min_by_key(|lost| lost.first)
+            .cloned();
+        // (Shorter: someone dealt with the losses and cut the file; a new baseline.)
+        self.len = len;
+        self.lines = lines.len();
+        gone.map(|lost| {
+            format!(
+                "{} lost records {}..={} (a writer found them gone and appended after them: \
+                 see {} in the log directory), and this node had applied records up to \
+                 offset {}: records it applied are gone from the log, and their offsets may \
+                 hold other records now; restore the log from a copy, then fold it again \
+                 into an empty --data",
+                log.describe(),
+                lost.first,
+                lost.last_listed,
+                lhc_log::embedded::LOST_FILE,
+                before.saturating_sub(1)
+            )
+        })
+    }
+}
+
+/// `LOST`'s length and lines now, if the log is embedded and the file can be read.
+fn lost_now(log: &dyn lhc_log::Log) -> Option<(u64, usize)> {
+    let dir = log.local_dir()?;
+    let len = std::fs::symlink_metadata(dir.join(lhc_log::embedded::LOST_FILE))
+        .ok()
+        .filter(|m| m.is_file())
+        .map_or(0, |m| m.len());
+    let lines = lhc_log::embedded::lost_records(dir).ok()?.len();
+    Some((len, lines))
+}
+
 /// Fails the node when the log went back under it (records it applied are gone) or holds
 /// other records where it applied some.
 fn watch_end(shared: &Shared, look: EndLook) {
@@ -267,6 +341,7 @@ fn fold_on(
     shared.fold_ready.store(true, Ordering::SeqCst);
     let mut last_commit = Instant::now();
     let mut last_end_check = Instant::now();
+    let mut lost_watch = LostWatch::start(&*shared.log, folder.next());
     let interval = shared.config.commit_interval;
     loop {
         let seen = shared.bell.count();
@@ -279,6 +354,11 @@ fn fold_on(
                     };
                     apply_entry(shared, folder, &entry.bytes, None, jobs)?;
                     applied += 1;
+                }
+                if applied > 0 || last_end_check.elapsed() >= END_CHECK {
+                    if let Some(why) = lost_watch.look(&*shared.log, folder.next()) {
+                        shared.health.fail(why);
+                    }
                 }
                 if applied > 0 {
                     shared.site_pos.send_replace(folder.next());
