@@ -568,9 +568,9 @@ pub fn losses(dir: &Path, log: &dyn Log, end: u64) -> Vec<String> {
                 found.push(match lost {
                     Ok(lost) => format!(
                         "records lost: records {}..={} (at least) of {} were gone when a \
-                         writer appended after them, and their offsets now hold other records \
-                         (kept in {}): this answer does not see them. Remove that file once \
-                         the loss is dealt with",
+                         writer came to append after them, and their offsets go to the \
+                         records appended since (kept in {}): this answer does not see them. \
+                         Remove that file once the loss is dealt with",
                         lost.first,
                         lost.last_listed,
                         lost.segment.display(),

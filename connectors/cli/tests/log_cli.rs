@@ -759,8 +759,8 @@ fn an_append_after_lost_records_names_them_for_good() {
         assert_eq!(said.matches("records lost: ").count(), 1, "{said}");
         assert!(
             said.contains(
-                "ended at offset 200, but its index or a checkpoint had named a record at offset"
-            ) && said.contains("their offsets now hold other records"),
+                "ended at offset 200, but its index, the commit mark or a checkpoint had named a record at offset"
+            ) && said.contains("their offsets go to the records appended since"),
             "{said}"
         );
     }
@@ -798,7 +798,7 @@ fn an_append_after_records_only_a_checkpoint_shows_names_them_for_good() {
         let said = text(&out.stdout);
         assert_eq!(out.status.code(), Some(1), "{said}");
         assert!(
-            said.contains("ended at offset 200, but its index or a checkpoint had named a record at offset 399"),
+            said.contains("ended at offset 200, but its index, the commit mark or a checkpoint had named a record at offset 399"),
             "{said}"
         );
     }

@@ -1597,8 +1597,12 @@ impl Writer {
         if let Some(active) = &self.active {
             let path = segment_path(&self.dir, active.base);
             let held = active.file.metadata().map_err(|e| LogError::io(&path, e))?;
-            if std::os::unix::fs::MetadataExt::nlink(&held) > 1 && !links_unreliable() {
-                // Linked elsewhere since (a backup): read again, given a file of its own.
+            let linked = |m: &std::fs::Metadata| std::os::unix::fs::MetadataExt::nlink(m) > 1;
+            if !links_unreliable()
+                && (linked(&held) || active.index.metadata().is_ok_and(|m| linked(&m)))
+            {
+                // Linked elsewhere since (a backup; the index alone too): read again, each
+                // given a file of its own.
                 self.active = None;
             } else if !active.named_by_paths(&self.dir) {
                 tracing::warn!(

@@ -1985,6 +1985,17 @@ fn a_hard_linked_backup_keeps_what_it_held() {
         "{kept}"
     );
     same(&with_lost, &held_lost);
+    // The index alone linked while a writer appends.
+    let log = EmbeddedLog::open(&dir, options(1 << 20)).unwrap();
+    append(&log, 20);
+    let index = dir.join(format!("{:020}.idx", 0));
+    let other = tmp.path().join("index-link");
+    std::fs::hard_link(&index, &other).unwrap();
+    let held_index = std::fs::read(&other).unwrap();
+    for from in [25, 30, 35] {
+        append(&log, from);
+    }
+    assert_eq!(std::fs::read(&other).unwrap(), held_index);
 }
 
 /// A FIFO named like the segment after the last one is no segment being created (it

@@ -1054,15 +1054,15 @@ fn check(target: &LogArgs, quiet: bool) -> anyhow::Result<ExitCode> {
             );
         }
         // Losses a writer found (and appended after, rebuilding the index that showed
-        // them): named for good, since the offsets now hold other records.
+        // them): named for good, since the offsets go to other records.
         for kept in lhc_log::embedded::lost_records(dir)? {
             healthy = false;
             match kept {
                 Ok(lost) => println!(
-                    "records lost: {} ended at offset {}, but its index or a checkpoint had \
-                     named a record at offset {}; records {}..={} (at least) were gone when a \
-                     writer appended after them, and their offsets now hold other records \
-                     (kept in {})",
+                    "records lost: {} ended at offset {}, but its index, the commit mark or a \
+                     checkpoint had named a record at offset {}; records {}..={} (at least) \
+                     were gone when a writer came to append after them, and their offsets go \
+                     to the records appended since (kept in {})",
                     lost.segment.display(),
                     lost.first,
                     lost.last_listed,
