@@ -940,3 +940,32 @@ fn an_append_racing_another_writers_batch_keeps_the_time_order() {
     let out = run(&["log", "check", "--log", &log]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
 }
+
+/// `log check` tells a whole segment a writer set aside (a batch that rolled past a
+/// segment replaced by an older copy) from a torn tail's cut bytes: it called both a torn
+/// tail, whose advice ("if its first bytes are a whole record, the log was damaged") read
+/// a healthy set-aside segment as damage (found by hostile testing).
+#[test]
+fn check_tells_a_segment_set_aside_from_cut_bytes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("log");
+    let log_arg = log.to_str().unwrap();
+    let file = tmp.path().join("site.jsonl");
+    std::fs::write(&file, EXAMPLE).unwrap();
+    let out = run(&["log", "import", file.to_str().unwrap(), "--log", log_arg]);
+    assert!(out.status.success(), "{out:?}");
+    let segment = log.join("00000000000000000000.log");
+    std::fs::copy(&segment, log.join("00000000000000000000.log.cut-0")).unwrap();
+    std::fs::write(log.join("00000000000000000000.log.cut-300"), b"{\"ts\":").unwrap();
+    let out = lhc().args(["log", "check", log_arg]).output().unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("segment set aside:") && said.contains("log.cut-0 ("),
+        "{said}"
+    );
+    assert!(
+        said.contains("cut bytes kept:") && said.contains("log.cut-300 ("),
+        "{said}"
+    );
+    assert_eq!(said.matches("torn tail a writer cut").count(), 1, "{said}");
+}

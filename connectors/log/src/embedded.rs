@@ -1528,6 +1528,17 @@ impl Writer {
                 return Err(LogError::io(&self.dir, e));
             }
         }
+        // A `LOCK` with other names (a `cp -al` backup's) is also taken by writers of
+        // the other copy: said, so the holder is found.
+        let refusal = match self.lock.metadata() {
+            Ok(m) if std::os::unix::fs::MetadataExt::nlink(&m) > 1 => format!(
+                "{refusal}. This LOCK has {} names (hard links: a `cp -al` backup?), so a \
+                 writer of another copy takes it too: remove that copy's LOCK (a writer \
+                 there makes one of its own)",
+                std::os::unix::fs::MetadataExt::nlink(&m)
+            ),
+            _ => refusal,
+        };
         if let Err(e) = lock_before(&self.lock, deadline, &refusal) {
             // Only a full wait starts the short ones, for `lock_wait`: then a batch waits
             // in full again, so a lock taken and freed by another writer over and over

@@ -1027,12 +1027,28 @@ fn check(target: &LogArgs, quiet: bool) -> anyhow::Result<ExitCode> {
             );
         }
         for (name, len) in cuts {
-            println!(
-                "cut bytes kept: {} ({len} byte(s)): a torn tail a writer cut; if its first \
-                 bytes are a whole record, the log was damaged, not torn. Remove the file once \
-                 looked at",
-                dir.join(name).display()
-            );
+            let path = dir.join(name);
+            // A whole segment starts with a segment header; cut bytes never do.
+            let mut head = [0u8; 16];
+            let set_aside = std::fs::File::open(&path)
+                .and_then(|f| std::os::unix::fs::FileExt::read_exact_at(&f, &mut head, 0))
+                .ok()
+                .and_then(|()| lhc_log::frame::parse_segment_header(&head).ok());
+            match set_aside {
+                Some(base) => println!(
+                    "segment set aside: {} ({len} byte(s)): a whole segment, records from offset \
+                     {base} on, that a writer moved out of the log because a segment before \
+                     it had been replaced by an older copy while a batch was written; the \
+                     records between are named lost. Remove the file once looked at",
+                    path.display()
+                ),
+                None => println!(
+                    "cut bytes kept: {} ({len} byte(s)): a torn tail a writer cut; if its first \
+                     bytes are a whole record, the log was damaged, not torn. Remove the file \
+                     once looked at",
+                    path.display()
+                ),
+            }
         }
         if let Some((segment, end, listed)) = &report.lost_tail {
             healthy = false;
