@@ -349,7 +349,25 @@ fn fold_on(
             Source::Direct(reader) => {
                 let mut applied = 0;
                 while applied < BURST {
-                    let Some(entry) = reader.next(Duration::ZERO)? else {
+                    let next = match reader.next(Duration::ZERO) {
+                        Ok(next) => next,
+                        Err(e @ lhc_log::LogError::Corrupt { .. }) => {
+                            // A tail cut in place and refilled out of line reads as damage
+                            // where the fold stands: said as what it is when a writer kept
+                            // the loss, or the log now ends below the fold.
+                            let why = lost_watch.look(&*shared.log, folder.next()).or_else(|| {
+                                let end = shared.log.written_end().ok()?;
+                                (end < folder.next())
+                                    .then(|| super::log_went_back(&*shared.log, end, folder.next()))
+                            });
+                            if let Some(why) = why {
+                                shared.health.fail(why);
+                            }
+                            return Err(e.into());
+                        }
+                        Err(e) => return Err(e.into()),
+                    };
+                    let Some(entry) = next else {
                         break;
                     };
                     apply_entry(shared, folder, &entry.bytes, None, jobs)?;
