@@ -906,9 +906,21 @@ fn cut_and_refill_under_a_node(in_line: bool) {
         .unwrap()
         .set_len(size - 10 * frame)
         .unwrap();
-    assert!(append_stdin(&log, ticks(100, 20).as_bytes())
-        .status
-        .success());
+    // In line: ticks as long as those cut, so the fold reads on at the same byte
+    // position; out of line: longer records, so it finds a broken frame there.
+    let refill: String = if in_line {
+        ticks(100, 20)
+    } else {
+        (0..20)
+            .map(|i| {
+                let ts = humantime::format_rfc3339_millis(at + Duration::from_millis(100 + i));
+                format!(
+                    "{{\"ts\":\"{ts}\",\"type\":\"peer.probe\",\"connector\":\"ddc2.corp.example\",\"peer\":\"ddc1.corp.example\",\"ok\":true}}\n"
+                )
+            })
+            .collect()
+    };
+    assert!(append_stdin(&log, refill.as_bytes()).status.success());
     let mut seen = None;
     let deadline = Instant::now() + Duration::from_secs(20);
     while Instant::now() < deadline && seen.is_none() {
