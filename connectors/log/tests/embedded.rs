@@ -2011,6 +2011,47 @@ fn a_fifo_after_the_last_segment_is_refused_by_check() {
     assert!(err.contains("not a regular file"), "{err}");
 }
 
+/// A follower whose segment is replaced by a copy refilled past it checks that the copy
+/// holds, at the last offset it read, the record it read: other records there are an
+/// error (a node read on and kept records the log no longer had: hostile testing); the
+/// same records, more after them, read on.
+#[test]
+fn a_follower_whose_segment_is_replaced_by_other_records_says_so() {
+    let tmp = tempfile::tempdir().unwrap();
+    for same in [false, true] {
+        let dir = tmp.path().join(format!("log-{same}"));
+        let log = EmbeddedLog::open(&dir, options(1 << 20)).unwrap();
+        log.append(&[&record(0), &record(1), &record(2), &record(3)])
+            .unwrap();
+        let mut follower = log.reader(0).unwrap();
+        for i in 0..4 {
+            assert_eq!(follower.next(Duration::ZERO).unwrap().unwrap().offset, i);
+        }
+        // A copy made elsewhere: records 0 and 1, then others (or the same) and more.
+        let other = tmp.path().join(format!("other-{same}"));
+        let copy = EmbeddedLog::open(&other, options(1 << 20)).unwrap();
+        let rest: Vec<Vec<u8>> = if same {
+            (2..6).map(record).collect()
+        } else {
+            (20..24).map(record).collect()
+        };
+        let mut all = vec![record(0), record(1)];
+        all.extend(rest);
+        let refs: Vec<&[u8]> = all.iter().map(Vec::as_slice).collect();
+        copy.append(&refs).unwrap();
+        drop(copy);
+        std::fs::rename(segment(&other, 0), segment(&dir, 0)).unwrap();
+        let _ = std::fs::remove_file(dir.join(format!("{:020}.idx", 0)));
+        let got = follower.next(Duration::from_millis(200));
+        if same {
+            assert_eq!(got.unwrap().unwrap().offset, 4);
+        } else {
+            let err = got.unwrap_err().to_string();
+            assert!(err.contains("another record at offset 3"), "{err}");
+        }
+    }
+}
+
 /// A `LOST` that is a FIFO or a link is refused by readers, naming it, at once (a FIFO
 /// hung `log check` for good; a link to /dev/zero read until memory ran out).
 #[test]
