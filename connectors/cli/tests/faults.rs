@@ -843,13 +843,15 @@ fn a_standard_output_that_cannot_be_written_is_an_error_not_a_panic() {
 fn records_cut_and_refilled_under_a_running_node_fail_it() {
     // Out of line, the fold found a broken frame and called the log corrupted (a loss
     // kept in LOST, or an end below the fold, is said as what it is).
-    for in_line in [true, false] {
-        cut_and_refill_under_a_node(in_line);
+    // And when someone clears LOST (losses dealt with) just before the new loss: the
+    // watch judged only lines past the count it had, and missed it.
+    for (in_line, cleared) in [(true, false), (false, false), (true, true)] {
+        cut_and_refill_under_a_node(in_line, cleared);
     }
 }
 
 /// One run of [`records_cut_and_refilled_under_a_running_node_fail_it`].
-fn cut_and_refill_under_a_node(in_line: bool) {
+fn cut_and_refill_under_a_node(in_line: bool, cleared: bool) {
     let tmp = tempfile::tempdir().unwrap();
     let log = tmp.path().join("log");
     import_example(&log);
@@ -869,6 +871,15 @@ fn cut_and_refill_under_a_node(in_line: bool) {
     .iter()
     .map(std::ffi::OsStr::new)
     .collect();
+    let lost = log.join("LOST");
+    if cleared {
+        // Losses of an earlier incident, kept when the node starts.
+        std::fs::write(
+            &lost,
+            "00000000000000000000.log 7 9\n00000000000000000000.log 20 30\n",
+        )
+        .unwrap();
+    }
     let mut child = spawn_node(&log, &data, port, NO_CLOUD, &quiet, Stdio::piped());
     wait_until("the node caught up", Duration::from_secs(30), || {
         http(port, "GET", "/readyz", None, None).is_some_and(|(s, _)| s == 200)
@@ -899,6 +910,9 @@ fn cut_and_refill_under_a_node(in_line: bool) {
         },
     );
     std::thread::sleep(Duration::from_millis(300));
+    if cleared {
+        std::fs::remove_file(&lost).unwrap();
+    }
     // Cut by ten records in place, then twenty others appended at once.
     std::fs::OpenOptions::new()
         .write(true)

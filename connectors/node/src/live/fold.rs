@@ -202,9 +202,11 @@ struct EndLook {
 /// Looked at after each burst of records and each idle second: one `stat` while `LOST`
 /// does not grow.
 struct LostWatch {
-    /// `LOST`'s length and lines at the previous look.
-    len: u64,
-    lines: usize,
+    /// `LOST`'s identity at the previous look (inode, length, modification time).
+    file: Option<(u64, u64, std::time::SystemTime)>,
+    /// The losses seen in it so far (removed or cut by someone who dealt with them, the
+    /// lines left are not judged again; a new one is, whatever became of the file).
+    seen: std::collections::HashSet<(std::path::PathBuf, u64, u64)>,
     /// The fold's next offset at the previous look.
     next: u64,
 }
@@ -212,59 +214,76 @@ struct LostWatch {
 impl LostWatch {
     /// Losses already kept when the node starts are not this run's to judge.
     fn start(log: &dyn lhc_log::Log, next: u64) -> LostWatch {
-        let (len, lines) = lost_now(log).unwrap_or((0, 0));
-        LostWatch { len, lines, next }
+        let mut watch = LostWatch {
+            file: None,
+            seen: Default::default(),
+            next,
+        };
+        watch.file = lost_file(log);
+        watch.new_losses(log);
+        watch
+    }
+
+    /// Losses in `LOST` not seen before (and now seen).
+    fn new_losses(&mut self, log: &dyn lhc_log::Log) -> Vec<lhc_log::LostRecords> {
+        let Some(dir) = log.local_dir() else {
+            return Vec::new();
+        };
+        let Ok(lines) = lhc_log::embedded::lost_records(dir) else {
+            // Read again at the next look.
+            self.file = None;
+            return Vec::new();
+        };
+        lines
+            .into_iter()
+            .flatten()
+            .filter(|lost| {
+                self.seen
+                    .insert((lost.segment.clone(), lost.first, lost.last_listed))
+            })
+            .collect()
     }
 
     /// Why the node cannot decide, when a loss kept since the previous look reaches
     /// below where the fold stood then.
     fn look(&mut self, log: &dyn lhc_log::Log, next: u64) -> Option<String> {
         let before = std::mem::replace(&mut self.next, next);
-        let dir = log.local_dir()?;
-        let len = std::fs::symlink_metadata(dir.join(lhc_log::embedded::LOST_FILE))
-            .ok()
-            .filter(|m| m.is_file())
-            .map_or(0, |m| m.len());
-        if len == self.len {
+        let now = lost_file(log);
+        // (Replaced, cut or rewritten in place to the same length: read again.)
+        if now.is_none() || now == self.file {
+            self.file = now;
             return None;
         }
-        let lines = lhc_log::embedded::lost_records(dir).ok()?;
-        let new = lines.get(self.lines..).unwrap_or_default();
-        let gone = new
-            .iter()
-            .flatten()
+        self.file = now;
+        let gone = self
+            .new_losses(log)
+            .into_iter()
             .filter(|lost| lost.first < before)
-            .min_by_key(|lost| lost.first)
-            .cloned();
-        // (Shorter: someone dealt with the losses and cut the file; a new baseline.)
-        self.len = len;
-        self.lines = lines.len();
-        gone.map(|lost| {
-            format!(
-                "{} lost records {}..={} (a writer found them gone and appended after them: \
-                 see {} in the log directory), and this node had applied records up to \
-                 offset {}: records it applied are gone from the log, and their offsets may \
-                 hold other records now; restore the log from a copy, then fold it again \
-                 into an empty --data",
-                log.describe(),
-                lost.first,
-                lost.last_listed,
-                lhc_log::embedded::LOST_FILE,
-                before.saturating_sub(1)
-            )
-        })
+            .min_by_key(|lost| lost.first)?;
+        Some(format!(
+            "{} lost records {}..={} (a writer found them gone and appended after them: \
+             see {} in the log directory), and this node had applied records up to offset \
+             {}: records it applied are gone from the log, and their offsets may hold other \
+             records now; restore the log from a copy, then fold it again into an empty \
+             --data",
+            log.describe(),
+            gone.first,
+            gone.last_listed,
+            lhc_log::embedded::LOST_FILE,
+            before.saturating_sub(1)
+        ))
     }
 }
 
-/// `LOST`'s length and lines now, if the log is embedded and the file can be read.
-fn lost_now(log: &dyn lhc_log::Log) -> Option<(u64, usize)> {
+/// `LOST`'s inode, length and modification time, if the log is embedded and the file a
+/// regular one.
+fn lost_file(log: &dyn lhc_log::Log) -> Option<(u64, u64, std::time::SystemTime)> {
+    use std::os::unix::fs::MetadataExt;
     let dir = log.local_dir()?;
-    let len = std::fs::symlink_metadata(dir.join(lhc_log::embedded::LOST_FILE))
+    let meta = std::fs::symlink_metadata(dir.join(lhc_log::embedded::LOST_FILE))
         .ok()
-        .filter(|m| m.is_file())
-        .map_or(0, |m| m.len());
-    let lines = lhc_log::embedded::lost_records(dir).ok()?.len();
-    Some((len, lines))
+        .filter(|m| m.is_file())?;
+    Some((meta.ino(), meta.len(), meta.modified().ok()?))
 }
 
 /// Fails the node when the log went back under it (records it applied are gone) or holds
