@@ -1533,8 +1533,8 @@ impl Writer {
         let refusal = match self.lock.metadata() {
             Ok(m) if std::os::unix::fs::MetadataExt::nlink(&m) > 1 => format!(
                 "{refusal}. This LOCK has {} names (hard links: a `cp -al` backup?), so a \
-                 writer of another copy takes it too: remove that copy's LOCK (a writer \
-                 there makes one of its own)",
+                 writer of another copy takes it too: once no writer of that copy runs, \
+                 remove that copy's LOCK (a writer there makes one of its own)",
                 std::os::unix::fs::MetadataExt::nlink(&m)
             ),
             _ => refusal,
