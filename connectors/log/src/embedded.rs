@@ -2462,6 +2462,8 @@ pub struct EmbeddedReader {
     /// Records below this offset are known committed and are read without asking; at it,
     /// the commit mark is read again ([`COMMIT_FILE`]).
     readable: u64,
+    /// The last frame handed out: a replaced segment must hold it still.
+    last_read: Option<FrameId>,
 }
 
 struct Cursor {
@@ -2641,6 +2643,7 @@ impl EmbeddedReader {
             next: from,
             cursor: None,
             readable: 0,
+            last_read: None,
         })
     }
 
@@ -2675,11 +2678,17 @@ impl EmbeddedReader {
                         return Ok(None);
                     }
                     if !cursor.same_file() {
+                        // Replaced (or a failed batch's segment made anew): the new file
+                        // must hold the record last read, as at the end below.
                         self.cursor = None;
+                        if let Some(last) = self.last_read.filter(|l| l.offset + 1 == self.next) {
+                            self.same_record_in_new_file(last)?;
+                        }
                     }
                 }
                 Ok(Step::Entry(entry)) => {
                     self.next = entry.offset + 1;
+                    self.last_read = cursor.last;
                     return Ok(Some(entry));
                 }
                 Ok(Step::AtEnd) => {
@@ -2732,9 +2741,8 @@ impl EmbeddedReader {
                     // again from the file the path names; a segment gone is an error there.
                     if !reopened && !cursor.same_file() {
                         reopened = true;
-                        let last = cursor.last.filter(|l| l.offset + 1 == self.next);
                         self.cursor = None;
-                        if let Some(last) = last {
+                        if let Some(last) = self.last_read.filter(|l| l.offset + 1 == self.next) {
                             self.same_record_in_new_file(last)?;
                         }
                         continue;

@@ -2018,8 +2018,10 @@ fn a_fifo_after_the_last_segment_is_refused_by_check() {
 #[test]
 fn a_follower_whose_segment_is_replaced_by_other_records_says_so() {
     let tmp = tempfile::tempdir().unwrap();
-    for same in [false, true] {
-        let dir = tmp.path().join(format!("log-{same}"));
+    // Lagging: records were appended to the old file after the follower's last read, so
+    // it finds the replacement past what it knew committed (a busy node), not at the end.
+    for (same, lagging) in [(false, false), (true, false), (false, true)] {
+        let dir = tmp.path().join(format!("log-{same}-{lagging}"));
         let log = EmbeddedLog::open(&dir, options(1 << 20)).unwrap();
         log.append(&[&record(0), &record(1), &record(2), &record(3)])
             .unwrap();
@@ -2028,7 +2030,10 @@ fn a_follower_whose_segment_is_replaced_by_other_records_says_so() {
             assert_eq!(follower.next(Duration::ZERO).unwrap().unwrap().offset, i);
         }
         // A copy made elsewhere: records 0 and 1, then others (or the same) and more.
-        let other = tmp.path().join(format!("other-{same}"));
+        if lagging {
+            log.append(&[&record(4)]).unwrap();
+        }
+        let other = tmp.path().join(format!("other-{same}-{lagging}"));
         let copy = EmbeddedLog::open(&other, options(1 << 20)).unwrap();
         let rest: Vec<Vec<u8>> = if same {
             (2..6).map(record).collect()
