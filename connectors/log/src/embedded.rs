@@ -2464,6 +2464,10 @@ pub struct EmbeddedReader {
     readable: u64,
     /// The last frame handed out: a replaced segment must hold it still.
     last_read: Option<FrameId>,
+    /// Where that frame is in the file read (segment base and file position).
+    last_at: Option<(u64, u64)>,
+    /// Waited at the end since the last record handed out.
+    waited: bool,
 }
 
 struct Cursor {
@@ -2482,6 +2486,8 @@ struct Cursor {
     /// The last frame stepped over: its offset, size and payload checksum (what tells a
     /// record from another at the same offset, without hashing every record read).
     last: Option<FrameId>,
+    /// Where that frame starts: the segment's base and the file position.
+    last_at: Option<(u64, u64)>,
 }
 
 /// A frame's offset, size and payload checksum.
@@ -2515,7 +2521,24 @@ impl Cursor {
             end: 0,
             from_start,
             last: None,
+            last_at: None,
         })
+    }
+
+    /// Whether this cursor's file still holds frame `id` at `(base, position)` (a frame
+    /// header's 20 bytes read again); `true` when that is not this cursor's segment.
+    fn frame_at(&self, (base, position): (u64, u64), id: FrameId) -> Result<bool, LogError> {
+        if base != self.base {
+            return Ok(true);
+        }
+        let mut header = [0u8; 20];
+        let n = read_at_most(&self.file, &self.path, &mut header, position)?;
+        if n < header.len() {
+            return Ok(false);
+        }
+        let len = u32::from_le_bytes(header[0..4].try_into().expect("4 bytes")) as usize;
+        let offset = u64::from_le_bytes(header[8..16].try_into().expect("8 bytes"));
+        Ok(offset == id.offset && frame_size(len) == id.size && header[16..20] == id.crc)
     }
 
     /// Whether the record at `id.offset` in this cursor's segment is the frame `id`
@@ -2570,6 +2593,7 @@ impl Cursor {
                     let mut crc = [0u8; 4];
                     crc.copy_from_slice(&self.buf[self.start + 16..self.start + 20]);
                     self.last = Some(FrameId { offset, size, crc });
+                    self.last_at = Some((self.base, self.position));
                     self.start += size;
                     self.position += size as u64;
                     self.offset += 1;
@@ -2644,6 +2668,8 @@ impl EmbeddedReader {
             cursor: None,
             readable: 0,
             last_read: None,
+            last_at: None,
+            waited: false,
         })
     }
 
@@ -2687,8 +2713,29 @@ impl EmbeddedReader {
                     }
                 }
                 Ok(Step::Entry(entry)) => {
+                    if std::mem::take(&mut self.waited) {
+                        // New records after a wait at the end: the record handed out
+                        // last must still be where it was. A tail cut in place and written
+                        // again with frames that line up read on silently, and a node kept
+                        // records the log no longer had (found by hostile testing).
+                        if let Some((last, at)) = self.last_read.zip(self.last_at) {
+                            if !cursor.frame_at(at, last)? {
+                                return Err(LogError::Corrupt {
+                                    segment: cursor.path.clone(),
+                                    offset: last.offset,
+                                    detail: format!(
+                                        "the record at offset {} this reader read was \
+                                         replaced in place (the log's tail cut and written \
+                                         again): records it read are not the log's any more",
+                                        last.offset
+                                    ),
+                                });
+                            }
+                        }
+                    }
                     self.next = entry.offset + 1;
                     self.last_read = cursor.last;
+                    self.last_at = cursor.last_at;
                     return Ok(Some(entry));
                 }
                 Ok(Step::AtEnd) => {
@@ -2812,6 +2859,7 @@ impl LogReader for EmbeddedReader {
             if let Some(entry) = self.try_next()? {
                 return Ok(Some(entry));
             }
+            self.waited = true;
             let now = Instant::now();
             if now >= deadline {
                 return Ok(None);

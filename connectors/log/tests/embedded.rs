@@ -2057,6 +2057,48 @@ fn a_follower_whose_segment_is_replaced_by_other_records_says_so() {
     }
 }
 
+/// A follower waiting at the end whose last record is cut in place and written again
+/// with other records of the same size (frames that line up where it stands) says so at
+/// its next record: it read on silently, and a node kept records the log no longer had
+/// (found by hostile testing). Records simply appended read on.
+#[test]
+fn a_follower_whose_last_record_is_rewritten_in_place_says_so() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("log");
+    let log = EmbeddedLog::open(&dir, options(1 << 20)).unwrap();
+    log.append(&[&record(10), &record(11), &record(12)])
+        .unwrap();
+    let mut follower = log.reader(0).unwrap();
+    for i in 0..3 {
+        assert_eq!(follower.next(Duration::ZERO).unwrap().unwrap().offset, i);
+    }
+    assert!(follower.next(Duration::ZERO).unwrap().is_none());
+    log.append(&[&record(13)]).unwrap();
+    assert_eq!(follower.next(Duration::ZERO).unwrap().unwrap().offset, 3);
+    assert!(follower.next(Duration::ZERO).unwrap().is_none());
+    drop(log);
+    // The last two records cut in place; then records of the same size in their place.
+    let seg = segment(&dir, 0);
+    let len = std::fs::metadata(&seg).unwrap().len();
+    let frame = {
+        let four = len;
+        let log = EmbeddedLog::open(&dir, options(1 << 20)).unwrap();
+        log.append(&[&record(14)]).unwrap();
+        drop(log);
+        std::fs::metadata(&seg).unwrap().len() - four
+    };
+    assert_eq!(follower.next(Duration::ZERO).unwrap().unwrap().offset, 4);
+    assert!(follower.next(Duration::ZERO).unwrap().is_none());
+    let file = std::fs::OpenOptions::new().write(true).open(&seg).unwrap();
+    file.set_len(len + frame - 2 * frame).unwrap();
+    drop(file);
+    let log = EmbeddedLog::open(&dir, options(1 << 20)).unwrap();
+    log.append(&[&record(23), &record(24), &record(25)])
+        .unwrap();
+    let err = follower.next(Duration::ZERO).unwrap_err().to_string();
+    assert!(err.contains("replaced in place"), "{err}");
+}
+
 /// A `LOST` that is a FIFO or a link is refused by readers, naming it, at once (a FIFO
 /// hung `log check` for good; a link to /dev/zero read until memory ran out).
 #[test]
