@@ -52,6 +52,22 @@ fn spawn_node(
     child
 }
 
+/// Options of a quiet node: it appends its own records at start, then nothing for an
+/// hour (no health checks, peer probes or ticks).
+fn quiet_node() -> Vec<&'static std::ffi::OsStr> {
+    [
+        "--health-interval",
+        "1h",
+        "--probe-interval",
+        "1h",
+        "--tick-interval",
+        "1h",
+    ]
+    .iter()
+    .map(std::ffi::OsStr::new)
+    .collect()
+}
+
 /// Starts a node like [`spawn_node`], without waiting for it to serve.
 fn start_node(
     log: &Path,
@@ -860,17 +876,7 @@ fn cut_and_refill_under_a_node(in_line: bool, cleared: bool) {
     let port = free_port();
     // The node appends nothing of its own for an hour once started: the log's tail is
     // the test's ticks.
-    let quiet: Vec<&std::ffi::OsStr> = [
-        "--health-interval",
-        "1h",
-        "--probe-interval",
-        "1h",
-        "--tick-interval",
-        "1h",
-    ]
-    .iter()
-    .map(std::ffi::OsStr::new)
-    .collect();
+    let quiet = quiet_node();
     let lost = log.join("LOST");
     if cleared {
         // Losses of an earlier incident, kept when the node starts.
@@ -1063,18 +1069,7 @@ fn records_replaced_under_a_running_node_fail_it_visibly() {
     import_example(&log);
     let data = tmp.path().join("node");
     let port = free_port();
-    // A quiet node: it appends its own records at start, then nothing for an hour.
-    let quiet: Vec<&std::ffi::OsStr> = [
-        "--health-interval",
-        "1h",
-        "--probe-interval",
-        "1h",
-        "--tick-interval",
-        "1h",
-    ]
-    .iter()
-    .map(|s| std::ffi::OsStr::new(*s))
-    .collect();
+    let quiet = quiet_node();
     let mut child = spawn_node(&log, &data, port, NO_CLOUD, &quiet, Stdio::piped());
     wait_until("the node caught up", Duration::from_secs(30), || {
         http(port, "GET", "/readyz", None, None).is_some_and(|(s, _)| s == 200)

@@ -130,13 +130,7 @@ pub fn is_cut_file(name: &str) -> bool {
 /// Writes `bytes` to a new file at [`cut_path`] (or with `.N` added), synced with its
 /// directory; the path.
 fn keep_cut(segment: &Path, offset: u64, bytes: &[u8]) -> Result<PathBuf, LogError> {
-    let base = cut_path(segment, offset);
-    for n in 0u32.. {
-        let path = if n == 0 {
-            base.clone()
-        } else {
-            PathBuf::from(format!("{}.{n}", base.display()))
-        };
+    for path in cut_names(segment, offset) {
         match OpenOptions::new().write(true).create_new(true).open(&path) {
             Ok(mut file) => {
                 use std::io::Write;
@@ -146,11 +140,7 @@ fn keep_cut(segment: &Path, offset: u64, bytes: &[u8]) -> Result<PathBuf, LogErr
                     let _ = std::fs::remove_file(&path);
                     return Err(LogError::io(&path, e));
                 }
-                if let Some(dir) = path.parent() {
-                    File::open(dir)
-                        .and_then(|d| d.sync_all())
-                        .map_err(|e| LogError::io(dir, e))?;
-                }
+                sync_parent(&path)?;
                 return Ok(path);
             }
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
@@ -158,6 +148,26 @@ fn keep_cut(segment: &Path, offset: u64, bytes: &[u8]) -> Result<PathBuf, LogErr
         }
     }
     unreachable!("some name is free")
+}
+
+/// The names a file kept from `segment` at `offset` may take, in order: [`cut_path`],
+/// then with `.1`, `.2`, … added (a cut at the same offset kept already).
+fn cut_names(segment: &Path, offset: u64) -> impl Iterator<Item = PathBuf> {
+    let base = cut_path(segment, offset);
+    (0u32..).map(move |n| match n {
+        0 => base.clone(),
+        n => PathBuf::from(format!("{}.{n}", base.display())),
+    })
+}
+
+/// Syncs the directory holding `path`, so a file made, renamed or removed there stays so.
+fn sync_parent(path: &Path) -> Result<(), LogError> {
+    match path.parent() {
+        Some(dir) => File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| LogError::io(dir, e)),
+        None => Ok(()),
+    }
 }
 
 /// Gives `path` a file of its own when other names link to it (a `cp -al` or rsnapshot
@@ -198,11 +208,7 @@ fn unshare(path: &Path) -> Result<bool, LogError> {
             ),
         ));
     }
-    if let Some(dir) = path.parent() {
-        File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(|e| LogError::io(dir, e))?;
-    }
+    sync_parent(path)?;
     if std::fs::symlink_metadata(path).is_ok_and(|m| m.nlink() > 1) {
         // A file system that counts links its own way: copying again would not help
         // (and would copy the segment at every batch).
@@ -240,22 +246,12 @@ struct BatchStart {
 /// Moves segment `path` (its first record at `offset`) to a free [`cut_path`] name, never
 /// over a file there; the new path.
 fn set_aside(path: &Path, offset: u64) -> Result<PathBuf, LogError> {
-    let base = cut_path(path, offset);
-    for n in 0u32.. {
-        let to = if n == 0 {
-            base.clone()
-        } else {
-            PathBuf::from(format!("{}.{n}", base.display()))
-        };
+    for to in cut_names(path, offset) {
         // A link then an unlink: `rename` would replace a file already there.
         match std::fs::hard_link(path, &to) {
             Ok(()) => {
                 std::fs::remove_file(path).map_err(|e| LogError::io(path, e))?;
-                if let Some(dir) = path.parent() {
-                    File::open(dir)
-                        .and_then(|d| d.sync_all())
-                        .map_err(|e| LogError::io(dir, e))?;
-                }
+                sync_parent(path)?;
                 return Ok(to);
             }
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
@@ -2156,13 +2152,14 @@ impl Writer {
             // what the commit mark names and the new file lacks (found by hostile testing:
             // an append said "appended 300000 record(s)" of which the log held none). An
             // index replaced alone loses nothing: it is rebuilt at the next batch.
-            Ok(offsets) if !offsets.is_empty() && self.replaced_segment().is_some() => {
-                self.active = None;
-                let base = self.replaced_segment().unwrap_or(start.0);
-                let error = self.replaced_during(base, &offsets);
-                Err(self.set_aside_past(base, error))
-            }
-            Ok(offsets) => Ok(offsets),
+            Ok(offsets) => match self.replaced_segment().filter(|_| !offsets.is_empty()) {
+                Some(base) => {
+                    self.active = None;
+                    let error = self.replaced_during(base, &offsets);
+                    Err(self.set_aside_past(base, error))
+                }
+                None => Ok(offsets),
+            },
             Err(e @ LogError::BatchUncertain(_)) => {
                 self.active = None;
                 Err(match self.replaced_segment() {
